@@ -1,0 +1,1 @@
+"""lowbit board targets, toolchain wrappers, host driver and command line."""

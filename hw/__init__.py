@@ -1,0 +1,1 @@
+"""lowbit gateware: one Amaranth component per block, plus the accelerator top."""

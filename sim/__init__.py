@@ -1,0 +1,5 @@
+"""lowbit golden models (pure numpy) and simulation helpers.
+
+The golden models (every module except :mod:`sim.harness` and :mod:`sim.transport`) never import
+Amaranth, so they can be used on a host without the HDL installed.
+"""

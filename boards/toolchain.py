@@ -221,7 +221,7 @@ def implement(component, device="up5k", *, seed=1, freq_mhz=None, build_dir=None
         pnr = os.environ["NEXTPNR_ICE40" if dev["family"] == "ice40" else "NEXTPNR_ECP5"]
         _run([pnr, "--quiet", *dev["args"], "--json", f"{name}.json", "--seed", str(seed),
               "--freq", str(freq_mhz), "--report", f"{name}.report.json",
-              "--pcf-allow-unconstrained" if dev["family"] == "ice40" else "--lpf-allow-unconstrained",
+              f"--{'pcf' if dev['family'] == 'ice40' else 'lpf'}-allow-unconstrained",
               "--timing-allow-fail"],
              bd / f"{name}.nextpnr.log", bd, "nextpnr")
         res = parse_nextpnr_report(bd / f"{name}.report.json", dev["family"])

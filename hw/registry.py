@@ -49,7 +49,14 @@ def block_class(name):
     if name not in BLOCKS:
         raise ValueError(f"Unknown block {name!r}; known blocks: {', '.join(BLOCKS)}")
     module, cls, _ = BLOCKS[name]
-    return getattr(importlib.import_module(module), cls)
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name == module:
+            raise ImportError(f"Block {name!r} is not implemented yet ({module} is missing)"
+                              ) from None
+        raise
+    return getattr(mod, cls)
 
 
 def available_blocks():

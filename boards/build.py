@@ -1,0 +1,296 @@
+"""Board builds: the accelerator top on a board, bitstream, resource and timing report, flashing.
+
+Importing this module (through :mod:`boards.toolchain`) sets the YoWASP tool variables.
+"""
+
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import zlib
+from pathlib import Path
+
+from .profiles import get_board
+from .toolchain import DEVICES, ToolchainError, parse_nextpnr_report, setup_toolchain_env
+
+__all__ = ["BoardTop", "top_parameters", "build_board", "flash_board", "format_report",
+           "FlashError", "BITSTREAM_NAME"]
+
+BITSTREAM_NAME = "lowbit"
+
+
+class FlashError(RuntimeError):
+    """Programming a board failed; the message says why and what to do."""
+
+
+def top_parameters(profile, clk_freq=None):
+    """Split a profile's top parameters into those :class:`hw.top.Accelerator` takes and not.
+
+    Returns
+    -------
+    (dict, dict)
+        Parameters passed to the top (including ``clk_freq``), and profile settings that the top
+        as it stands does not take yet (reported, never silently dropped).
+    """
+    from hw.top import Accelerator
+    accepted = inspect.signature(Accelerator.__init__).parameters
+    params = {"clk_freq": profile.clk_freq if clk_freq is None else clk_freq}
+    unused = {}
+    for key, value in profile.top.items():
+        (params if key in accepted else unused)[key] = value
+    return params, unused
+
+
+class BoardTop:
+    """The accelerator on a board: the top's UART pins and LEDs wired to the board's resources.
+
+    Parameters
+    ----------
+    profile : BoardProfile
+        The board.
+    """
+
+    def __init__(self, profile):
+        self.profile = profile
+        self.params, self.unused = top_parameters(profile)
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Module
+        from hw.top import Accelerator
+        m = Module()
+        m.submodules.accel = accel = Accelerator(**self.params)
+        uart = platform.request("uart", 0)
+        m.d.comb += [
+            accel.rx.eq(uart.rx.i),
+            uart.tx.o.eq(accel.tx),
+        ]
+        leds = []
+        for i in range(len(accel.leds)):
+            try:
+                leds.append(platform.request("led", i))
+            except Exception:
+                break
+        for i, led in enumerate(leds):
+            m.d.comb += led.o.eq(accel.leds[i])
+        return m
+
+
+def _platform(profile):
+    cls = profile.platform_class()
+    if profile.name == "orangecrab":
+        # amaranth-boards appends a `dfu-suffix` step, a tool that pip cannot install; lowbit
+        # writes the DFU suffix itself (see _add_dfu_suffix).
+        from amaranth.vendor import LatticeECP5Platform
+
+        class _Platform(cls):
+            required_tools = property(lambda self: LatticeECP5Platform.required_tools.fget(self))
+            command_templates = property(
+                lambda self: LatticeECP5Platform.command_templates.fget(self))
+        cls = _Platform
+    platform = cls()
+    if profile.uart is not None:
+        from amaranth.build import Attrs
+        from amaranth.build.dsl import Resource  # noqa: F401
+        from amaranth_boards.resources import UARTResource
+        rx, tx, conn = profile.uart
+        attrs = Attrs(IO_TYPE="LVCMOS33") if DEVICES[profile.device]["family"] == "ecp5" \
+            else Attrs(IO_STANDARD="SB_LVCMOS")
+        platform.add_resources([UARTResource(0, rx=rx, tx=tx, conn=conn, attrs=attrs)])
+    return platform
+
+
+def _add_dfu_suffix(path, vendor=0x1209, product=0x5AF0):
+    """Append a DFU 1.1 suffix (what ``dfu-suffix -a`` writes) to ``path``, once."""
+    data = Path(path).read_bytes()
+    if len(data) >= 16 and data[-8:-5] == b"UFD":
+        return
+    suffix = (0xFFFF).to_bytes(2, "little") + product.to_bytes(2, "little") + \
+        vendor.to_bytes(2, "little") + (0x0100).to_bytes(2, "little") + b"UFD" + bytes([16])
+    crc = zlib.crc32(data + suffix) ^ 0xFFFFFFFF
+    Path(path).write_bytes(data + suffix + crc.to_bytes(4, "little"))
+
+
+class _Ticker:
+    """Prints elapsed time every few seconds while a long step runs."""
+
+    def __init__(self, say, what, every=15):
+        self.say, self.what, self.every = say, what, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        t0 = time.monotonic()
+        while not self._stop.wait(self.every):
+            self.say(f"  ... still {self.what} ({time.monotonic() - t0:.0f} s)")
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, progress=None):
+    """Build the accelerator for ``board``: bitstream plus resource and timing report.
+
+    Parameters
+    ----------
+    board : str
+        A name from :data:`boards.profiles.BOARDS`.
+    seed : int
+        nextpnr placement seed.
+    build_dir : str, optional
+        Output directory (default ``build/<board>``).
+    do_build : bool
+        If false, only elaborate and write the build files (no toolchain needed).
+    progress : callable(str), optional
+        Receives progress messages.
+
+    Returns
+    -------
+    dict
+        The report (also written to ``<build_dir>/report.json``); with ``do_build=False`` only
+        the board, parameters and the build plan's file names.
+
+    Raises
+    ------
+    ValueError
+        Unknown board or bad seed.
+    ToolchainError
+        A toolchain step failed.
+    """
+    profile = get_board(board)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"Seed must be a non-negative integer, not {seed!r}")
+    say = progress or (lambda msg: None)
+    setup_toolchain_env()
+    build_dir = Path(build_dir or Path("build") / board)
+    top = BoardTop(profile)
+    platform = _platform(profile)
+    report = {"board": board, "title": profile.title, "device": profile.device,
+              "part": DEVICES[profile.device]["part"], "seed": seed,
+              "clk_freq_mhz": profile.clk_freq / 1e6, "top": top.params,
+              "profile_not_used_yet": top.unused}
+    say(f"lowbit: elaborating the accelerator for {profile.title}")
+    t0 = time.monotonic()
+    plan = platform.prepare(
+        top, name=BITSTREAM_NAME,
+        nextpnr_opts=f"--seed {seed} --report {BITSTREAM_NAME}.report.json --timing-allow-fail")
+    if not do_build:
+        report["files"] = sorted(plan.files)
+        return report
+    say(f"lowbit: synthesis, place and route with YoWASP into {build_dir} "
+        "(the first run compiles the tools, ~1 min)")
+    with _Ticker(say, "building"):
+        try:
+            products = plan.execute_local(str(build_dir))
+        except subprocess.CalledProcessError as e:
+            logs = [p for p in (build_dir / f"{BITSTREAM_NAME}.tim",
+                                build_dir / f"{BITSTREAM_NAME}.rpt") if p.exists()]
+            tail = ""
+            for log in logs[::-1]:
+                lines = [ln for ln in log.read_text(errors="replace").splitlines()
+                         if "ERROR" in ln or "error" in ln.lower()]
+                if lines:
+                    tail = lines[-1].strip()
+                    break
+            where = tail or f"see the logs in {build_dir}"
+            raise ToolchainError(f"build for {board} failed (exit {e.returncode}): {where}"
+                                 ) from None
+    del products
+    bitstream = build_dir / f"{BITSTREAM_NAME}.{profile.bitstream}"
+    if profile.name == "orangecrab":
+        _add_dfu_suffix(bitstream)
+    family = DEVICES[profile.device]["family"]
+    res = parse_nextpnr_report(build_dir / f"{BITSTREAM_NAME}.report.json", family)
+    dev = DEVICES[profile.device]
+    report.update(
+        bitstream=str(bitstream), bitstream_bytes=bitstream.stat().st_size,
+        seconds=round(time.monotonic() - t0, 1),
+        resources={
+            "lcs": {"used": res["lcs"], "total": dev["lcs"]},
+            "dsps": {"used": res["dsps"], "total": dev["dsps"]},
+            "rams": {"used": res["rams"], "total": dev["rams"]},
+            "spram": {"used": res["spram"], "total": dev["spram"]},
+        },
+        fmax=res["fmax"],
+        timing_met=all(v["achieved"] >= v["constraint"] for v in res["fmax"].values()),
+    )
+    if "ffs" in res:
+        report["resources"]["ffs"] = {"used": res["ffs"], "total": dev["lcs"]}
+    (build_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+_RESOURCE_NAMES = {
+    "ice40": {"lcs": "logic cells (LC)", "dsps": "SB_MAC16", "rams": "EBR (4 kbit)",
+              "spram": "SPRAM (256 kbit)"},
+    "ecp5": {"lcs": "LUT4", "ffs": "flip-flops", "dsps": "MULT18X18D", "rams": "DP16KD (18 kbit)",
+             "spram": "SPRAM"},
+}
+
+
+def format_report(report):
+    """Render a build report as a plain-text table."""
+    family = DEVICES[report["device"]]["family"]
+    names = _RESOURCE_NAMES[family]
+    lines = [f"{report['title']} — {report['part']}, seed {report['seed']}, "
+             f"{report['seconds']} s", "",
+             f"{'resource':<22}{'used':>8}{'of':>8}{'%':>8}"]
+    for key, val in report["resources"].items():
+        if key == "spram" and family == "ecp5":
+            continue
+        pct = 100 * val["used"] / val["total"] if val["total"] else 0.0
+        lines.append(f"{names[key]:<22}{val['used']:>8}{val['total']:>8}{pct:>7.1f}%")
+    lines += ["", f"{'clock domain':<40}{'Fmax MHz':>10}{'target MHz':>12}{'':>6}"]
+    for clk, v in report["fmax"].items():
+        ok = "ok" if v["achieved"] >= v["constraint"] else "FAIL"
+        lines.append(f"{clk:<40}{v['achieved']:>10.2f}{v['constraint']:>12.2f}{ok:>6}")
+    lines += ["", f"bitstream: {report['bitstream']} ({report['bitstream_bytes']} bytes)"]
+    if report.get("profile_not_used_yet"):
+        lines.append("profile settings the top does not use yet: "
+                     + ", ".join(f"{k}={v}" for k, v in report["profile_not_used_yet"].items()))
+    return "\n".join(lines)
+
+
+def flash_board(board="icebreaker", *, build_dir=None):
+    """Program ``board`` with the bitstream in ``build_dir`` using amaranth-boards' programmer.
+
+    Raises
+    ------
+    ValueError
+        Unknown board.
+    FlashError
+        No bitstream (build first), the programmer tool is not installed, or programming failed
+        (most often: the board is not connected).
+    """
+    from amaranth.build.run import LocalBuildProducts
+
+    profile = get_board(board)
+    build_dir = Path(build_dir or Path("build") / board)
+    bitstream = build_dir / f"{BITSTREAM_NAME}.{profile.bitstream}"
+    if not bitstream.is_file():
+        raise FlashError(f"no bitstream at {bitstream}; run `lowbit build --board {board}` first")
+    tool = os.environ.get(profile.programmer_env, profile.programmer)
+    if shutil.which(tool) is None:
+        raise FlashError(f"programmer {tool!r} not found on PATH; install it (e.g. Debian "
+                         f"package {'fpga-icestorm' if tool == 'iceprog' else tool}) or set "
+                         f"{profile.programmer_env}")
+    platform = _platform(profile)
+    try:
+        platform.toolchain_program(LocalBuildProducts(str(build_dir)), BITSTREAM_NAME)
+    except subprocess.CalledProcessError as e:
+        raise FlashError(f"{tool} failed (exit {e.returncode}); is the {profile.title} "
+                         "connected and accessible?") from None
+    except OSError as e:
+        raise FlashError(f"could not run {tool}: {e}") from None
+
+
+def _stderr(msg):
+    print(msg, file=sys.stderr, flush=True)

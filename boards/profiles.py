@@ -1,0 +1,110 @@
+"""Supported boards and their device profiles (DESIGN §5).
+
+A profile picks what of the accelerator goes on the device: lanes, scratchpad memory, the
+multiplier style and the host-link baud rate. Boards stay thin: all the gateware lives in
+:mod:`hw` and takes these values as parameters.
+"""
+
+from dataclasses import dataclass, field
+
+__all__ = ["BoardProfile", "BOARDS", "DEFAULT_BOARD", "get_board"]
+
+
+@dataclass(frozen=True)
+class BoardProfile:
+    """One supported board.
+
+    Members
+    -------
+    name : str
+        Command-line name (``lowbit build --board NAME``).
+    title : str
+        Human-readable board name.
+    platform : str
+        ``module:Class`` of the amaranth-boards platform.
+    device : str
+        Key of :data:`boards.toolchain.DEVICES` (resource ceilings, out-of-context builds).
+    clk_freq : float
+        Frequency of the board clock the accelerator runs from, Hz.
+    top : dict
+        Keyword parameters of :class:`hw.top.Accelerator` for this device.
+    programmer : str
+        The programming tool amaranth-boards runs for this board.
+    programmer_env : str
+        Environment variable that overrides the programmer's path.
+    bitstream : str
+        Extension of the file that is programmed (``bin`` for iCE40, ``bit`` for ECP5).
+    uart : tuple, optional
+        ``(rx_pin, tx_pin, connector)`` when the board has no UART resource of its own and one is
+        added on header pins; ``None`` to use the board's ``uart`` resource.
+    """
+    name: str
+    title: str
+    platform: str
+    device: str
+    clk_freq: float
+    top: dict = field(default_factory=dict)
+    programmer: str = "iceprog"
+    programmer_env: str = "ICEPROG"
+    bitstream: str = "bin"
+    uart: tuple | None = None
+    notes: str = ""
+
+    def platform_class(self):
+        """Import and return the amaranth-boards platform class."""
+        import importlib
+        module, cls = self.platform.split(":")
+        return getattr(importlib.import_module(module), cls)
+
+
+BOARDS = {
+    "icebreaker": BoardProfile(
+        name="icebreaker", title="1BitSquared iCEBreaker (iCE40UP5K-SG48)",
+        platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=12e6,
+        top=dict(lanes=2, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
+                 baud=1_000_000),
+        notes="8 SB_MAC16 DSPs, 4 SPRAM; UART over the FTDI's second channel at 1 Mbaud",
+    ),
+    "hx8k": BoardProfile(
+        name="hx8k", title="Lattice iCE40-HX8K Breakout (iCE40HX8K-CT256)",
+        platform="amaranth_boards.ice40_hx8k_b_evn:ICE40HX8KBEVNPlatform", device="hx8k",
+        clk_freq=12e6,
+        top=dict(lanes=2, multiplier="lut", use_spram=False, scratch_bytes=4096,
+                 baud=1_000_000),
+        notes="no DSPs and no SPRAM: LUT multipliers, scratchpad in EBR",
+    ),
+    "ulx3s": BoardProfile(
+        name="ulx3s", title="Radiona ULX3S (ECP5 LFE5U-85F)",
+        platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", device="ecp5-85f", clk_freq=25e6,
+        top=dict(lanes=8, multiplier="mult18x18d", use_spram=False, scratch_bytes=65536,
+                 baud=1_000_000),
+        programmer="openFPGALoader", programmer_env="OPENFPGALOADER", bitstream="bit",
+        notes="156 MULT18X18D, 208 DP16KD; UART over the FTDI",
+    ),
+    "orangecrab": BoardProfile(
+        name="orangecrab", title="Good Stuff Department OrangeCrab r0.2 (ECP5 LFE5U-25F)",
+        platform="amaranth_boards.orangecrab_r0_2:OrangeCrabR0_2_25FPlatform",
+        device="ecp5-25f", clk_freq=48e6,
+        top=dict(lanes=4, multiplier="mult18x18d", use_spram=False, scratch_bytes=16384,
+                 baud=1_000_000),
+        programmer="dfu-util", programmer_env="DFU_UTIL", bitstream="bit",
+        uart=("0", "1", ("io", 0)),
+        notes="no on-board UART: connect a 3.3 V USB-serial adapter to feather pins 0 (RX) "
+              "and 1 (TX)",
+    ),
+}
+
+DEFAULT_BOARD = "icebreaker"
+
+
+def get_board(name):
+    """Return the profile of board ``name``.
+
+    Raises
+    ------
+    ValueError
+        If the board is not supported; the message lists the supported boards.
+    """
+    if not isinstance(name, str) or name not in BOARDS:
+        raise ValueError(f"Unknown board {name!r}; supported boards: {', '.join(BOARDS)}")
+    return BOARDS[name]

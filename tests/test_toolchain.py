@@ -1,0 +1,56 @@
+"""The toolchain wrappers: environment defaults and out-of-context implementation."""
+
+import os
+
+import pytest
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from boards.toolchain import TOOL_DEFAULTS, OOCWrapper, implement, setup_toolchain_env
+
+
+class _Mul(wiring.Component):
+    a: In(8)
+    b: In(8)
+    y: Out(16)
+
+    def elaborate(self, platform):
+        m = Module()
+        r = Signal(16)
+        m.d.sync += r.eq(self.a * self.b)
+        m.d.comb += self.y.eq(r)
+        return m
+
+
+def test_env_defaults_are_yowasp_and_user_values_win():
+    env = setup_toolchain_env({"YOSYS": "/opt/my/yosys"})
+    assert env["YOSYS"] == "/opt/my/yosys"
+    for key, value in TOOL_DEFAULTS.items():
+        if key != "YOSYS":
+            assert env[key] == value
+    # The project sets the defaults itself, whatever the shell had.
+    assert os.environ["NEXTPNR_ICE40"]
+
+
+def test_wrapper_counts_port_bits():
+    w = OOCWrapper(_Mul())
+    assert (w.n_in, w.n_out) == (16, 16)
+
+
+def test_implement_rejects_unknown_device():
+    with pytest.raises(ValueError, match="Unknown device 'xc7a35t'"):
+        implement(_Mul(), "xc7a35t")
+
+
+def test_implement_on_hx8k_keeps_the_multiplier():
+    res = implement(_Mul(), "hx8k", seed=1)
+    # An 8x8 multiplier in LUTs costs far more than the 32-bit wrapper alone.
+    assert res["lcs_block"] > 40
+    assert res["dsps"] == 0
+    assert res["fmax_mhz"] > 20
+
+
+def test_implement_on_up5k_uses_a_dsp():
+    res = implement(_Mul(), "up5k", seed=1)
+    assert res["dsps"] == 1

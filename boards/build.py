@@ -14,6 +14,8 @@ import time
 import zlib
 from pathlib import Path
 
+from amaranth.hdl import Elaboratable, Module
+
 from .profiles import get_board
 from .toolchain import DEVICES, ToolchainError, parse_nextpnr_report, setup_toolchain_env
 
@@ -45,7 +47,7 @@ def top_parameters(profile, clk_freq=None):
     return params, unused
 
 
-class BoardTop:
+class BoardTop(Elaboratable):
     """The accelerator on a board: the top's UART pins and LEDs wired to the board's resources.
 
     Parameters
@@ -59,7 +61,6 @@ class BoardTop:
         self.params, self.unused = top_parameters(profile)
 
     def elaborate(self, platform):
-        from amaranth.hdl import Module
         from hw.top import Accelerator
         m = Module()
         m.submodules.accel = accel = Accelerator(**self.params)

@@ -116,7 +116,7 @@ def OOCWrapper(component):
     and every path into and out of the block starts and ends at a flip-flop, like inside a real
     design. The wrapper costs about one logic cell per port bit (``wrapper_bits`` in the report).
     """
-    from amaranth.hdl import Cat, Module, Signal
+    from amaranth.hdl import Cat, Module, Signal, Value
     from amaranth.lib import wiring
     from amaranth.lib.wiring import In, Out
 
@@ -132,7 +132,8 @@ def OOCWrapper(component):
             self.out_bits = []
             for _path, member, value in dut.signature.flatten(dut):
                 is_in = member.flow == wiring.Flow.In
-                (self.in_bits if is_in else self.out_bits).append(value)
+                # Value.cast: ports may be lib.data views or lib.enum values.
+                (self.in_bits if is_in else self.out_bits).append(Value.cast(value))
             self.n_in = sum(len(v) for v in self.in_bits)
             self.n_out = sum(len(v) for v in self.out_bits)
 

@@ -54,3 +54,26 @@ def test_implement_on_hx8k_keeps_the_multiplier():
 def test_implement_on_up5k_uses_a_dsp():
     res = implement(_Mul(), "up5k", seed=1)
     assert res["dsps"] == 1
+
+
+def test_wrapper_accepts_views_and_enums():
+    from amaranth.lib import data, enum
+
+    class Mode(enum.Enum, shape=2):
+        A = 0
+        B = 1
+
+    class _Viewy(wiring.Component):
+        mode: In(Mode)
+        x: In(data.StructLayout({"a": 3, "b": 5}))
+        y: Out(data.ArrayLayout(4, 3))
+
+        def elaborate(self, platform):
+            m = Module()
+            m.d.sync += self.y[0].eq(self.x.a + self.mode.as_value())
+            return m
+
+    w = OOCWrapper(_Viewy())
+    assert (w.n_in, w.n_out) == (10, 12)
+    from amaranth.back import rtlil
+    assert "module" in rtlil.convert(w)

@@ -1,0 +1,648 @@
+"""Golden model of the transfer lookup tables between quantised layers (DESIGN §3.5, seed 003).
+
+A transfer table fuses dequantise -> operator chain -> requantise into one table indexed by the
+input code, so the accelerator applies an activation between two quantised layers with one
+memory read per element.
+
+**int8 / uint8 tables (256 entries).** For every input bit pattern ``i`` in 0..255 the input
+code is ``j = i`` (uint8 input) or the int8 value of the pattern (int8 input); this is the
+TFLite-Micro convention *index = input code as uint8*, i.e. ``TF[uint8(j)]``. Then
+
+    TF[i] = clamp(round_half_away(op_n(...op_1(s_in * (j - z_in))...) / s_out) + z_out,
+                  qmin_out, qmax_out)
+
+- Arithmetic is IEEE float64 (numpy); the operator chain is evaluated as one float chain and
+  quantised once (seed 003 §1.7), never as a composition of quantised tables.
+- The quotient ``y / s_out`` is a correctly rounded float64 division (TFLite multiplies by a
+  float32 ``1 / s_out``; float64 division is the closer-to-exact choice).
+- Rounding is round half away from zero (``std::round``, TFLite's ``TfLiteRound``); ties occur
+  e.g. for identity requantisation between scales of ratio 2.
+- Saturation: after adding the output zero point, the value is clamped to the output range:
+  int8 [-128, 127], uint8 [0, 255], int8 with ``narrow_range`` [-127, 127]. ±Inf (``exp``
+  overflowing float64) saturates like any large value.
+- NaN: the operators here never produce NaN from finite inputs; if a chain does, the generator
+  raises ``ValueError`` instead of storing a meaningless code.
+- With ``narrow_range`` input, the pattern 0x80 (code -128, outside the range) is still
+  dequantised and looked up normally, so the table always has 256 defined entries.
+
+**int16 inputs (513-entry interpolated tables).** The TFLite int16 scheme (``gen_lut`` /
+``LUTPopulateInt16`` with ``FloatT = double`` and ``lut_lookup_with_interpolation``), followed
+exactly: :func:`gen_lut_int16` samples the float chain at 513 points across the whole int16 input
+range, corrects each entry by half the midpoint interpolation error, and :func:`lookup_int16`
+interpolates between two entries with the 7 low input bits using integer arithmetic, rounding
+the product half up (``(slope * offset + 64) >> 7``). :func:`int16_error_bound` is a proved
+per-input bound of the distance to the exactly quantised result (see ``docs/lut.md``).
+
+This module is pure numpy (plus :mod:`math` for ``erf``); it never imports Amaranth.
+"""
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "Quant", "Op", "OP_NAMES", "make_op", "normalize_ops", "round_half_away", "dequantize",
+    "quantize", "apply_ops", "transfer_table", "lookup", "gen_lut_int16", "lookup_int16",
+    "int16_error_bound", "TableBank", "WIDE_DEPTH",
+]
+
+#: Entries of an int16 interpolated table.
+WIDE_DEPTH = 513
+
+_RANGES = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
+_NP_DTYPES = {"int8": np.int8, "uint8": np.uint8, "int16": np.int16}
+
+
+def _is_int(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real(value):
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_))
+
+
+@dataclass(frozen=True)
+class Quant:
+    """Per-tensor affine quantisation ``r = scale * (q - zero_point)``.
+
+    Symmetric quantisation is ``zero_point = 0`` (optionally with ``narrow_range``, the range
+    [-127, 127] of int8); asymmetric quantisation has any zero point inside the code range.
+
+    Parameters
+    ----------
+    scale : float
+        Positive, finite quantisation step.
+    zero_point : int
+        Code of real zero; must lie in the code range of ``dtype``.
+    dtype : str
+        ``"int8"``, ``"uint8"`` or ``"int16"``.
+    narrow_range : bool
+        Exclude the most negative code (signed types only).
+
+    Raises
+    ------
+    TypeError
+        For a non-real scale, a non-integer zero point, a non-string dtype or a non-bool
+        narrow_range.
+    ValueError
+        For a scale that is not positive and finite, an unknown dtype, a zero point outside
+        the range, or ``narrow_range`` on uint8.
+    """
+    scale: float
+    zero_point: int = 0
+    dtype: str = "int8"
+    narrow_range: bool = False
+
+    def __post_init__(self):
+        if not _is_real(self.scale):
+            raise TypeError(f"Scale must be a real number, not {self.scale!r}")
+        if not (math.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"Scale must be positive and finite, not {self.scale!r}")
+        if not _is_int(self.zero_point):
+            raise TypeError(f"Zero point must be an integer, not {self.zero_point!r}")
+        if not isinstance(self.dtype, str):
+            raise TypeError(f"Dtype must be a string, not {self.dtype!r}")
+        if self.dtype not in _RANGES:
+            raise ValueError(f"Dtype must be one of {', '.join(_RANGES)}, not {self.dtype!r}")
+        if not isinstance(self.narrow_range, bool):
+            raise TypeError(f"Narrow range must be a bool, not {self.narrow_range!r}")
+        if self.narrow_range and self.dtype == "uint8":
+            raise ValueError("Narrow range applies to signed types only, not uint8")
+        lo, hi = _RANGES[self.dtype]
+        if not lo <= self.zero_point <= hi:
+            raise ValueError(f"Zero point must be between {lo} and {hi} for {self.dtype}, "
+                             f"not {self.zero_point}")
+        object.__setattr__(self, "scale", float(self.scale))
+        object.__setattr__(self, "zero_point", int(self.zero_point))
+
+    @property
+    def qmin(self):
+        """Smallest code of the range."""
+        return _RANGES[self.dtype][0] + (1 if self.narrow_range else 0)
+
+    @property
+    def qmax(self):
+        """Largest code of the range."""
+        return _RANGES[self.dtype][1]
+
+    @property
+    def bits(self):
+        """Code width in bits."""
+        return 16 if self.dtype == "int16" else 8
+
+
+# --- operators -------------------------------------------------------------------------------
+
+_GELU_XMIN = -0.7517915246935645  # argmin of x * Phi(x)
+_SILU_XMIN = -1.2784645427610738  # argmin of x * sigmoid(x)
+_SQRT1_2 = math.sqrt(0.5)
+_erf_vec = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _sigmoid(x):
+    # The two branches keep exp from overflowing for large |x|.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+def _exp_scalar(x):
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def _peak_max(fn, a, b, peaks):
+    """max |fn| on [a, b] for |fn| monotone between consecutive ``peaks`` (and 0)."""
+    points = [a, b] + [p for p in peaks if a < p < b]
+    return max(abs(fn(p)) for p in points)
+
+
+def _sig(x):
+    return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
+
+
+def _d_sigmoid(x):
+    s = _sig(x)
+    return s * (1 - s)
+
+
+def _dd_sigmoid(x):
+    s = _sig(x)
+    return s * (1 - s) * (1 - 2 * s)
+
+
+_LN_2_SQRT3 = math.log(2 + math.sqrt(3))     # peaks of |sigmoid''|
+_ATANH_1_SQRT3 = math.atanh(1 / math.sqrt(3))  # peaks of |tanh''|
+_TWO_SQRTPI = 2 / math.sqrt(math.pi)
+
+
+def _local(d1, d2, peaks2):
+    """Local bounds for a smooth odd-symmetric-derivative operator (sigmoid, tanh, erf).
+
+    |f'| decreases with |x| and |f''| rises from 0 at x = 0 to its peaks then falls, so their
+    maxima over [a, b] are attained at the ends or at a peak inside.
+    """
+    return (lambda a, b: _peak_max(d1, a, b, (0.0,)),
+            lambda a, b: _peak_max(d2, a, b, (0.0,) + peaks2))
+
+
+def _exp_bound(a, b):
+    return _exp_scalar(b)
+
+
+def _leaky_lip(alpha):
+    def lip(a, b):
+        return max(abs(alpha) if a < 0 else 0.0, 1.0 if b > 0 else 0.0)
+    return lip
+
+
+#: name -> (function, |f'| bound on [a, b], |f''| bound on [a, b] away from kinks, kinks,
+#: critical points). Constants hold on the whole real line.
+_OPS = {
+    "identity": (lambda x, a: x, 1.0, 0.0, (), ()),
+    "relu": (lambda x, a: np.maximum(x, 0.0), lambda a, b: 1.0 if b > 0 else 0.0, 0.0, (0.0,),
+             (0.0,)),
+    "relu6": (lambda x, a: np.minimum(np.maximum(x, 0.0), 6.0),
+              lambda a, b: 1.0 if (b > 0 and a < 6) else 0.0, 0.0, (0.0, 6.0), (0.0, 6.0)),
+    "leaky_relu": (lambda x, a: np.where(x >= 0, x, a * x), None, 0.0, (0.0,), (0.0,)),
+    "sigmoid": (lambda x, a: _sigmoid(x),
+                *_local(_d_sigmoid, _dd_sigmoid, (-_LN_2_SQRT3, _LN_2_SQRT3)), (), ()),
+    "tanh": (lambda x, a: np.tanh(x),
+             *_local(lambda x: 1 - math.tanh(x) ** 2,
+                     lambda x: 2 * math.tanh(x) * (1 - math.tanh(x) ** 2),
+                     (-_ATANH_1_SQRT3, _ATANH_1_SQRT3)), (), ()),
+    "erf": (lambda x, a: _erf_vec(x),
+            *_local(lambda x: _TWO_SQRTPI * math.exp(-x * x),
+                    lambda x: 2 * x * _TWO_SQRTPI * math.exp(-x * x),
+                    (-_SQRT1_2, _SQRT1_2)), (), ()),
+    # gelu' = Phi + x phi peaks at x = sqrt(2) (1.128986); gelu'' = phi (2 - x^2) peaks at 0.
+    "gelu": (lambda x, a: 0.5 * x * (1.0 + _erf_vec(x * _SQRT1_2)), 1.12899,
+             2 / math.sqrt(2 * math.pi), (), (_GELU_XMIN,)),
+    # silu' peaks near x = 2.3994 at 1.099839; silu'' = s(1-s)(2 + x(1-2s)) peaks at 0 (0.5).
+    "silu": (lambda x, a: x * _sigmoid(x), 1.09984, 0.5, (), (_SILU_XMIN,)),
+    "exp": (lambda x, a: np.exp(x), _exp_bound, _exp_bound, (), ()),
+}
+
+#: Operator names understood by :func:`make_op` (``requantise`` is an alias of ``identity``).
+OP_NAMES = tuple(_OPS) + ("requantise",)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One point-to-point operator of a transfer chain.
+
+    Members
+    -------
+    name : str
+        One of :data:`OP_NAMES` (aliases resolved).
+    alpha : float
+        Negative-side slope of ``leaky_relu`` (0.0 for the other operators).
+    """
+    name: str
+    alpha: float = 0.0
+
+    def __call__(self, x):
+        """Apply the operator to a float64 array."""
+        with np.errstate(over="ignore"):
+            return _OPS[self.name][0](np.asarray(x, dtype=np.float64), self.alpha)
+
+    def scalar(self, x):
+        """Apply the operator to one float (used by the error bound)."""
+        return float(self(np.float64(x)))
+
+    def lipschitz(self, a, b):
+        """An upper bound of |f'| on [a, b]."""
+        lip = _leaky_lip(self.alpha) if self.name == "leaky_relu" else _OPS[self.name][1]
+        return lip(a, b) if callable(lip) else lip
+
+    def second(self, a, b):
+        """An upper bound of |f''| on [a, b], or None if f is not twice differentiable there."""
+        if any(a < k < b for k in self.kinks):
+            return None
+        m2 = _OPS[self.name][2]
+        return m2(a, b) if callable(m2) else m2
+
+    @property
+    def kinks(self):
+        """Points where the derivative jumps."""
+        if self.name == "leaky_relu" and self.alpha == 1.0:
+            return ()
+        return _OPS[self.name][3]
+
+    def slope_jumps(self):
+        """(kink, jump of f') pairs of a piecewise-linear operator."""
+        jumps = {"relu": ((0.0, 1.0),), "relu6": ((0.0, 1.0), (6.0, -1.0)),
+                 "leaky_relu": ((0.0, 1.0 - self.alpha),)}
+        return jumps.get(self.name, ()) if self.kinks else ()
+
+    def image(self, a, b):
+        """(min, max) of f on [a, b]."""
+        points = [a, b] + [c for c in _OPS[self.name][4] if a < c < b]
+        values = [self.scalar(p) for p in points]
+        return min(values), max(values)
+
+
+def make_op(name, alpha=None):
+    """Build an :class:`Op` from a name (and ``alpha`` for ``leaky_relu``, default 0.01).
+
+    Raises
+    ------
+    TypeError
+        If ``name`` is not a string or ``alpha`` is not a real number.
+    ValueError
+        For an unknown operator, a non-finite alpha, or alpha given to another operator.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"Operator name must be a string, not {name!r}")
+    if name == "requantise":
+        name = "identity"
+    if name not in _OPS:
+        raise ValueError(f"Operator must be one of {', '.join(OP_NAMES)}, not {name!r}")
+    if name == "leaky_relu":
+        alpha = 0.01 if alpha is None else alpha
+        if not _is_real(alpha):
+            raise TypeError(f"Leaky-ReLU alpha must be a real number, not {alpha!r}")
+        if not math.isfinite(alpha):
+            raise ValueError(f"Leaky-ReLU alpha must be finite, not {alpha!r}")
+        return Op(name, float(alpha))
+    if alpha is not None:
+        raise ValueError(f"Operator {name!r} takes no alpha")
+    return Op(name)
+
+
+def normalize_ops(ops):
+    """Turn an operator spec into a tuple of :class:`Op`.
+
+    ``ops`` is one spec or a list/tuple of specs applied in order; a spec is an :class:`Op`, a
+    name (``"tanh"``) or a ``(name, alpha)`` pair (``("leaky_relu", 0.2)``). An empty chain is
+    the identity.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a malformed spec, from :func:`make_op`.
+    """
+    if isinstance(ops, (Op, str)) or (isinstance(ops, tuple) and len(ops) == 2
+                                       and isinstance(ops[0], str) and _is_real(ops[1])):
+        ops = [ops]
+    if not isinstance(ops, (list, tuple)):
+        raise TypeError(f"Operators must be a name, an Op, or a list of them, not {ops!r}")
+    out = []
+    for spec in ops:
+        if isinstance(spec, Op):
+            out.append(make_op(spec.name, spec.alpha if spec.name == "leaky_relu" else None))
+        elif isinstance(spec, str):
+            out.append(make_op(spec))
+        elif isinstance(spec, tuple) and len(spec) == 2:
+            out.append(make_op(*spec))
+        else:
+            raise TypeError(f"Operator spec must be a name, an Op or (name, alpha), not {spec!r}")
+    return tuple(out)
+
+
+def apply_ops(ops, x):
+    """Apply the chain ``ops`` (see :func:`normalize_ops`) to ``x`` in float64."""
+    y = np.asarray(x, dtype=np.float64)
+    for op in normalize_ops(ops):
+        y = op(y)
+    return y
+
+
+# --- quantisation ----------------------------------------------------------------------------
+
+def round_half_away(v):
+    """Round float64 values to the nearest integer, ties away from zero (``std::round``).
+
+    Exact for every float64, including 0.49999999999999994 (which ``floor(v + 0.5)`` gets wrong).
+    Infinities are returned unchanged.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        t = np.trunc(v)
+        frac = np.where(np.isfinite(v), v - t, 0.0)
+    return t + np.where(np.abs(frac) >= 0.5, np.sign(v), 0.0)
+
+
+def dequantize(codes, q):
+    """Real values ``q.scale * (codes - q.zero_point)`` in float64."""
+    return np.float64(q.scale) * (np.asarray(codes, dtype=np.float64) - q.zero_point)
+
+
+def quantize(y, q):
+    """Codes ``clamp(round_half_away(y / q.scale) + q.zero_point, q.qmin, q.qmax)`` as int64.
+
+    Raises
+    ------
+    ValueError
+        If ``y`` contains NaN.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if np.isnan(y).any():
+        raise ValueError("Operator chain produced NaN; no code represents it")
+    with np.errstate(over="ignore"):
+        r = round_half_away(y / q.scale) + q.zero_point
+    return np.clip(r, q.qmin, q.qmax).astype(np.int64)
+
+
+def _index_codes(q_in):
+    """Input code of every uint8 index 0..255."""
+    idx = np.arange(256, dtype=np.int64)
+    return idx if q_in.dtype == "uint8" else np.where(idx >= 128, idx - 256, idx)
+
+
+def transfer_table(ops, q_in, q_out):
+    """The 256-entry transfer table of ``ops`` from ``q_in`` to ``q_out`` (8-bit types).
+
+    Returns
+    -------
+    numpy.ndarray
+        256 output codes of dtype ``q_out.dtype`` (int8 or uint8); entry ``i`` belongs to the
+        input whose code, reinterpreted as uint8, is ``i``. The memory image loaded into the
+        gateware is ``table.view(np.uint8)``.
+
+    Raises
+    ------
+    TypeError
+        If ``q_in`` or ``q_out`` is not a :class:`Quant`.
+    ValueError
+        If either is not an 8-bit type, or the chain produces NaN.
+    """
+    for name, q in (("Input", q_in), ("Output", q_out)):
+        if not isinstance(q, Quant):
+            raise TypeError(f"{name} quantisation must be a Quant, not {q!r}")
+        if q.bits != 8:
+            raise ValueError(f"{name} of a 256-entry table must be int8 or uint8, not {q.dtype}")
+    y = apply_ops(ops, dequantize(_index_codes(q_in), q_in))
+    return quantize(y, q_out).astype(_NP_DTYPES[q_out.dtype])
+
+
+def lookup(table, codes):
+    """Run-time lookup: ``table[uint8(codes)]`` (works for int8 and uint8 codes)."""
+    return np.asarray(table)[np.asarray(codes).astype(np.int64) & 0xFF]
+
+
+# --- int16 interpolated tables (TFLite scheme) -----------------------------------------------
+
+def _check_int16(q_in, q_out):
+    for name, q in (("Input", q_in), ("Output", q_out)):
+        if not isinstance(q, Quant):
+            raise TypeError(f"{name} quantisation must be a Quant, not {q!r}")
+        if q.dtype != "int16" or q.narrow_range:
+            raise ValueError(f"{name} of an interpolated table must be full-range int16, "
+                             f"not {q.dtype}{' narrow' if q.narrow_range else ''}")
+    if q_out.zero_point != 0:
+        # The TFLite table holds round(f * 65536 / (65535 s_out)) with no output offset.
+        raise ValueError(f"Output zero point of an interpolated table must be 0, "
+                         f"not {q_out.zero_point}")
+
+
+def _gen_parts(ops, q_in, q_out):
+    ops = normalize_ops(ops)
+    _check_int16(q_in, q_out)
+    s_in, s_out = np.float64(q_in.scale), np.float64(q_out.scale)
+    input_min = s_in * np.float64(-32768 - q_in.zero_point)
+    input_max = s_in * np.float64(32767 - q_in.zero_point)
+    output_min = s_out * np.float64(-32768)
+    output_max = s_out * np.float64(32767)
+    step = (input_max - input_min) / np.float64(512)
+    half_step = step / np.float64(2)
+    inv = np.float64(65536) / (output_max - output_min)
+    i = np.arange(512, dtype=np.float64)
+    val = apply_ops(ops, input_min + i * step)
+    val_mid = apply_ops(ops, input_min + i * step + half_step)
+    val_next = apply_ops(ops, input_min + (i + 1) * step)
+    last = apply_ops(ops, input_max)
+    if not (np.isfinite(val).all() and np.isfinite(val_mid).all()
+            and np.isfinite(val_next).all() and np.isfinite(last)):
+        raise ValueError("Operator chain is not finite in float64 over the int16 input range")
+    with np.errstate(over="ignore"):
+        sample = round_half_away(val * inv)
+        interp = round_half_away((val_next * inv + round_half_away(val * inv)) / 2)
+        mid = round_half_away(val_mid * inv)
+        bias = round_half_away((interp - mid) / 2)
+        lut = np.empty(WIDE_DEPTH, dtype=np.int64)
+        lut[:512] = np.clip(sample - bias, -32768, 32767)
+        lut[512] = np.clip(round_half_away(last * inv), -32768, 32767)
+    return dict(lut=lut.astype(np.int16), bias=bias, input_min=float(input_min),
+                step=float(step), inv=float(inv), ops=ops)
+
+
+def gen_lut_int16(ops, q_in, q_out):
+    """The 513-entry interpolated table of ``ops`` from int16 ``q_in`` to int16 ``q_out``.
+
+    Follows TFLite's ``LUTPopulateInt16`` / ``gen_lut<double, int16_t, int16_t>`` step for
+    step in float64: ``input_min/max = s_in * (-32768 - z_in)`` / ``s_in * (32767 - z_in)``,
+    ``step = (input_max - input_min) / 512``, output scaling ``65536 / (65535 * s_out)``,
+    entry ``i < 512`` = ``clamp(round(f(x_i) K) - round((round((f(x_{i+1}) K + round(f(x_i) K))
+    / 2) - round(f(x_i + step/2) K)) / 2))``, entry 512 = ``clamp(round(f(input_max) K))``, all
+    rounding half away from zero and clamping to [-32768, 32767].
+
+    Raises
+    ------
+    TypeError, ValueError
+        For quantisations that are not full-range int16 (output zero point must be 0), or a
+        chain that is not finite in float64 over the input range.
+    """
+    return _gen_parts(ops, q_in, q_out)["lut"]
+
+
+def _wrap16(v):
+    return ((np.asarray(v, dtype=np.int64) + 32768) & 0xFFFF) - 32768
+
+
+def lookup_int16(lut, x):
+    """TFLite ``lut_lookup_with_interpolation`` on int16 inputs ``x`` (exact integer model).
+
+    ``index = 256 + (x >> 7)``, ``offset = x & 0x7f``, ``slope = int16(lut[index + 1] -
+    lut[index])`` (wrapping like the C++ ``int16_t``), ``delta = (slope * offset + 64) >> 7``
+    (arithmetic shift: the product rounded half up), result ``int16(lut[index] + delta)``.
+    """
+    lut = np.asarray(lut, dtype=np.int64)
+    if lut.shape != (WIDE_DEPTH,):
+        raise ValueError(f"Interpolated table must have {WIDE_DEPTH} entries, not {lut.shape}")
+    x = np.asarray(x, dtype=np.int64)
+    index = 256 + (x >> 7)
+    offset = x & 0x7F
+    base = lut[index]
+    slope = _wrap16(lut[index + 1] - base)
+    delta = (slope * offset + 64) >> 7
+    return _wrap16(base + delta).astype(np.int16)
+
+
+def _chain_constants(ops, a, b):
+    """(Lipschitz, max |f''| or None, (min, max)) of the chain on [a, b]."""
+    lip, second, lo, hi = 1.0, 0.0, a, b
+    for op in ops:
+        l1, m2 = op.lipschitz(lo, hi), op.second(lo, hi)
+        second = None if (second is None or m2 is None) else m2 * lip * lip + l1 * second
+        lip *= l1
+        lo, hi = op.image(lo, hi)
+    return lip, second, (lo, hi)
+
+
+def int16_error_bound(ops, q_in, q_out):
+    """Proved bound, per int16 input, of ``|lookup_int16(lut, x) - ideal(x)|`` in output codes.
+
+    ``ideal(x) = clamp(round_half_away(f(s_in (x - z_in)) / s_out), -32768, 32767)``. For the
+    segment ``i = 256 + (x >> 7)`` (nodes ``t_i = input_min + i step``, scaling ``K = 65536 /
+    (65535 s_out)``, ``G = clamp(K f)``) the bound is the sum of
+
+    - 1/2: rounding of ``delta`` (``(p + 64) >> 7`` is within 1/2 of ``p / 128``),
+    - 1/2 + max(|bias_i|, |bias_{i+1}|): node error ``|lut[i] - G(t_i)|`` (bias_512 = 0),
+    - the linear-interpolation error of G on the segment: ``K M2 step^2 / 8`` when the chain is
+      twice differentiable there (``M2`` bounds ``|f''|``) and ``K f`` stays in the int16
+      range; otherwise ``K L step / 2`` with ``L`` a Lipschitz constant of f,
+    - ``K L s_in (i + 1) / 512``: the nodes sit at ``128 - 1/512`` input codes apart, not 128,
+    - ``max |f| / (65535 s_out)``: the table scales by K instead of ``1 / s_out``,
+    - 1/2: the ideal result's own rounding.
+
+    A segment whose two entries differ by more than 32767 (the C++ slope wraps) gets an
+    infinite bound. See ``docs/lut.md`` for the proof.
+
+    Returns
+    -------
+    numpy.ndarray
+        65536 float64 bounds, indexed by ``x + 32768``.
+    """
+    parts = _gen_parts(ops, q_in, q_out)
+    ops, lut, bias = parts["ops"], parts["lut"].astype(np.int64), parts["bias"]
+    input_min, step, k = parts["input_min"], parts["step"], parts["inv"]
+    s_in, z_in, s_out = q_in.scale, q_in.zero_point, q_out.scale
+    bias_ext = np.append(np.abs(bias), 0.0)
+    seg = np.empty(512)
+    for i in range(512):
+        a, b = input_min + i * step, input_min + (i + 1) * step
+        # The inputs of this segment reach slightly past the nodes (misalignment term).
+        ea = min(a, s_in * (128 * (i - 256) - z_in))
+        eb = max(b, s_in * (128 * (i - 256) + 127 - z_in))
+        lip, second, (lo, hi) = _chain_constants(ops, a, b)
+        elip, _, (elo, ehi) = _chain_constants(ops, ea, eb)
+        if elo * k >= 32767 or ehi * k <= -32768:
+            interp = misalign = 0.0     # G = clamp(K f) is constant here
+        else:
+            # |l(clamp g) - clamp g| <= |l(g) - g| + 2 * (how far g leaves the int16 range).
+            over = 2 * max(0.0, hi * k - 32767, -32768 - lo * k)
+            jumps = [(x, d) for x, d in ops[0].slope_jumps() if a < x < b] if len(ops) == 1 else []
+            interp = k * lip * step / 2
+            if second is not None:
+                interp = min(interp, k * second * step * step / 8 + over)
+            elif jumps:
+                interp = min(interp, over + k * sum(abs(d) * (x - a) * (b - x) / (b - a)
+                                                    for x, d in jumps))
+            misalign = k * elip * s_in * (i + 1) / 512
+        bound = (1.0 + max(bias_ext[i], bias_ext[i + 1]) + interp + misalign
+                 + max(abs(elo), abs(ehi)) / (65535 * s_out) + 0.5)
+        if abs(lut[i + 1] - lut[i]) > 32767 or not math.isfinite(bound):
+            bound = math.inf
+        seg[i] = bound
+    return np.repeat(seg, 128)
+
+
+# --- table sharing ---------------------------------------------------------------------------
+
+class TableBank:
+    """The tables of a network, each generated once and stored once (seed 003: T <= P).
+
+    Tables are keyed by their canonical specification (operator chain with aliases resolved,
+    both :class:`Quant`), so a repeated specification is not generated again, and by their
+    content, so two specifications giving byte-identical tables share one slot.
+
+    Members
+    -------
+    tables : list of numpy.ndarray
+        Distinct 256-entry tables (dtype int8/uint8), slot order.
+    wide_tables : list of numpy.ndarray
+        Distinct 513-entry int16 tables, slot order.
+    generated : int
+        How many tables were actually generated (cache misses).
+    """
+
+    def __init__(self):
+        self.tables = []
+        self.wide_tables = []
+        self.generated = 0
+        self._by_key = {}
+        self._by_content = {}
+
+    def _add(self, kind, key, make, store):
+        if key in self._by_key:
+            return self._by_key[key]
+        table = make()
+        self.generated += 1
+        digest = (kind, hashlib.sha256(np.ascontiguousarray(table).tobytes()).hexdigest())
+        if digest not in self._by_content:
+            store.append(table)
+            self._by_content[digest] = len(store) - 1
+        self._by_key[key] = self._by_content[digest]
+        return self._by_key[key]
+
+    def add(self, ops, q_in, q_out):
+        """Slot of the 256-entry table of ``ops`` from ``q_in`` to ``q_out``."""
+        ops = normalize_ops(ops)
+        return self._add("byte", ("byte", ops, q_in, q_out),
+                         lambda: transfer_table(ops, q_in, q_out), self.tables)
+
+    def add_wide(self, ops, q_in, q_out):
+        """Slot of the 513-entry int16 table of ``ops`` from ``q_in`` to ``q_out``."""
+        ops = normalize_ops(ops)
+        return self._add("wide", ("wide", ops, q_in, q_out),
+                         lambda: gen_lut_int16(ops, q_in, q_out), self.wide_tables)
+
+    def write_payloads(self):
+        """The ``i_write`` stream payloads that load every table into the gateware.
+
+        Byte tables: ``{"wide": 0, "table": slot, "addr": i, "data": uint8 pattern}`` for
+        i in 0..255; wide tables: ``{"wide": 1, ..., "data": uint16 pattern}`` for i in 0..512.
+        """
+        out = []
+        for slot, table in enumerate(self.tables):
+            for addr, v in enumerate(table.view(np.uint8).tolist()):
+                out.append({"wide": 0, "table": slot, "addr": addr, "data": v})
+        for slot, table in enumerate(self.wide_tables):
+            for addr, v in enumerate(table.view(np.uint16).tolist()):
+                out.append({"wide": 1, "table": slot, "addr": addr, "data": v})
+        return out

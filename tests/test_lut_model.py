@@ -1,0 +1,413 @@
+"""Golden model of the transfer LUTs (sim.lut) against independent float64 evaluations."""
+
+import math
+
+import numpy as np
+import pytest
+import scipy.special
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.lut import (
+    OP_NAMES,
+    WIDE_DEPTH,
+    Op,
+    Quant,
+    TableBank,
+    apply_ops,
+    gen_lut_int16,
+    int16_error_bound,
+    lookup,
+    lookup_int16,
+    make_op,
+    normalize_ops,
+    quantize,
+    round_half_away,
+    transfer_table,
+)
+
+# --- an independent float64 reference: Python floats, math and scipy, one entry at a time ---
+
+_RANGE = {"int8": (-128, 127), "uint8": (0, 255), "int16": (-32768, 32767)}
+
+
+def ref_op(name, x, alpha=0.01):
+    if name == "identity":
+        return x
+    if name == "relu":
+        return x if x > 0 else 0.0
+    if name == "relu6":
+        return min(max(x, 0.0), 6.0)
+    if name == "leaky_relu":
+        return x if x >= 0 else alpha * x
+    if name == "sigmoid":
+        return float(scipy.special.expit(x))
+    if name == "tanh":
+        return math.tanh(x)
+    if name == "erf":
+        return float(scipy.special.erf(x))
+    if name == "gelu":
+        return 0.5 * x * math.erfc(-x / math.sqrt(2.0))
+    if name == "silu":
+        return x * float(scipy.special.expit(x))
+    if name == "exp":
+        try:
+            return math.exp(x)
+        except OverflowError:
+            return math.inf
+    raise AssertionError(name)
+
+
+def ref_round(v):
+    """Round half away from zero on a Python float, by exact float steps."""
+    if math.isinf(v):
+        return v
+    a = abs(v)
+    n = math.floor(a)
+    if a - n >= 0.5:
+        n += 1
+    return math.copysign(n, v)
+
+
+def ref_entry(chain, j, qi, qo):
+    """Q_out(op_n(...op_1(Q_in^-1(j)))) for one code j."""
+    y = qi[0] * float(j - qi[1])
+    for name, alpha in chain:
+        y = ref_op(name, y, alpha)
+    lo, hi = _RANGE[qo[2]]
+    lo += 1 if qo[3] else 0
+    v = ref_round(y / qo[0]) + qo[1]
+    return int(min(max(v, lo), hi))
+
+
+def ref_code_of_index(i, dtype):
+    return i if dtype == "uint8" else (i - 256 if i >= 128 else i)
+
+
+def ref_table(chain, qi, qo):
+    return [ref_entry(chain, ref_code_of_index(i, qi[2]), qi, qo) for i in range(256)]
+
+
+def qtuple(q):
+    return (q.scale, q.zero_point, q.dtype, q.narrow_range)
+
+
+ALL_OPS = [("identity", 0.0), ("relu", 0.0), ("relu6", 0.0), ("leaky_relu", 0.01),
+           ("leaky_relu", 0.2), ("sigmoid", 0.0), ("tanh", 0.0), ("gelu", 0.0), ("silu", 0.0),
+           ("erf", 0.0), ("exp", 0.0)]
+
+QUANT_PAIRS = [
+    # asymmetric int8 -> asymmetric int8
+    (Quant(0.05, 3), Quant(1 / 64, -10)),
+    # symmetric int8, equal power-of-two scales: identity-like ops hit exact ties
+    (Quant(0.0625, 0), Quant(0.0625, 0)),
+    # symmetric narrow-range int8 -> symmetric narrow-range int8, scale ratio 2 (ties)
+    (Quant(0.1, 0, narrow_range=True), Quant(0.05, 0, narrow_range=True)),
+    # uint8 -> uint8
+    (Quant(0.03, 128, "uint8"), Quant(0.02, 60, "uint8")),
+    # wide input range: exp overflows the output, saturation everywhere
+    (Quant(0.5, -128), Quant(0.25, 5)),
+    # int8 -> uint8 (sigmoid-style output)
+    (Quant(0.08, -7), Quant(1 / 256, 0, "uint8")),
+]
+
+
+def _spec(name, alpha):
+    return (name, alpha) if name == "leaky_relu" else name
+
+
+@pytest.mark.parametrize("qi,qo", QUANT_PAIRS,
+                         ids=lambda q: f"{q.dtype}:{q.scale:g}:{q.zero_point}")
+@pytest.mark.parametrize("name,alpha", ALL_OPS, ids=lambda v: str(v))
+def test_every_entry_matches_independent_float64(name, alpha, qi, qo):
+    table = transfer_table(_spec(name, alpha), qi, qo)
+    assert table.shape == (256,)
+    assert table.dtype == (np.uint8 if qo.dtype == "uint8" else np.int8)
+    assert table.astype(int).tolist() == ref_table([(name, alpha)], qtuple(qi), qtuple(qo))
+
+
+@pytest.mark.parametrize("q", [Quant(0.05, 3), Quant(0.0625), Quant(0.017, -128),
+                               Quant(0.3, 127), Quant(0.02, 0, "uint8"),
+                               Quant(1.5, 255, "uint8"), Quant(0.1, 0, narrow_range=True)])
+@pytest.mark.parametrize("spec", ["identity", "requantise"])
+def test_identity_with_equal_parameters_maps_each_code_to_itself(q, spec):
+    table = transfer_table(spec, q, q)
+    codes = np.array([ref_code_of_index(i, q.dtype) for i in range(256)])
+    expected = np.maximum(codes, q.qmin)   # narrow range: pattern 0x80 (-128) clamps to -127
+    assert np.array_equal(table.astype(int), expected)
+    assert np.array_equal(lookup(table, codes[codes >= q.qmin]), codes[codes >= q.qmin])
+
+
+INCREASING = ["identity", "relu", "relu6", ("leaky_relu", 0.01), ("leaky_relu", 0.5), "sigmoid",
+              "tanh", "erf", "exp"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(s_in=st.floats(1e-3, 2.0), z_in=st.integers(-128, 127), s_out=st.floats(1e-3, 2.0),
+       z_out=st.integers(-128, 127), out_unsigned=st.booleans(),
+       op=st.sampled_from(INCREASING))
+def test_increasing_ops_give_nondecreasing_tables(s_in, z_in, s_out, z_out, out_unsigned, op):
+    qi = Quant(s_in, z_in)
+    qo = Quant(s_out, z_out + 128, "uint8") if out_unsigned else Quant(s_out, z_out)
+    table = transfer_table(op, qi, qo).astype(int)
+    in_code_order = table[np.r_[128:256, 0:128]]       # codes -128..127
+    assert np.all(np.diff(in_code_order) >= 0)
+    assert table.min() >= qo.qmin and table.max() <= qo.qmax
+
+
+def test_sigmoid_into_uint8_spans_zero_to_full_scale():
+    table = transfer_table("sigmoid", Quant(0.05, 3), Quant(1 / 256, 0, "uint8"))
+    assert table[0x80] == 0 and table[0x7F] == 255       # codes -128 and 127
+
+
+def test_index_is_the_code_as_uint8():
+    qi, qo = Quant(0.1, -5), Quant(0.05, 2)
+    table = transfer_table("tanh", qi, qo)
+    for j in (-128, -1, 0, 1, 127):
+        assert table[j & 0xFF] == ref_entry([("tanh", 0.0)], j, qtuple(qi), qtuple(qo))
+    codes = np.arange(-128, 128, dtype=np.int8)
+    assert np.array_equal(lookup(table, codes), table[codes.view(np.uint8)])
+    uq = Quant(0.1, 7, "uint8")
+    utable = transfer_table("tanh", uq, qo)
+    assert [utable[j] for j in (0, 255)] == [
+        ref_entry([("tanh", 0.0)], j, qtuple(uq), qtuple(qo)) for j in (0, 255)]
+
+
+def test_round_half_away_from_zero():
+    v = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999999999999994, -0.49999999999999994,
+                  4503599627370495.5, 2.0, -3.0, 0.0, np.inf, -np.inf])
+    expected = [1, 2, 3, -1, -2, -3, 0, 0, 4503599627370496, 2, -3, 0, np.inf, -np.inf]
+    assert round_half_away(v).tolist() == expected
+
+
+def test_requantisation_ties_round_away_from_zero():
+    # scale ratio 2: every odd code lands exactly on a tie
+    table = transfer_table("identity", Quant(0.25, 0), Quant(0.5, 0))
+    assert [int(table[j & 0xFF]) for j in (1, 3, -1, -3, 127, -128)] == [1, 2, -1, -2, 64, -64]
+
+
+def test_saturation_and_infinity():
+    table = transfer_table("exp", Quant(8.0, 0), Quant(0.01, 0))
+    assert int(table[127]) == 127 and int(table[0]) == 100
+    assert int(table[0x80]) == 0
+    # exp(1016) overflows float64 to +inf, which saturates instead of failing
+    assert int(transfer_table("exp", Quant(8.0, -128), Quant(1.0, 0))[127]) == 127
+    with pytest.raises(ValueError, match="NaN"):
+        quantize(np.array([0.0, np.nan]), Quant(1.0))
+
+
+def test_chain_is_one_float_chain_with_one_quantisation():
+    qi, qo = Quant(0.04, 0), Quant(1 / 128, 0)
+    chain = ["tanh", ("leaky_relu", 0.1), "sigmoid"]
+    table = transfer_table(chain, qi, qo)
+    ref = ref_table([("tanh", 0), ("leaky_relu", 0.1), ("sigmoid", 0)], qtuple(qi), qtuple(qo))
+    assert table.astype(int).tolist() == ref
+    # Composing per-operator tables with coarse intermediate quantisation gives another answer.
+    mid = Quant(0.25, 0)
+    composed = lookup(transfer_table(["leaky_relu", "sigmoid"], mid, qo),
+                      lookup(transfer_table("tanh", qi, mid), np.arange(256).astype(np.int8)))
+    assert not np.array_equal(composed, table)
+    assert normalize_ops(chain) == (Op("tanh"), Op("leaky_relu", 0.1), Op("sigmoid"))
+
+
+def test_empty_chain_is_identity_and_aliases_are_canonical():
+    q = Quant(0.05, 3)
+    assert np.array_equal(transfer_table([], q, Quant(0.1, 0)),
+                          transfer_table("identity", q, Quant(0.1, 0)))
+    assert normalize_ops("requantise") == normalize_ops("identity") == (Op("identity"),)
+    assert normalize_ops(("leaky_relu", 0.2)) == (Op("leaky_relu", 0.2),)
+    assert make_op("leaky_relu").alpha == 0.01
+    assert set(OP_NAMES) >= {"identity", "relu", "relu6", "leaky_relu", "sigmoid", "tanh",
+                             "gelu", "silu", "erf", "exp"}
+
+
+def test_table_bank_generates_and_stores_each_table_once():
+    a, b, c = Quant(0.05, 3), Quant(1 / 128, 0), Quant(0.02, 0, "uint8")
+    bank = TableBank()
+    layers = [("tanh", a, b), ("sigmoid", a, b), ("tanh", a, b), ("requantise", a, b),
+              ("identity", a, b), (["tanh"], a, b)]
+    slots = [bank.add(*spec) for spec in layers]
+    assert slots == [0, 1, 0, 2, 2, 0]
+    assert bank.generated == 3 and len(bank.tables) == 3       # T <= P = 6
+    # Different specifications with byte-identical contents share a slot too.
+    assert bank.add("relu", c, c) == bank.add("identity", c, c) == 3
+    assert bank.generated == 5 and len(bank.tables) == 4
+    # Generation is deterministic: a second bank holds the same bytes.
+    other = TableBank()
+    for spec in layers:
+        other.add(*spec)
+    assert all(np.array_equal(x, y) for x, y in zip(bank.tables, other.tables, strict=False))
+    qw = Quant(2 ** -12, 0, "int16")
+    assert bank.add_wide("tanh", qw, Quant(2 ** -15, 0, "int16")) == 0
+    assert bank.add_wide("tanh", qw, Quant(2 ** -15, 0, "int16")) == 0
+    writes = bank.write_payloads()
+    assert len(writes) == 4 * 256 + WIDE_DEPTH
+    assert writes[256 + 5] == {"wide": 0, "table": 1, "addr": 5,
+                               "data": int(bank.tables[1].view(np.uint8)[5])}
+    assert writes[-1] == {"wide": 1, "table": 0, "addr": 512,
+                          "data": int(bank.wide_tables[0].view(np.uint16)[512])}
+
+
+# --- validation ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs,exc,msg", [
+    ({"scale": "1"}, TypeError, "Scale must be a real number"),
+    ({"scale": True}, TypeError, "Scale must be a real number"),
+    ({"scale": 0.0}, ValueError, "Scale must be positive and finite"),
+    ({"scale": -1.0}, ValueError, "Scale must be positive and finite"),
+    ({"scale": math.inf}, ValueError, "Scale must be positive and finite"),
+    ({"scale": 1.0, "zero_point": 1.0}, TypeError, "Zero point must be an integer"),
+    ({"scale": 1.0, "zero_point": False}, TypeError, "Zero point must be an integer"),
+    ({"scale": 1.0, "zero_point": 128}, ValueError, "Zero point must be between -128 and 127"),
+    ({"scale": 1.0, "zero_point": -1, "dtype": "uint8"}, ValueError, "between 0 and 255"),
+    ({"scale": 1.0, "dtype": 8}, TypeError, "Dtype must be a string"),
+    ({"scale": 1.0, "dtype": "int4"}, ValueError, "Dtype must be one of"),
+    ({"scale": 1.0, "narrow_range": 1}, TypeError, "Narrow range must be a bool"),
+    ({"scale": 1.0, "dtype": "uint8", "narrow_range": True}, ValueError, "signed types only"),
+])
+def test_quant_validation(kwargs, exc, msg):
+    with pytest.raises(exc, match=msg):
+        Quant(**kwargs)
+
+
+def test_quant_ranges():
+    assert (Quant(1.0).qmin, Quant(1.0).qmax) == (-128, 127)
+    assert (Quant(1.0, narrow_range=True).qmin, Quant(1.0, dtype="uint8").qmax) == (-127, 255)
+    assert Quant(1.0, dtype="int16").bits == 16
+
+
+@pytest.mark.parametrize("call,exc,msg", [
+    (lambda: make_op(3), TypeError, "Operator name must be a string"),
+    (lambda: make_op("softplus"), ValueError, "Operator must be one of"),
+    (lambda: make_op("leaky_relu", "0.1"), TypeError, "alpha must be a real number"),
+    (lambda: make_op("leaky_relu", math.nan), ValueError, "alpha must be finite"),
+    (lambda: make_op("tanh", 0.1), ValueError, "takes no alpha"),
+    (lambda: normalize_ops(3), TypeError, "Operators must be"),
+    (lambda: normalize_ops([3]), TypeError, "Operator spec must be"),
+    (lambda: transfer_table("tanh", 0.1, Quant(1.0)), TypeError, "must be a Quant"),
+    (lambda: transfer_table("tanh", Quant(1.0, dtype="int16"), Quant(1.0)), ValueError,
+     "must be int8 or uint8"),
+    (lambda: gen_lut_int16("tanh", Quant(1.0), Quant(1.0, dtype="int16")), ValueError,
+     "full-range int16"),
+    (lambda: gen_lut_int16("tanh", Quant(1.0, dtype="int16"), Quant(1.0, 3, "int16")),
+     ValueError, "Output zero point of an interpolated table must be 0"),
+    (lambda: gen_lut_int16("exp", Quant(1.0, dtype="int16"), Quant(1.0, dtype="int16")),
+     ValueError, "not finite"),
+    (lambda: lookup_int16(np.zeros(512), 0), ValueError, "513 entries"),
+])
+def test_op_and_table_validation(call, exc, msg):
+    with pytest.raises(exc, match=msg):
+        call()
+
+
+# --- int16 interpolated tables ---------------------------------------------------------------
+
+def ref_gen_lut(name, alpha, s_in, z_in, s_out):
+    """TFLite's LUTPopulateInt16<double> transcribed line by line, scalar, with math/scipy."""
+    def f(x):
+        return ref_op(name, x, alpha)
+    input_min = s_in * (-32768 - z_in)
+    input_max = s_in * (32767 - z_in)
+    output_min, output_max = s_out * -32768, s_out * 32767
+    step = (input_max - input_min) / 512
+    half_step = step / 2
+    inv = 65536 / (output_max - output_min)
+    lut = []
+    for i in range(512):
+        val = f(input_min + i * step)
+        val_mid = f(input_min + i * step + half_step)
+        val_next = f(input_min + (i + 1) * step)
+        sample = ref_round(val * inv)
+        interp = ref_round((val_next * inv + ref_round(val * inv)) / 2)
+        mid = ref_round(val_mid * inv)
+        bias = ref_round((interp - mid) / 2)
+        lut.append(int(min(max(sample - bias, -32768), 32767)))
+    lut.append(int(min(max(ref_round(f(input_max) * inv), -32768), 32767)))
+    return lut
+
+
+def ref_lookup(lut, x):
+    """lut_lookup_with_interpolation with C int16_t/int semantics, scalar."""
+    def i16(v):
+        return (v + 32768) % 65536 - 32768
+    index = 256 + (x >> 7)
+    offset = x & 0x7F
+    base = lut[index]
+    slope = i16(lut[index + 1] - base)
+    delta = (slope * offset + 64) >> 7
+    return i16(base + delta)
+
+
+WIDE_CASES = [
+    ("sigmoid", 0.0, Quant(2 ** -12, 0, "int16"), Quant(2 ** -15, 0, "int16")),
+    ("tanh", 0.0, Quant(2 ** -12, 0, "int16"), Quant(2 ** -15, 0, "int16")),
+    ("tanh", 0.0, Quant(3e-4, 1000, "int16"), Quant(4e-5, 0, "int16")),
+    ("erf", 0.0, Quant(1e-4, 0, "int16"), Quant(2 ** -15, 0, "int16")),
+    ("gelu", 0.0, Quant(2 ** -12, 0, "int16"), Quant(2 ** -12, 0, "int16")),
+    ("silu", 0.0, Quant(5e-4, -300, "int16"), Quant(5e-4, 0, "int16")),
+    ("exp", 0.0, Quant(2 ** -12, 16384, "int16"), Quant(2 ** -10, 0, "int16")),
+    ("relu", 0.0, Quant(2 ** -10, 0, "int16"), Quant(2 ** -10, 0, "int16")),
+    ("relu6", 0.0, Quant(2 ** -11, 0, "int16"), Quant(2 ** -12, 0, "int16")),
+    ("leaky_relu", 0.1, Quant(1e-3, 0, "int16"), Quant(1e-3, 0, "int16")),
+    ("identity", 0.0, Quant(1e-3, 0, "int16"), Quant(2e-3, 0, "int16")),
+]
+
+
+@pytest.mark.parametrize("name,alpha,qi,qo", WIDE_CASES[:3] + WIDE_CASES[6:8],
+                         ids=lambda v: str(v) if isinstance(v, str) else None)
+def test_int16_table_follows_tflite_gen_lut(name, alpha, qi, qo):
+    lut = gen_lut_int16(_spec(name, alpha), qi, qo)
+    assert lut.shape == (WIDE_DEPTH,) and lut.dtype == np.int16
+    assert lut.astype(int).tolist() == ref_gen_lut(name, alpha, qi.scale, qi.zero_point,
+                                                   qo.scale)
+
+
+def test_int16_lookup_follows_tflite_integer_semantics():
+    rng = np.random.default_rng(7)
+    lut = rng.integers(-32768, 32768, WIDE_DEPTH)
+    lut[100:102] = [-32768, 32767]           # slope wraps in int16_t
+    lut[300:302] = [32767, -32768]
+    x = np.r_[-32768, 32767, -1, 0, 127, 128, -129, np.arange(100 * 128 - 32768, 101 * 128 - 32768),
+              rng.integers(-32768, 32768, 3000)]
+    got = lookup_int16(lut, x)
+    assert got.dtype == np.int16
+    assert got.astype(int).tolist() == [ref_lookup(lut.tolist(), int(v)) for v in x]
+
+
+@pytest.mark.parametrize("name,alpha,qi,qo", WIDE_CASES,
+                         ids=lambda v: str(v) if isinstance(v, str) else None)
+def test_int16_error_within_bound_for_every_input(name, alpha, qi, qo):
+    spec = _spec(name, alpha)
+    lut = gen_lut_int16(spec, qi, qo)
+    x = np.arange(-32768, 32768)
+    got = lookup_int16(lut, x).astype(np.int64)
+    y = [ref_op(name, qi.scale * float(v - qi.zero_point), alpha) / qo.scale for v in x.tolist()]
+    ideal = np.clip(np.array([ref_round(v) for v in y]), -32768, 32767)
+    err = np.abs(got - ideal)
+    bound = int16_error_bound(spec, qi, qo)
+    assert bound.shape == (65536,)
+    assert np.all(err <= bound + 1e-9), (int(err.max()), int(np.argmax(err - bound)))
+    # The bound is informative, not vacuous: a few codes nearly everywhere.
+    assert np.median(bound) <= 4.0
+    assert np.isfinite(bound).all()
+
+
+def test_int16_bound_for_typical_activations_is_small():
+    qi, qo = Quant(2 ** -12, 0, "int16"), Quant(2 ** -15, 0, "int16")
+    for op, limit in (("sigmoid", 4.2), ("tanh", 10.1)):
+        assert int16_error_bound(op, qi, qo).max() <= limit
+
+
+def test_int16_table_nodes_span_the_input_range():
+    qi, qo = Quant(2 ** -12, 0, "int16"), Quant(2 ** -15, 0, "int16")
+    lut = gen_lut_int16("tanh", qi, qo).astype(int)
+    assert lut[0] == -32768 and lut[512] == 32767
+    # TFLite's nodes are (input_max - input_min) / 512 = 127.998 codes apart, so node 256 sits
+    # half a code below 0: tanh(-2^-13) * 65536 / 65535 * 32768 rounds to -4.
+    assert lut[256] == -4 and lookup_int16(lut, 0) == lut[256]
+    assert lookup_int16(lut, 127) == lut[256] + ((lut[257] - lut[256]) * 127 + 64) // 128
+
+
+def test_apply_ops_matches_chain_of_ops():
+    x = np.linspace(-4, 4, 101)
+    assert np.array_equal(apply_ops(["tanh", "exp"], x), np.exp(np.tanh(x)))

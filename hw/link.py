@@ -1,0 +1,438 @@
+"""Framed host link: request parser, reply framer and the command interface behind them.
+
+The protocol (frame layout, CRC, statuses, parser rules) is specified by :mod:`sim.link`, whose
+:class:`sim.link.DeviceModel` is the reference this gateware matches byte for byte; see also
+``docs/protocol.md``.
+
+The link does not execute anything itself. After a request frame has been received completely
+into the frame buffer and its CRC checked, it offers the command on a :class:`CommandSignature`
+interface: a ``cmd`` stream (opcode, payload length), the payload as the ``arg`` byte stream
+(read out of the frame buffer), and back the ``resp`` stream (status, reply length) followed by
+exactly that many reply bytes on ``data``. A :class:`Dispatcher` routes commands by opcode to
+handler components (one per opcode group) and answers unknown opcodes itself; adding an engine
+command means adding a handler and a row to the dispatch table (see :mod:`hw.top`).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from sim.link import MAX_LENGTH, SOF_REPLY, SOF_REQUEST, Status
+
+from .crc import CRC16
+from .uart import quiet_on_error
+
+__all__ = ["CMD_LAYOUT", "RESP_LAYOUT", "CommandSignature", "HostLink", "Dispatcher",
+           "PingHandler"]
+
+#: A command offered by the link: the opcode and the payload length in bytes.
+CMD_LAYOUT = data.StructLayout({"opcode": 8, "length": 16})
+#: A handler's answer: status and the number of reply payload bytes that follow on ``data``.
+RESP_LAYOUT = data.StructLayout({"status": 8, "length": 16})
+
+
+class CommandSignature(wiring.Signature):
+    """The command interface, seen from the side that issues commands (the link).
+
+    Members
+    -------
+    cmd : Out(stream.Signature(CMD_LAYOUT))
+        One command per frame with a good CRC.
+    arg : Out(stream.Signature(8))
+        The request payload, in order, ``length`` bytes at most. A handler may stop reading
+        early (e.g. after finding an error); the rest is discarded.
+    resp : In(stream.Signature(RESP_LAYOUT))
+        Exactly one answer per command.
+    data : In(stream.Signature(8))
+        Exactly ``resp.length`` reply payload bytes, after ``resp``.
+    """
+
+    def __init__(self):
+        super().__init__({
+            "cmd": Out(stream.Signature(CMD_LAYOUT)),
+            "arg": Out(stream.Signature(8)),
+            "resp": In(stream.Signature(RESP_LAYOUT)),
+            "data": In(stream.Signature(8)),
+        })
+
+
+def _check_int(name, value, lo, hi):
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value}")
+    return value
+
+
+class HostLink(wiring.Component):
+    """Request parser and reply framer of the host protocol.
+
+    Receives request bytes on ``i``, stores the payload in a frame buffer
+    (``lib.memory.Memory``, ``frame_bytes`` deep), checks the CRC and only then offers the
+    command on ``command``; sends the reply frame on ``o`` with the CRC computed on the fly.
+    Frames with a bad CRC, a length over ``frame_bytes`` or an inter-byte timeout are answered
+    by the link itself (``BAD_CRC``, ``BAD_LENGTH``, ``TRUNCATED``) and never reach
+    ``command``. While a command executes and its reply is sent, ``i`` is not ready (the host
+    waits for each reply). One CRC unit serves both directions.
+
+    Parameters
+    ----------
+    frame_bytes : int
+        Largest request payload, the depth of the frame buffer (16 to 65535).
+    timeout_cycles : int
+        Inter-byte timeout inside a frame, in clock cycles (at least 2).
+
+    Members
+    -------
+    i : In(stream.Signature(8))
+        Request bytes.
+    o : Out(stream.Signature(8))
+        Reply bytes.
+    command : Out(CommandSignature())
+        Commands for the handlers.
+    skipped : Out(16)
+        Bytes skipped while idle (saturating counter).
+    errors : Out(16)
+        Error replies sent (saturating counter).
+    reply_ok, reply_error : Out(1)
+        Pulse when a reply header with status OK / another status is sent.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a parameter of the wrong kind or out of range.
+    """
+
+    @quiet_on_error
+    def __init__(self, *, frame_bytes=512, timeout_cycles=120_000):
+        self._frame_bytes = _check_int("Frame buffer size", frame_bytes, 16, MAX_LENGTH)
+        self._timeout_cycles = _check_int("Timeout in cycles", timeout_cycles, 2, 1 << 30)
+        super().__init__({
+            "i": In(stream.Signature(8)),
+            "o": Out(stream.Signature(8)),
+            "command": Out(CommandSignature()),
+            "skipped": Out(16),
+            "errors": Out(16),
+            "reply_ok": Out(1),
+            "reply_error": Out(1),
+        })
+
+    @property
+    def frame_bytes(self):
+        return self._frame_bytes
+
+    @property
+    def timeout_cycles(self):
+        return self._timeout_cycles
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.crc = crc = CRC16()
+        m.submodules.buf = buf = Memory(shape=8, depth=self._frame_bytes, init=[])
+        wr = buf.write_port()
+        rd = buf.read_port(transparent_for=())
+
+        cmd, arg, resp, rdata = (self.command.cmd, self.command.arg, self.command.resp,
+                                 self.command.data)
+        byte = self.i.payload
+        take = Signal()          # a request byte is accepted this cycle
+        m.d.comb += take.eq(self.i.valid & self.i.ready)
+
+        opcode = Signal(8)
+        length = Signal(16)      # request payload length
+        # Bytes still to come: payload, drain, or reply payload (down-counter, so that the
+        # tests against it are compares with constants).
+        remaining = Signal(range(MAX_LENGTH + 3))
+        waddr = Signal(range(self._frame_bytes))
+        step = Signal(2)         # byte index within the reply header / CRC
+        crc_lo = Signal(8)
+        status = Signal(8)
+        timer = Signal(range(self._timeout_cycles))
+        timed_out = Signal()
+        m.d.comb += timed_out.eq(timer == self._timeout_cycles - 1)
+
+        # Frame buffer read-out as the arg stream: the read address runs one step ahead so
+        # that rd.data always holds the byte at ``ptr``.
+        ptr = Signal(range(self._frame_bytes + 1))
+        ptr_next = Signal.like(ptr)
+        executing = Signal()
+        more = Signal()          # registered ``ptr != length``: keeps arg.valid off long paths
+        m.d.comb += [
+            arg.valid.eq(executing & more),
+            arg.payload.eq(rd.data),
+            ptr_next.eq(Mux(arg.valid & arg.ready, ptr + 1, ptr)),
+            rd.addr.eq(ptr_next),
+            wr.data.eq(byte),
+            wr.addr.eq(waddr),
+            cmd.payload.opcode.eq(opcode),
+            cmd.payload.length.eq(length),
+            crc.data.eq(byte),
+        ]
+        m.d.sync += ptr.eq(ptr_next)
+        with m.If(arg.valid & arg.ready):
+            m.d.sync += more.eq(ptr + 1 != length)
+
+        def reply(code):
+            m.d.sync += [status.eq(code), remaining.eq(0), step.eq(0)]
+            m.next = "HEADER"
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.i.ready.eq(1)
+                m.d.sync += [timer.eq(0), waddr.eq(0), ptr.eq(0), executing.eq(0)]
+                with m.If(take):
+                    with m.If(byte == SOF_REQUEST):
+                        m.d.comb += crc.clear.eq(1)
+                        m.next = "OPCODE"
+                    with m.Elif(self.skipped != 0xFFFF):
+                        m.d.sync += self.skipped.eq(self.skipped + 1)
+
+            # Receiving: every state below restarts the timer on each byte.
+            for state in ("OPCODE", "LEN_LO", "LEN_HI", "PAYLOAD", "CRC_LO", "CRC_HI", "DRAIN"):
+                with m.State(state):
+                    m.d.comb += self.i.ready.eq(1)
+                    with m.If(take):
+                        m.d.sync += timer.eq(0)
+                    with m.Elif(timed_out):
+                        reply(Status.BAD_LENGTH if state == "DRAIN" else Status.TRUNCATED)
+                    with m.Else():
+                        m.d.sync += timer.eq(timer + 1)
+                    with m.If(take):
+                        if state in ("OPCODE", "LEN_LO", "LEN_HI", "PAYLOAD"):
+                            m.d.comb += crc.en.eq(1)
+                        if state == "OPCODE":
+                            m.d.sync += opcode.eq(byte)
+                            m.next = "LEN_LO"
+                        elif state == "LEN_LO":
+                            m.d.sync += length[:8].eq(byte)
+                            m.next = "LEN_HI"
+                        elif state == "LEN_HI":
+                            new_length = Cat(length[:8], byte)
+                            m.d.sync += [length[8:].eq(byte), remaining.eq(new_length)]
+                            with m.If(new_length > self._frame_bytes):
+                                m.d.sync += remaining.eq(new_length + 2)
+                                m.next = "DRAIN"
+                            with m.Elif(new_length == 0):
+                                m.next = "CRC_LO"
+                            with m.Else():
+                                m.next = "PAYLOAD"
+                        elif state == "PAYLOAD":
+                            m.d.comb += wr.en.eq(1)
+                            m.d.sync += [waddr.eq(waddr + 1), remaining.eq(remaining - 1)]
+                            with m.If(remaining == 1):
+                                m.next = "CRC_LO"
+                        elif state == "CRC_LO":
+                            m.d.sync += crc_lo.eq(byte)
+                            m.next = "CRC_HI"
+                        elif state == "CRC_HI":
+                            with m.If(Cat(crc_lo, byte) == crc.crc):
+                                m.next = "DISPATCH"
+                            with m.Else():
+                                reply(Status.BAD_CRC)
+                        elif state == "DRAIN":
+                            m.d.sync += remaining.eq(remaining - 1)
+                            with m.If(remaining == 1):
+                                reply(Status.BAD_LENGTH)
+
+            with m.State("DISPATCH"):
+                m.d.comb += cmd.valid.eq(1)
+                with m.If(cmd.ready):
+                    m.d.sync += [executing.eq(1), more.eq(length != 0)]
+                    m.next = "RESPONSE"
+
+            with m.State("RESPONSE"):
+                m.d.comb += resp.ready.eq(1)
+                with m.If(resp.valid):
+                    m.d.sync += [status.eq(resp.payload.status),
+                                 remaining.eq(resp.payload.length), step.eq(0)]
+                    m.next = "HEADER"
+
+            # Reply: SOF, status, len_lo, len_hi, payload, crc_lo, crc_hi.
+            with m.State("HEADER"):
+                m.d.comb += self.o.valid.eq(1)
+                with m.Switch(step):
+                    with m.Case(0):
+                        m.d.comb += [self.o.payload.eq(SOF_REPLY), crc.clear.eq(1)]
+                    with m.Case(1):
+                        m.d.comb += self.o.payload.eq(status)
+                    with m.Case(2):
+                        m.d.comb += self.o.payload.eq(remaining[:8])
+                    with m.Default():
+                        m.d.comb += self.o.payload.eq(remaining[8:16])
+                m.d.comb += [crc.data.eq(self.o.payload), crc.en.eq(self.o.ready & (step != 0))]
+                with m.If(self.o.ready):
+                    m.d.sync += step.eq(step + 1)
+                    with m.If(step == 1):
+                        with m.If(status == Status.OK):
+                            m.d.comb += self.reply_ok.eq(1)
+                        with m.Else():
+                            m.d.comb += self.reply_error.eq(1)
+                            with m.If(self.errors != 0xFFFF):
+                                m.d.sync += self.errors.eq(self.errors + 1)
+                    with m.If(step == 3):
+                        with m.If(remaining != 0):
+                            m.next = "DATA"
+                        with m.Else():
+                            m.next = "CRC"
+
+            with m.State("DATA"):
+                m.d.comb += [
+                    self.o.valid.eq(rdata.valid),
+                    self.o.payload.eq(rdata.payload),
+                    rdata.ready.eq(self.o.ready),
+                    crc.data.eq(rdata.payload),
+                    crc.en.eq(rdata.valid & self.o.ready),
+                ]
+                with m.If(rdata.valid & self.o.ready):
+                    m.d.sync += remaining.eq(remaining - 1)
+                    with m.If(remaining == 1):
+                        m.next = "CRC"
+
+            with m.State("CRC"):
+                # ``step`` wrapped to 0 after the header.
+                m.d.comb += [self.o.valid.eq(1),
+                             self.o.payload.eq(Mux(step[0], crc.crc[8:], crc.crc[:8]))]
+                with m.If(self.o.ready):
+                    m.d.sync += step.eq(step + 1)
+                    with m.If(step[0]):
+                        m.next = "IDLE"
+        return m
+
+
+class Dispatcher(wiring.Component):
+    """Route commands by opcode to handler ports; answer unknown opcodes with ``BAD_OPCODE``.
+
+    Parameters
+    ----------
+    table : sequence of iterables of int
+        ``table[k]`` is the set of opcodes handled on port ``handler_k``. Opcodes must be bytes
+        and appear once.
+
+    Members
+    -------
+    command : In(CommandSignature())
+        From the link.
+    handler_<k> : Out(CommandSignature())
+        To the handler of table row ``k``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a malformed table.
+    """
+
+    @quiet_on_error
+    def __init__(self, table):
+        rows = []
+        seen = set()
+        for row in table:
+            row = tuple(row)
+            for op in row:
+                _check_int("Opcode", op, 0, 255)
+                if op in seen:
+                    raise ValueError(f"Opcode 0x{op:02X} appears twice in the dispatch table")
+                seen.add(op)
+            rows.append(tuple(int(op) for op in row))
+        if not rows:
+            raise ValueError("Dispatch table must have at least one row")
+        self._table = tuple(rows)
+        members = {"command": In(CommandSignature())}
+        for k in range(len(rows)):
+            members[f"handler_{k}"] = Out(CommandSignature())
+        super().__init__(members)
+
+    @property
+    def table(self):
+        return self._table
+
+    def elaborate(self, platform):
+        m = Module()
+        up = self.command
+        ports = [getattr(self, f"handler_{k}") for k in range(len(self._table))]
+        sel = Signal(range(len(ports)))
+        unknown = Signal()       # the current command had no handler
+        pending = Signal()       # its BAD_OPCODE answer is not yet taken
+
+        match = []
+        for k, row in enumerate(self._table):
+            hit = Signal(name=f"match_{k}")
+            m.d.comb += hit.eq(Const(0) if not row else
+                               _any(up.cmd.payload.opcode == op for op in row))
+            match.append(hit)
+        none = Signal()
+        m.d.comb += none.eq(~_any(match))
+
+        cmd_ready = Const(0)
+        for k, port in enumerate(ports):
+            m.d.comb += [port.cmd.valid.eq(up.cmd.valid & match[k]),
+                         port.cmd.payload.eq(up.cmd.payload),
+                         port.arg.payload.eq(up.arg.payload),
+                         port.arg.valid.eq(up.arg.valid & (sel == k) & ~unknown)]
+            cmd_ready = cmd_ready | (match[k] & port.cmd.ready)
+        m.d.comb += up.cmd.ready.eq(cmd_ready | (none & ~pending))
+        with m.If(up.cmd.valid & up.cmd.ready):
+            m.d.sync += unknown.eq(none)
+            m.d.sync += pending.eq(none)
+            for k in range(len(ports)):
+                with m.If(match[k]):
+                    m.d.sync += sel.eq(k)
+
+        with m.If(unknown):
+            m.d.comb += [up.resp.valid.eq(pending),
+                         up.resp.payload.status.eq(Status.BAD_OPCODE),
+                         up.resp.payload.length.eq(0)]
+            with m.If(up.resp.ready):
+                m.d.sync += pending.eq(0)
+        with m.Else():
+            with m.Switch(sel):
+                for k, port in enumerate(ports):
+                    with m.Case(k):
+                        m.d.comb += [
+                            up.arg.ready.eq(port.arg.ready),
+                            up.resp.valid.eq(port.resp.valid),
+                            up.resp.payload.eq(port.resp.payload),
+                            port.resp.ready.eq(up.resp.ready),
+                            up.data.valid.eq(port.data.valid),
+                            up.data.payload.eq(port.data.payload),
+                            port.data.ready.eq(up.data.ready),
+                        ]
+        return m
+
+
+def _any(terms):
+    out = Const(0)
+    for t in terms:
+        out = out | t
+    return out
+
+
+class PingHandler(wiring.Component):
+    """PING: answer ``OK`` and echo the request payload.
+
+    Members
+    -------
+    command : In(CommandSignature())
+    """
+    command: In(CommandSignature())
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.command
+        length = Signal(16)
+        answering = Signal()
+        m.d.comb += [
+            c.cmd.ready.eq(~answering),
+            c.resp.valid.eq(answering),
+            c.resp.payload.status.eq(Status.OK),
+            c.resp.payload.length.eq(length),
+            # The echo is a pass-through; the link offers at most ``length`` arg bytes.
+            c.data.valid.eq(c.arg.valid & ~answering),
+            c.data.payload.eq(c.arg.payload),
+            c.arg.ready.eq(c.data.ready & ~answering),
+        ]
+        with m.If(c.cmd.valid & c.cmd.ready):
+            m.d.sync += [length.eq(c.cmd.payload.length), answering.eq(1)]
+        with m.If(c.resp.valid & c.resp.ready):
+            m.d.sync += answering.eq(0)
+        return m

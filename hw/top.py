@@ -1,0 +1,640 @@
+"""The accelerator top: UART, host link, command handlers, registers and scratchpad.
+
+This first top is the communication backbone the engines plug into::
+
+    rx -> UARTReceiver -> HostLink -> Dispatcher -+-> PingHandler
+    tx <- UARTTransmitter <-'                     +-> IdentifyHandler
+                                                  +-> RegisterHandler (configuration registers)
+                                                  +-> MemoryHandler -> Scratchpad
+
+Engine commands are added as one more handler on the :class:`hw.link.Dispatcher` (a row of
+:meth:`Accelerator.dispatch_table` with opcodes from :data:`sim.link.ENGINE_OPCODES`); the
+configuration registers are the ``Out`` ports of the :class:`RegisterHandler` (``regs.mant_width``
+etc.), which engine wiring inside :meth:`Accelerator.elaborate` reads. The
+protocol and the register map are defined in :mod:`sim.link` (``docs/protocol.md``).
+"""
+
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from sim.link import (
+    DESIGN_VERSION,
+    ENGINE_BITS,
+    IDENTITY_BYTES,
+    MAGIC,
+    PROTOCOL_VERSION,
+    REGISTERS,
+    Identity,
+    Opcode,
+    Status,
+    identity_registers,
+)
+
+from .link import CommandSignature, Dispatcher, HostLink, PingHandler, _check_int
+from .uart import UARTReceiver, UARTTransmitter, quiet_on_error, uart_divisor
+
+__all__ = ["Accelerator", "Scratchpad", "SPRAM256KA", "ScratchPortSignature", "IdentifyHandler",
+           "RegisterHandler", "MemoryHandler", "SPRAM_BYTES"]
+
+#: Bytes in one iCE40 UP5K SB_SPRAM256KA (16384 words of 16 bits).
+SPRAM_BYTES = 32768
+
+
+def _check_bool(name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {value!r}")
+    return value
+
+
+class ScratchPortSignature(wiring.Signature):
+    """A byte-addressed scratchpad port of 16-bit words, seen from the memory's user.
+
+    Members
+    -------
+    addr : Out(16)
+        Word address (byte address >> 1).
+    we : Out(1)
+        Write this cycle.
+    wmask : Out(2)
+        Byte enables of the word (bit 0: byte at the even address).
+    wdata : Out(16)
+        Write data.
+    rdata : In(16)
+        The word at the ``addr`` of the previous cycle (one cycle of read latency; not updated
+        on cycles that write).
+    """
+
+    def __init__(self, addr_width=16):
+        super().__init__({
+            "addr": Out(addr_width),
+            "we": Out(1),
+            "wmask": Out(2),
+            "wdata": Out(16),
+            "rdata": In(16),
+        })
+
+
+class SPRAM256KA(wiring.Component):
+    """iCE40 UP5K single-port RAM SB_SPRAM256KA (16384 x 16, nibble write mask).
+
+    With ``simulation=True`` it is a behavioural model in ``lib.memory.Memory`` with the
+    primitive's behaviour: a write when ``cs & we`` stores the nibbles enabled in ``maskwren``;
+    a read when ``cs & ~we`` updates ``dataout`` on the clock edge; otherwise ``dataout`` holds.
+    Otherwise it is an ``Instance`` of the primitive (for synthesis).
+
+    Members
+    -------
+    addr : In(14), datain : In(16), maskwren : In(4), we : In(1), cs : In(1)
+    dataout : Out(16)
+    """
+    addr: In(14)
+    datain: In(16)
+    maskwren: In(4)
+    we: In(1)
+    cs: In(1)
+    dataout: Out(16)
+
+    @quiet_on_error
+    def __init__(self, *, simulation=False):
+        self._simulation = _check_bool("simulation", simulation)
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        if self._simulation:
+            m.submodules.mem = mem = Memory(shape=16, depth=16384, init=[])
+            wr = mem.write_port(granularity=4)
+            rd = mem.read_port(transparent_for=())
+            m.d.comb += [
+                wr.addr.eq(self.addr), wr.data.eq(self.datain),
+                wr.en.eq(self.maskwren.replicate(1) & (self.cs & self.we).replicate(4)),
+                rd.addr.eq(self.addr), rd.en.eq(self.cs & ~self.we),
+                self.dataout.eq(rd.data),
+            ]
+        else:
+            m.submodules.spram = Instance(
+                "SB_SPRAM256KA",
+                i_ADDRESS=self.addr, i_DATAIN=self.datain, i_MASKWREN=self.maskwren,
+                i_WREN=self.we, i_CHIPSELECT=self.cs, i_CLOCK=ClockSignal("sync"),
+                i_STANDBY=Const(0), i_SLEEP=Const(0), i_POWEROFF=Const(1),
+                o_DATAOUT=self.dataout)
+        return m
+
+
+class Scratchpad(wiring.Component):
+    """Byte-addressable scratchpad of 16-bit words.
+
+    Parameters
+    ----------
+    size : int
+        Bytes. Block RAM: a power of two from 64 to 65536. SPRAM: 32768, 65536, 98304 or
+        131072 (one to four SB_SPRAM256KA banks).
+    use_spram : bool
+        Use UP5K SPRAM banks (:class:`SPRAM256KA`) instead of ``lib.memory.Memory``.
+    simulation : bool
+        Use the SPRAM behavioural model (only meaningful with ``use_spram``).
+
+    Members
+    -------
+    port : In(ScratchPortSignature(addr_width))
+    """
+
+    @quiet_on_error
+    def __init__(self, *, size=4096, use_spram=False, simulation=False):
+        self._use_spram = _check_bool("use_spram", use_spram)
+        self._simulation = _check_bool("simulation", simulation)
+        self._size = _check_scratch_bytes(size, use_spram)
+        self._addr_width = max((self._size // 2 - 1).bit_length(), 1)
+        super().__init__({"port": In(ScratchPortSignature(self._addr_width))})
+
+    @property
+    def size(self):
+        return self._size
+
+    @property
+    def addr_width(self):
+        return self._addr_width
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.port
+        if not self._use_spram:
+            m.submodules.mem = mem = Memory(shape=16, depth=self._size // 2, init=[])
+            wr = mem.write_port(granularity=8)
+            rd = mem.read_port(transparent_for=())
+            m.d.comb += [wr.addr.eq(p.addr), wr.data.eq(p.wdata),
+                         wr.en.eq(p.wmask & p.we.replicate(2)),
+                         rd.addr.eq(p.addr), rd.en.eq(~p.we), p.rdata.eq(rd.data)]
+            return m
+        banks = self._size // SPRAM_BYTES
+        bank = p.addr[14:] if banks > 1 else Const(0, 1)
+        bank_q = Signal.like(bank)
+        # Every bank reads on every read cycle (chip select only gates writes), which keeps
+        # the bank decode off the read address path; the output mux uses the registered bank.
+        with m.If(~p.we):
+            m.d.sync += bank_q.eq(bank)
+        for k in range(banks):
+            ram = SPRAM256KA(simulation=self._simulation)
+            m.submodules[f"spram{k}"] = ram
+            m.d.comb += [ram.addr.eq(p.addr[:14]), ram.datain.eq(p.wdata),
+                         ram.maskwren.eq(Cat(p.wmask[0], p.wmask[0], p.wmask[1], p.wmask[1])),
+                         ram.we.eq(p.we), ram.cs.eq(~p.we | (bank == k))]
+            with m.If(bank_q == k):
+                m.d.comb += p.rdata.eq(ram.dataout)
+        return m
+
+
+def _check_scratch_bytes(size, use_spram):
+    if not isinstance(size, int) or isinstance(size, bool):
+        raise TypeError(f"Scratchpad size must be an integer, not {size!r}")
+    if use_spram:
+        allowed = [SPRAM_BYTES * k for k in (1, 2, 3, 4)]
+        if size not in allowed:
+            raise ValueError(f"SPRAM scratchpad size must be one of {allowed}, not {size}")
+    elif not (64 <= size <= 65536 and size & (size - 1) == 0):
+        raise ValueError(f"Scratchpad size must be a power of two between 64 and 65536, "
+                         f"not {size}")
+    return size
+
+
+class _Collector:
+    """Helper for handlers: store arg bytes at byte positions 0, 1, ... of a register (so the
+    payload's little-endian fields sit at fixed bit positions whatever the opcode)."""
+
+    def __init__(self, m, arg, nbytes, name):
+        self.value = Signal(8 * nbytes, name=f"{name}_args")
+        self.count = Signal(range(nbytes + 1), name=f"{name}_count")
+        self._m, self._arg = m, arg
+
+    def collect(self, n):
+        """Inside an FSM state: take arg bytes until ``n`` are in; returns the 'done' signal."""
+        m, arg = self._m, self._arg
+        done = self.count == n
+        m.d.comb += arg.ready.eq(~done)
+        with m.If(arg.valid & ~done):
+            m.d.sync += self.count.eq(self.count + 1)
+            with m.Switch(self.count):
+                for k in range(len(self.value) // 8):
+                    with m.Case(k):
+                        m.d.sync += self.value[8 * k:8 * k + 8].eq(arg.payload)
+        return done
+
+
+class IdentifyHandler(wiring.Component):
+    """IDENTIFY: answer the 16-byte identification record (``BAD_LENGTH`` if a payload came).
+
+    Parameters
+    ----------
+    identity : sim.link.Identity
+
+    Members
+    -------
+    command : In(CommandSignature())
+    """
+    command: In(CommandSignature())
+
+    @quiet_on_error
+    def __init__(self, identity):
+        if not isinstance(identity, Identity):
+            raise TypeError(f"Identity must be a sim.link.Identity, not {identity!r}")
+        self._record = identity.to_bytes()
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.command
+        idx = Signal(range(IDENTITY_BYTES + 1))
+        ok = Signal()
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += c.cmd.ready.eq(1)
+                with m.If(c.cmd.valid):
+                    m.d.sync += [ok.eq(c.cmd.payload.length == 0), idx.eq(0)]
+                    m.next = "RESP"
+            with m.State("RESP"):
+                m.d.comb += [c.resp.valid.eq(1),
+                             c.resp.payload.status.eq(Status.OK),
+                             c.resp.payload.length.eq(IDENTITY_BYTES)]
+                with m.If(~ok):
+                    m.d.comb += [c.resp.payload.status.eq(Status.BAD_LENGTH),
+                                 c.resp.payload.length.eq(0)]
+                with m.If(c.resp.ready):
+                    m.next = "SEND"
+                    with m.If(~ok):
+                        m.next = "IDLE"
+            with m.State("SEND"):
+                m.d.comb += c.data.valid.eq(1)
+                with m.Switch(idx):
+                    for k, b in enumerate(self._record):
+                        with m.Case(k):
+                            m.d.comb += c.data.payload.eq(b)
+                with m.If(c.data.ready):
+                    m.d.sync += idx.eq(idx + 1)
+                    with m.If(idx == IDENTITY_BYTES - 1):
+                        m.next = "IDLE"
+        return m
+
+
+class RegisterHandler(wiring.Component):
+    """REG_READ / REG_WRITE over the register map :data:`sim.link.REGISTERS`.
+
+    Read-write registers are flip-flops of their declared width, exposed as ``Out`` ports
+    named after the register in lower case (e.g. ``mant_width``). Identification registers
+    are constants from ``identity``. The counters ``LINK_SKIPPED``, ``LINK_ERRORS`` and
+    ``UART_ERRORS`` read the ``In`` ports of the same lower-case names.
+
+    Answers: wrong payload length -> ``BAD_LENGTH``; unknown index -> ``BAD_ADDRESS``; write
+    to a read-only register -> ``READ_ONLY`` (nothing written); else ``OK`` with the 4-byte
+    little-endian value (read) or no payload (write; bits above the width are dropped).
+
+    Parameters
+    ----------
+    identity : sim.link.Identity
+    """
+
+    DYNAMIC = ("LINK_SKIPPED", "LINK_ERRORS", "UART_ERRORS")
+
+    @quiet_on_error
+    def __init__(self, identity):
+        if not isinstance(identity, Identity):
+            raise TypeError(f"Identity must be a sim.link.Identity, not {identity!r}")
+        self._constants = identity_registers(identity)
+        members = {"command": In(CommandSignature())}
+        for r in REGISTERS:
+            if r.access == "rw":
+                members[r.name.lower()] = Out(r.width, init=r.reset)
+            elif r.name in self.DYNAMIC:
+                members[r.name.lower()] = In(r.width)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.command
+        args = _Collector(m, c.arg, 6, "reg")
+        opcode = Signal(8)
+        length = Signal(16)
+        status = Signal(8)
+        value = Signal(32)
+        idx = Signal(3)
+
+        index = args.value[0:16]
+        wvalue = args.value[16:48]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += c.cmd.ready.eq(1)
+                with m.If(c.cmd.valid):
+                    m.d.sync += [opcode.eq(c.cmd.payload.opcode), length.eq(c.cmd.payload.length),
+                                 args.count.eq(0), idx.eq(0)]
+                    need = Mux(c.cmd.payload.opcode == Opcode.REG_READ, 2, 6)
+                    with m.If(c.cmd.payload.length == need):
+                        m.next = "ARGS"
+                    with m.Else():
+                        m.d.sync += status.eq(Status.BAD_LENGTH)
+                        m.next = "RESP"
+            with m.State("ARGS"):
+                # REG_READ needs 2 bytes, shifted in so they end at the top like a write's.
+                done = args.collect(Mux(opcode == Opcode.REG_READ, 2, 6))
+                with m.If(done):
+                    m.next = "EXEC"
+            with m.State("EXEC"):
+                m.d.sync += status.eq(Status.BAD_ADDRESS)
+                with m.Switch(index):
+                    for r in REGISTERS:
+                        with m.Case(r.index):
+                            if r.access == "rw":
+                                reg = getattr(self, r.name.lower())
+                                m.d.sync += [value.eq(reg), status.eq(Status.OK)]
+                                with m.If(opcode == Opcode.REG_WRITE):
+                                    m.d.sync += reg.eq(wvalue[:r.width])
+                            else:
+                                if r.name in self.DYNAMIC:
+                                    m.d.sync += value.eq(getattr(self, r.name.lower()))
+                                else:
+                                    m.d.sync += value.eq(self._constants[r.name])
+                                m.d.sync += status.eq(Mux(opcode == Opcode.REG_WRITE,
+                                                          Status.READ_ONLY, Status.OK))
+                m.next = "RESP"
+            with m.State("RESP"):
+                reading = (status == Status.OK) & (opcode == Opcode.REG_READ)
+                m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
+                             c.resp.payload.length.eq(Mux(reading, 4, 0))]
+                with m.If(c.resp.ready):
+                    m.next = "IDLE"
+                    with m.If(reading):
+                        m.next = "SEND"
+            with m.State("SEND"):
+                m.d.comb += [c.data.valid.eq(1), c.data.payload.eq(value.word_select(idx[:2], 8))]
+                with m.If(c.data.ready):
+                    m.d.sync += idx.eq(idx + 1)
+                    with m.If(idx == 3):
+                        m.next = "IDLE"
+        return m
+
+
+class MemoryHandler(wiring.Component):
+    """MEM_READ / MEM_WRITE of the scratchpad, one byte per cycle.
+
+    MEM_WRITE payload: byte address u32, then the data. MEM_READ payload: byte address u32,
+    count u16; the reply carries ``count`` bytes. Checks, in order: payload length (MEM_READ
+    exactly 6, MEM_WRITE at least 4) -> ``BAD_LENGTH``; address at or past the end ->
+    ``BAD_ADDRESS``; range past the end or a read longer than ``frame_bytes`` ->
+    ``BAD_LENGTH``. Nothing is written unless all checks pass.
+
+    Parameters
+    ----------
+    size : int
+        Scratchpad bytes.
+    frame_bytes : int
+        Largest reply payload of a MEM_READ.
+    addr_width : int
+        Word address width of the scratchpad port.
+
+    Members
+    -------
+    command : In(CommandSignature())
+    mem : Out(ScratchPortSignature(addr_width))
+    """
+
+    @quiet_on_error
+    def __init__(self, *, size, frame_bytes, addr_width):
+        self._size = size
+        self._frame_bytes = frame_bytes
+        super().__init__({"command": In(CommandSignature()),
+                          "mem": Out(ScratchPortSignature(addr_width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.command
+        p = self.mem
+        args = _Collector(m, c.arg, 6, "mem")
+        writing = Signal()
+        length = Signal(16)
+        status = Signal(8)
+        # Checks against the 32-bit address happen once, in CHECK; afterwards only the low bits
+        # that address the scratchpad are kept.
+        aw = self._size.bit_length()
+        addr = args.value[0:32]
+        count = Signal(16)
+        ptr = Signal(aw)
+        ptr_next = Signal(aw)
+        left = Signal(range(self._frame_bytes + 1))
+
+        m.d.comb += [ptr_next.eq(ptr), p.addr.eq(ptr_next[1:]),
+                     p.wdata.eq(Cat(c.arg.payload, c.arg.payload)),
+                     p.wmask.eq(Mux(ptr[0], 0b10, 0b01))]
+        m.d.sync += ptr.eq(ptr_next)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += c.cmd.ready.eq(1)
+                with m.If(c.cmd.valid):
+                    is_write = c.cmd.payload.opcode == Opcode.MEM_WRITE
+                    n = c.cmd.payload.length
+                    m.d.sync += [writing.eq(is_write), length.eq(n), args.count.eq(0)]
+                    with m.If(Mux(is_write, n >= 4, n == 6)):
+                        m.next = "ARGS"
+                    with m.Else():
+                        m.d.sync += status.eq(Status.BAD_LENGTH)
+                        m.next = "RESP"
+            with m.State("ARGS"):
+                done = args.collect(Mux(writing, 4, 6))
+                with m.If(done):
+                    m.d.sync += count.eq(Mux(writing, length - 4, args.value[32:48]))
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.sync += [ptr.eq(addr[:aw]), left.eq(count), status.eq(Status.OK)]
+                m.next = "RESP"
+                with m.If(addr >= self._size):
+                    m.d.sync += status.eq(Status.BAD_ADDRESS)
+                # Only reached with addr < size, so its low ``aw`` bits are the whole address.
+                with m.Elif((addr[:aw] + count > self._size) | (count > self._frame_bytes)):
+                    m.d.sync += status.eq(Status.BAD_LENGTH)
+                with m.Elif(writing):
+                    m.next = "WRITE"
+            with m.State("WRITE"):
+                with m.If(left == 0):
+                    m.next = "RESP"
+                with m.Else():
+                    m.d.comb += [c.arg.ready.eq(1), p.we.eq(c.arg.valid), p.addr.eq(ptr[1:])]
+                    with m.If(c.arg.valid):
+                        m.d.comb += ptr_next.eq(ptr + 1)
+                        m.d.sync += left.eq(left - 1)
+            with m.State("RESP"):
+                reading = (status == Status.OK) & ~writing
+                m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
+                             c.resp.payload.length.eq(Mux(reading, left, 0))]
+                with m.If(c.resp.ready):
+                    m.next = "IDLE"
+                    with m.If(reading & (left != 0)):
+                        m.next = "READ"
+            with m.State("READ"):
+                # rdata holds the word at ``ptr`` because the address runs on ptr_next.
+                m.d.comb += [c.data.valid.eq(1),
+                             c.data.payload.eq(Mux(ptr[0], p.rdata[8:], p.rdata[:8]))]
+                with m.If(c.data.ready):
+                    m.d.comb += ptr_next.eq(ptr + 1)
+                    m.d.sync += left.eq(left - 1)
+                    with m.If(left == 1):
+                        m.next = "IDLE"
+        return m
+
+
+class Accelerator(wiring.Component):
+    """The accelerator top (first version: host link, registers, scratchpad).
+
+    Parameters
+    ----------
+    clk_freq : int or float
+        Clock frequency in Hz (default 12 MHz, iCEBreaker).
+    baud : int
+        UART baud rate (default 1 Mbaud; the bit period ``round(clk_freq / baud)`` must be at
+        least 4 cycles).
+    lanes : int
+        Engine lanes, 1 to 32 (reported by IDENTIFY; engines are attached later).
+    scratch_bytes : int, optional
+        Scratchpad size; default 4096 in block RAM, 131072 (four banks) in SPRAM.
+    use_spram : bool
+        Put the scratchpad in UP5K SB_SPRAM256KA banks.
+    frame_bytes : int
+        Frame buffer size = largest payload of a request and of a MEM_READ reply, 16 to 4096.
+    timeout_bits : int
+        Inter-byte timeout inside a frame, in bit times (10 to 1000000).
+    uart : bool
+        With ``True`` (default) the ports are ``rx`` / ``tx``. With ``False`` the UART is left
+        out and the link's byte streams are the ports ``i`` / ``o`` (the simulation shortcut:
+        one byte per cycle instead of 10 bit times; the timeout still counts
+        ``timeout_bits * divisor`` cycles).
+    simulation : bool
+        Use behavioural models of vendor primitives (SPRAM) so Amaranth's simulator runs it.
+
+    Members
+    -------
+    rx : In(1)
+        UART receive (``uart=True``).
+    tx : Out(1)
+        UART transmit (``uart=True``).
+    i : In(stream.Signature(8))
+        Request bytes (``uart=False``).
+    o : Out(stream.Signature(8))
+        Reply bytes (``uart=False``).
+    leds : Out(2)
+        Bit 0: activity (stretched pulse per received byte); bit 1: error (set by an error
+        reply, cleared by the next OK reply).
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a parameter of the wrong kind or out of range.
+    """
+
+    @quiet_on_error
+    def __init__(self, *, clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None,
+                 use_spram=False, frame_bytes=512, timeout_bits=10_000, uart=True,
+                 simulation=False):
+        self._divisor = uart_divisor(clk_freq, baud)
+        self._clk_freq = clk_freq
+        self._baud = baud
+        self._lanes = _check_int("Lane count", lanes, 1, 32)
+        self._use_spram = _check_bool("use_spram", use_spram)
+        if scratch_bytes is None:
+            scratch_bytes = 4 * SPRAM_BYTES if use_spram else 4096
+        self._scratch_bytes = _check_scratch_bytes(scratch_bytes, use_spram)
+        self._frame_bytes = _check_int("Frame buffer size", frame_bytes, 16, 4096)
+        self._timeout_bits = _check_int("Timeout in bit times", timeout_bits, 10, 1_000_000)
+        self._uart = _check_bool("uart", uart)
+        self._simulation = _check_bool("simulation", simulation)
+        self._engines = 0
+        self._identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, self._lanes,
+                                  self._scratch_bytes, self._frame_bytes, self._engines,
+                                  self._use_spram)
+        if uart:
+            members = {"rx": In(1, init=1), "tx": Out(1, init=1)}
+        else:
+            members = {"i": In(stream.Signature(8)), "o": Out(stream.Signature(8))}
+        members["leds"] = Out(2)
+        super().__init__(members)
+
+    clk_freq = property(lambda self: self._clk_freq)
+    baud = property(lambda self: self._baud)
+    divisor = property(lambda self: self._divisor)
+    lanes = property(lambda self: self._lanes)
+    scratch_bytes = property(lambda self: self._scratch_bytes)
+    use_spram = property(lambda self: self._use_spram)
+    frame_bytes = property(lambda self: self._frame_bytes)
+    timeout_bits = property(lambda self: self._timeout_bits)
+    uart = property(lambda self: self._uart)
+    simulation = property(lambda self: self._simulation)
+    identity = property(lambda self: self._identity)
+
+    @property
+    def engine_names(self):
+        return [n for n, b in ENGINE_BITS.items() if self._engines >> b & 1]
+
+    def dispatch_table(self):
+        """Rows of the dispatcher: opcode groups, one handler each (engines append rows)."""
+        return [(Opcode.PING,), (Opcode.IDENTIFY,), (Opcode.REG_READ, Opcode.REG_WRITE),
+                (Opcode.MEM_READ, Opcode.MEM_WRITE)]
+
+    def elaborate(self, platform):
+        m = Module()
+        link = HostLink(frame_bytes=self._frame_bytes,
+                        timeout_cycles=self._timeout_bits * self._divisor)
+        m.submodules.link = link
+        m.submodules.dispatch = dispatch = Dispatcher(self.dispatch_table())
+        m.submodules.ping = ping = PingHandler()
+        m.submodules.identify = ident = IdentifyHandler(self._identity)
+        # Engines read the configuration registers from the ``regs`` ports (e.g. regs.mant_width).
+        m.submodules.registers = regs = RegisterHandler(self._identity)
+        scratch = Scratchpad(size=self._scratch_bytes, use_spram=self._use_spram,
+                             simulation=self._simulation)
+        m.submodules.scratch = scratch
+        m.submodules.memory = mem = MemoryHandler(size=self._scratch_bytes,
+                                                  frame_bytes=self._frame_bytes,
+                                                  addr_width=scratch.addr_width)
+        wiring.connect(m, link.command, dispatch.command)
+        for k, handler in enumerate((ping, ident, regs, mem)):
+            wiring.connect(m, getattr(dispatch, f"handler_{k}"), handler.command)
+        wiring.connect(m, mem.mem, scratch.port)
+
+        framing = Signal(8)
+        overrun = Signal(8)
+        rx_byte = Signal()
+        if self._uart:
+            m.submodules.uart_rx = urx = UARTReceiver(self._divisor)
+            m.submodules.uart_tx = utx = UARTTransmitter(self._divisor)
+            m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
+            wiring.connect(m, urx.o, link.i)
+            wiring.connect(m, link.o, utx.i)
+            with m.If(urx.framing_error & (framing != 0xFF)):
+                m.d.sync += framing.eq(framing + 1)
+            with m.If(urx.overrun & (overrun != 0xFF)):
+                m.d.sync += overrun.eq(overrun + 1)
+            m.d.comb += rx_byte.eq(urx.o.valid & urx.o.ready)
+        else:
+            wiring.connect(m, wiring.flipped(self.i), link.i)
+            wiring.connect(m, link.o, wiring.flipped(self.o))
+            m.d.comb += rx_byte.eq(self.i.valid & self.i.ready)
+        m.d.comb += [regs.link_skipped.eq(link.skipped), regs.link_errors.eq(link.errors),
+                     regs.uart_errors.eq(Cat(framing, overrun))]
+
+        # LEDs: activity stretched to 2-4 prescaler periods (~1/20 s) so single frames are
+        # visible; a free-running prescaler plus a 2-bit counter keeps long carry chains with
+        # load muxes off the timing path. Error: latched.
+        prescale = Signal(max((int(self._clk_freq) // 40 - 1).bit_length(), 1))
+        tick = Signal()
+        m.d.sync += [prescale.eq(prescale + 1), tick.eq(prescale == 0)]
+        activity = Signal(2)
+        with m.If(rx_byte):
+            m.d.sync += activity.eq(3)
+        with m.Elif(tick & (activity != 0)):
+            m.d.sync += activity.eq(activity - 1)
+        error = Signal()
+        with m.If(link.reply_error):
+            m.d.sync += error.eq(1)
+        with m.Elif(link.reply_ok):
+            m.d.sync += error.eq(0)
+        m.d.comb += self.leds.eq(Cat(activity != 0, error))
+        return m

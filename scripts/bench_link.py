@@ -1,0 +1,143 @@
+"""Benchmark the host link: UART, HostLink (parser + framer + frame buffer) and the first top.
+
+Blocks: ``uart`` (receiver + transmitter, 1 Mbaud at 12 MHz), ``link`` (HostLink with a
+512-byte frame buffer and a PING handler behind it) and ``top`` (the accelerator top with its
+UART, per-device scratchpad). Each configuration is implemented out of context
+(:func:`boards.toolchain.implement`) per device and seed; the table gives LCs / LUT4s
+(``lcs_block``: minus the wrapper estimate), DSPs, block RAMs, SPRAMs and the median Fmax over
+seeds, plus the link's payload throughput at 1 Mbaud (stop and wait: one request, one reply;
+computed from the frame sizes of :mod:`sim.link`).
+
+Usage::
+
+    python scripts/bench_link.py                        # all four devices, seeds 1 2 3
+    python scripts/bench_link.py --quick                # up5k only, one seed
+    python scripts/bench_link.py --devices hx8k --seeds 1 2 --blocks top
+
+Writes ``docs/bench/link.json``.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from amaranth.hdl import Module  # noqa: E402
+from amaranth.lib import stream, wiring  # noqa: E402
+from amaranth.lib.wiring import In, Out  # noqa: E402
+
+from boards import toolchain  # noqa: E402
+from hw.link import HostLink, PingHandler  # noqa: E402
+from hw.top import Accelerator  # noqa: E402
+from hw.uart import UART  # noqa: E402
+from sim import link as L  # noqa: E402
+
+#: Per-device top parameters: SPRAM scratchpad on UP5K, block RAM elsewhere.
+TOP_PARAMS = {
+    "up5k": dict(use_spram=True, scratch_bytes=131072),
+    "hx8k": dict(scratch_bytes=4096),
+    "ecp5-25f": dict(scratch_bytes=16384),
+    "ecp5-85f": dict(scratch_bytes=65536),
+}
+
+
+class LinkEcho(wiring.Component):
+    """HostLink (parser, framer, 512-byte frame buffer, CRC) answering every command with a
+    PING echo, so that only byte streams are ports."""
+    i: In(stream.Signature(8))
+    o: Out(stream.Signature(8))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.link = link = HostLink(frame_bytes=512, timeout_cycles=120_000)
+        m.submodules.ping = ping = PingHandler()
+        wiring.connect(m, link.command, ping.command)
+        wiring.connect(m, wiring.flipped(self.i), link.i)
+        wiring.connect(m, link.o, wiring.flipped(self.o))
+        return m
+
+
+BLOCKS = {
+    "uart": lambda dev: UART(clk_freq=12e6, baud=1_000_000),
+    "link": lambda dev: LinkEcho(),
+    "top": lambda dev: Accelerator(clk_freq=12e6, baud=1_000_000, frame_bytes=512,
+                                   **TOP_PARAMS[dev]),
+}
+
+
+def throughput(baud, frame_bytes):
+    """Payload bytes/s of MEM_WRITE and MEM_READ with full frames, stop and wait, 10 bits/byte.
+
+    Ignores the device's processing time between request and reply (a few cycles per frame)
+    and the host's turnaround.
+    """
+    n_w = frame_bytes - 4
+    write = len(L.encode_request(L.Opcode.MEM_WRITE, L.mem_write_payload(0, bytes(n_w))))
+    write += len(L.encode_reply(L.Status.OK))
+    read = len(L.encode_request(L.Opcode.MEM_READ, L.mem_read_payload(0, frame_bytes)))
+    read += len(L.encode_reply(L.Status.OK, bytes(frame_bytes)))
+    byte_rate = baud / 10
+    return {"mem_write_Bps": round(byte_rate * n_w / write),
+            "mem_read_Bps": round(byte_rate * frame_bytes / read),
+            "line_Bps": round(byte_rate)}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--devices", nargs="+", default=list(toolchain.DEVICES),
+                    choices=list(toolchain.DEVICES))
+    ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    ap.add_argument("--blocks", nargs="+", default=list(BLOCKS), choices=list(BLOCKS))
+    ap.add_argument("--quick", action="store_true", help="up5k only, one seed")
+    ap.add_argument("--output", default=str(Path(__file__).resolve().parent.parent
+                                            / "docs" / "bench" / "link.json"))
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.devices, args.seeds = ["up5k"], args.seeds[:1]
+
+    rows = []
+    for dev in args.devices:
+        ceiling = toolchain.DEVICES[dev]
+        for block in args.blocks:
+            runs = []
+            for seed in args.seeds:
+                res = toolchain.implement(BLOCKS[block](dev), dev, seed=seed,
+                                          name=f"link_{block}",
+                                          progress=lambda s: print("  " + s, file=sys.stderr))
+                runs.append(res)
+            fmaxes = [r["fmax_mhz"] for r in runs if r["fmax_mhz"] is not None]
+            first = runs[0]
+            row = {
+                "block": block, "device": dev, "seeds": args.seeds,
+                "params": TOP_PARAMS[dev] if block == "top" else {},
+                "lcs": first["lcs"], "lcs_block": first["lcs_block"],
+                "lcs_fraction": round(first["lcs"] / ceiling["lcs"], 4),
+                "dsps": first["dsps"], "rams": first["rams"], "spram": first["spram"],
+                "fmax_mhz_median": round(statistics.median(fmaxes), 2) if fmaxes else None,
+                "fmax_mhz_all": fmaxes,
+                "seconds": sum(r["seconds"] for r in runs),
+            }
+            rows.append(row)
+            print(f"{block:<5} {dev:<9} LCs {row['lcs']:>5} (block {row['lcs_block']:>5}, "
+                  f"{100 * row['lcs_fraction']:.1f}% of device)  DSP {row['dsps']}  "
+                  f"RAM {row['rams']}  SPRAM {row['spram']}  "
+                  f"Fmax {row['fmax_mhz_median']} MHz (median of {len(fmaxes)})", flush=True)
+
+    tp = throughput(1_000_000, 512)
+    print(f"\nlink payload throughput at 1 Mbaud, 512-byte frames: MEM_WRITE "
+          f"{tp['mem_write_Bps'] / 1e3:.1f} kB/s, MEM_READ {tp['mem_read_Bps'] / 1e3:.1f} kB/s "
+          f"(line {tp['line_Bps'] / 1e3:.0f} kB/s)")
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"command": "python scripts/bench_link.py " + " ".join(
+        sys.argv[1:] if argv is None else argv), "rows": rows, "throughput_1mbaud": tp},
+        indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

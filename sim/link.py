@@ -1,0 +1,438 @@
+"""Host-link protocol: the pure-Python reference model (no Amaranth, no numpy needed).
+
+This module is the single source of truth of the host protocol (``docs/protocol.md``): frame
+layout, CRC, opcodes, status codes, register map and identification record. The host driver
+(:mod:`boards.driver`), the gateware (:mod:`hw.link`, :mod:`hw.top`, which build their tables from
+the constants here) and the tests all use it.
+
+Frames
+------
+Request (host to device)::
+
+    0xA5, opcode, len_lo, len_hi, payload[len], crc_lo, crc_hi
+
+Reply (device to host)::
+
+    0x5A, status, len_lo, len_hi, payload[len], crc_lo, crc_hi
+
+The CRC is CRC-16/CCITT-FALSE (polynomial 0x1021, initial value 0xFFFF, no reflection, no final
+XOR; check value of ``b"123456789"`` is 0x29B1) over every byte after the start-of-frame byte
+and before the CRC: opcode (or status), both length bytes and the payload. Multi-byte fields are
+little-endian.
+
+Parser rules (mirrored exactly by :class:`DeviceModel` and the gateware)
+------------------------------------------------------------------------
+- While idle, every byte other than 0xA5 is skipped and counted (``LINK_SKIPPED``).
+- A length larger than the frame buffer (``frame_bytes``) is answered with ``BAD_LENGTH`` after
+  draining ``len + 2`` further bytes, or fewer if the inter-byte timeout ends the drain first.
+  Nothing of that frame is stored.
+- An inter-byte timeout (``timeout_bits`` bit times without a byte) inside a frame abandons it
+  and is answered with ``TRUNCATED`` (``BAD_LENGTH`` while draining); the parser is idle again.
+- A complete frame whose CRC does not match is answered with ``BAD_CRC``; nothing executes.
+- A frame with a good CRC executes; unknown opcodes answer ``BAD_OPCODE``. The payload is held
+  in the frame buffer until the CRC has been checked, so a bad frame never writes anything.
+- Every frame that reaches its end, drains or times out gets exactly one reply. The host sends
+  one request at a time and waits for its reply (stop and wait).
+"""
+
+import dataclasses
+import enum
+
+__all__ = [
+    "SOF_REQUEST", "SOF_REPLY", "PROTOCOL_VERSION", "DESIGN_VERSION", "MAGIC", "Opcode", "Status",
+    "ENGINE_OPCODES", "Register", "REGISTERS", "REGISTER_BY_NAME", "ENGINE_BITS", "Identity",
+    "crc16", "encode_request", "encode_reply", "decode_request", "decode_reply", "FrameError",
+    "ReplyParser", "DeviceModel", "reg_read_payload", "reg_write_payload", "mem_read_payload",
+    "mem_write_payload", "identity_registers",
+]
+
+SOF_REQUEST = 0xA5
+SOF_REPLY = 0x5A
+PROTOCOL_VERSION = 1
+#: (major, minor) of the gateware design; the driver refuses a different major version.
+DESIGN_VERSION = (0, 1)
+MAGIC = b"LOWB"
+#: Length of the IDENTIFY reply payload.
+IDENTITY_BYTES = 16
+#: Largest payload length a frame header can carry.
+MAX_LENGTH = 0xFFFF
+
+
+class Opcode(enum.IntEnum):
+    """Request opcodes. Opcodes in :data:`ENGINE_OPCODES` are reserved for engine commands."""
+    PING = 0x01       #: echo the payload
+    IDENTIFY = 0x02   #: no payload; reply is the 16-byte identification record
+    REG_READ = 0x10   #: payload: index u16; reply: value u32
+    REG_WRITE = 0x11  #: payload: index u16, value u32; reply: empty
+    MEM_READ = 0x20   #: payload: byte address u32, count u16; reply: count bytes
+    MEM_WRITE = 0x21  #: payload: byte address u32, data; reply: empty
+
+
+#: Opcodes reserved for engine commands (answered BAD_OPCODE until an engine claims them).
+ENGINE_OPCODES = range(0x40, 0x80)
+
+
+class Status(enum.IntEnum):
+    """Reply status codes."""
+    OK = 0           #: executed
+    BAD_CRC = 1      #: CRC mismatch; nothing executed
+    BAD_OPCODE = 2   #: opcode not implemented; nothing executed
+    BAD_ADDRESS = 3  #: register index unknown, or memory address outside the scratchpad
+    BAD_LENGTH = 4   #: payload length wrong for the opcode, too large, or range past the end
+    TRUNCATED = 5    #: inter-byte timeout inside a frame; the frame was dropped
+    READ_ONLY = 6    #: write to a read-only register; nothing written
+    BUSY = 7         #: reserved for engine commands (engine cannot accept the command now)
+
+
+@dataclasses.dataclass(frozen=True)
+class Register:
+    """One 32-bit configuration register.
+
+    Only the low ``width`` bits are stored; writes drop the others and reads return them as 0.
+    A read-only register (``access == "ro"``) rejects writes with ``READ_ONLY``.
+    """
+    name: str
+    index: int
+    width: int
+    access: str
+    reset: int
+    doc: str
+
+
+#: Register map. ``reset`` of identification registers is filled in per design by
+#: :func:`identity_registers`; of counters it is 0.
+REGISTERS = (
+    Register("ID_MAGIC", 0x00, 32, "ro", 0, 'b"LOWB" as a little-endian u32 (0x42574F4C)'),
+    Register("ID_VERSION", 0x01, 24, "ro", 0,
+             "protocol version [7:0], design major [15:8], design minor [23:16]"),
+    Register("ID_PARAMS", 0x02, 17, "ro", 0,
+             "lanes [7:0], engine bitmask [15:8], scratchpad in SPRAM [16]"),
+    Register("ID_SCRATCH", 0x03, 32, "ro", 0, "scratchpad size in bytes"),
+    Register("ID_FRAME", 0x04, 16, "ro", 0, "frame buffer size (largest payload) in bytes"),
+    Register("LINK_SKIPPED", 0x05, 16, "ro", 0, "bytes skipped while idle (saturating)"),
+    Register("LINK_ERRORS", 0x06, 16, "ro", 0, "error replies sent (saturating)"),
+    Register("UART_ERRORS", 0x07, 16, "ro", 0,
+             "UART framing errors [7:0], receive overruns [15:8] (saturating)"),
+    Register("MANT_WIDTH", 0x10, 4, "rw", 8, "BFP mantissa width W"),
+    Register("ROUNDING", 0x11, 2, "rw", 0, "rounding mode (hw.common.Rounding)"),
+    Register("EXP_SELECT", 0x12, 2, "rw", 0, "exponent selector: 0 max, 1 fixed, 2 predicted"),
+    Register("FIXED_EXP", 0x13, 8, "rw", 0, "shared exponent used by the fixed selector"),
+    Register("GRAND_MODE", 0x14, 3, "rw", 0,
+             "grand mode: normal, normal-144, trunc 2s, trunc 3s, uniform, raw"),
+    Register("QUANT_FORMAT", 0x15, 2, "rw", 0, "quantiser output: 0 BFP, 1 int8, 2 discrete"),
+    Register("CODE_WIDTH", 0x16, 2, "rw", 2, "discrete code width n (1..3)"),
+    Register("CODE_BOOK0", 0x17, 32, "rw", 0, "code book entries 0..3, one byte each"),
+    Register("CODE_BOOK1", 0x18, 32, "rw", 0, "code book entries 4..7, one byte each"),
+    Register("LUT_SELECT", 0x19, 4, "rw", 0, "transfer table selected for the LUT engine"),
+    Register("PRNG_SEED0", 0x20, 32, "rw", 0, "PRNG seed word 0 (s0[31:0])"),
+    Register("PRNG_SEED1", 0x21, 32, "rw", 0, "PRNG seed word 1 (s0[63:32])"),
+    Register("PRNG_SEED2", 0x22, 32, "rw", 0, "PRNG seed word 2 (s1[31:0])"),
+    Register("PRNG_SEED3", 0x23, 32, "rw", 0, "PRNG seed word 3 (s1[63:32])"),
+)
+REGISTER_BY_NAME = {r.name: r for r in REGISTERS}
+_REGISTER_BY_INDEX = {r.index: r for r in REGISTERS}
+
+#: Engine name -> bit of the IDENTIFY / ID_PARAMS engine bitmask.
+ENGINE_BITS = {"grand": 0, "bfp": 1, "discrete": 2, "quantiser": 3, "lut": 4}
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """The IDENTIFY record (16 bytes, little-endian).
+
+    Layout: ``magic[4], protocol u8, design_major u8, design_minor u8, lanes u8,
+    scratch_bytes u32, frame_bytes u16, engines u8, flags u8`` (flags bit 0: scratchpad in
+    SPRAM).
+    """
+    magic: bytes
+    protocol: int
+    design: tuple
+    lanes: int
+    scratch_bytes: int
+    frame_bytes: int
+    engines: int
+    use_spram: bool
+
+    def to_bytes(self):
+        return (self.magic + bytes([self.protocol, self.design[0], self.design[1], self.lanes])
+                + self.scratch_bytes.to_bytes(4, "little")
+                + self.frame_bytes.to_bytes(2, "little")
+                + bytes([self.engines, int(self.use_spram)]))
+
+    @classmethod
+    def from_bytes(cls, data):
+        data = bytes(data)
+        if len(data) != IDENTITY_BYTES:
+            raise FrameError(f"Identity record must be {IDENTITY_BYTES} bytes, not {len(data)}")
+        return cls(magic=data[0:4], protocol=data[4], design=(data[5], data[6]), lanes=data[7],
+                   scratch_bytes=int.from_bytes(data[8:12], "little"),
+                   frame_bytes=int.from_bytes(data[12:14], "little"), engines=data[14],
+                   use_spram=bool(data[15] & 1))
+
+    @property
+    def engine_names(self):
+        return [name for name, bit in ENGINE_BITS.items() if self.engines >> bit & 1]
+
+
+def identity_registers(identity):
+    """Values of the read-only identification registers of a design, by register name."""
+    return {
+        "ID_MAGIC": int.from_bytes(identity.magic, "little"),
+        "ID_VERSION": identity.protocol | identity.design[0] << 8 | identity.design[1] << 16,
+        "ID_PARAMS": identity.lanes | identity.engines << 8 | int(identity.use_spram) << 16,
+        "ID_SCRATCH": identity.scratch_bytes,
+        "ID_FRAME": identity.frame_bytes,
+    }
+
+
+def _crc_table():
+    table = []
+    for byte in range(256):
+        crc = byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+        table.append(crc)
+    return table
+
+
+_CRC_TABLE = _crc_table()
+
+
+def crc16(data, crc=0xFFFF):
+    """CRC-16/CCITT-FALSE of ``data`` (bytes-like or iterable of ints), continuing from ``crc``.
+
+    >>> hex(crc16(b"123456789"))
+    '0x29b1'
+    """
+    for byte in bytes(data):
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC_TABLE[(crc >> 8) ^ byte]
+    return crc
+
+
+class FrameError(ValueError):
+    """A byte string is not one well-formed frame."""
+
+
+def _encode(sof, code, payload):
+    payload = bytes(payload)
+    if not 0 <= code <= 0xFF:
+        raise ValueError(f"Opcode or status must be a byte, not {code!r}")
+    if len(payload) > MAX_LENGTH:
+        raise ValueError(f"Payload must be at most {MAX_LENGTH} bytes, not {len(payload)}")
+    body = bytes([code]) + len(payload).to_bytes(2, "little") + payload
+    return bytes([sof]) + body + crc16(body).to_bytes(2, "little")
+
+
+def encode_request(opcode, payload=b""):
+    """Request frame bytes for ``opcode`` (int or :class:`Opcode`) and ``payload``."""
+    return _encode(SOF_REQUEST, int(opcode), payload)
+
+
+def encode_reply(status, payload=b""):
+    """Reply frame bytes for ``status`` (int or :class:`Status`) and ``payload``."""
+    return _encode(SOF_REPLY, int(status), payload)
+
+
+def _decode(sof, frame):
+    frame = bytes(frame)
+    if len(frame) < 6:
+        raise FrameError(f"A frame has at least 6 bytes, not {len(frame)}")
+    if frame[0] != sof:
+        raise FrameError(f"Start of frame must be 0x{sof:02X}, not 0x{frame[0]:02X}")
+    n = int.from_bytes(frame[2:4], "little")
+    if len(frame) != n + 6:
+        raise FrameError(f"Length field says {n} payload bytes, frame has {len(frame) - 6}")
+    crc = int.from_bytes(frame[-2:], "little")
+    if crc != crc16(frame[1:-2]):
+        raise FrameError(f"CRC mismatch: frame 0x{crc:04X}, computed 0x{crc16(frame[1:-2]):04X}")
+    return frame[1], frame[4:-2]
+
+
+def decode_request(frame):
+    """``(opcode, payload)`` of one request frame; :class:`FrameError` if malformed."""
+    return _decode(SOF_REQUEST, frame)
+
+
+def decode_reply(frame):
+    """``(status, payload)`` of one reply frame; :class:`FrameError` if malformed."""
+    return _decode(SOF_REPLY, frame)
+
+
+class ReplyParser:
+    """Incremental reply parser for the host side.
+
+    :meth:`feed` takes received bytes and returns the complete replies found so far as
+    ``(status, payload)`` pairs. Bytes before a 0x5A start byte are counted in :attr:`skipped`;
+    a reply with a bad CRC raises :class:`FrameError` (the parser is reset first).
+    """
+
+    def __init__(self):
+        self.skipped = 0
+        self._buf = bytearray()
+
+    @property
+    def pending(self):
+        """Bytes of an incomplete reply held so far."""
+        return len(self._buf)
+
+    def needed(self):
+        """How many more bytes complete the reply in progress (at least 1 when idle)."""
+        if len(self._buf) < 4:
+            return 6 - len(self._buf) if self._buf else 6
+        return int.from_bytes(self._buf[2:4], "little") + 6 - len(self._buf)
+
+    def feed(self, data):
+        replies = []
+        for byte in bytes(data):
+            if not self._buf:
+                if byte != SOF_REPLY:
+                    self.skipped += 1
+                    continue
+            self._buf.append(byte)
+            if len(self._buf) >= 4 and self.needed() == 0:
+                frame, self._buf = bytes(self._buf), bytearray()
+                replies.append(decode_reply(frame))
+        return replies
+
+    def reset(self):
+        self._buf = bytearray()
+
+
+def reg_read_payload(index):
+    return int(index).to_bytes(2, "little")
+
+
+def reg_write_payload(index, value):
+    return int(index).to_bytes(2, "little") + (int(value) & 0xFFFFFFFF).to_bytes(4, "little")
+
+
+def mem_read_payload(addr, count):
+    return int(addr).to_bytes(4, "little") + int(count).to_bytes(2, "little")
+
+
+def mem_write_payload(addr, data):
+    return int(addr).to_bytes(4, "little") + bytes(data)
+
+
+class DeviceModel:
+    """Behavioural reference of the accelerator's host link, byte for byte.
+
+    Feed it the bytes the host sends with :meth:`feed` and model an inter-byte timeout with
+    :meth:`timeout`; both return the reply bytes the device sends. :attr:`scratch` (bytearray)
+    and :attr:`regs` (index -> value) are the device state. UART-level errors (framing,
+    overrun) are not modelled; ``UART_ERRORS`` reads 0.
+
+    Parameters
+    ----------
+    lanes, scratch_bytes, frame_bytes, use_spram, engines : design parameters, as in
+        :class:`hw.top.Accelerator`.
+    """
+
+    def __init__(self, *, lanes=2, scratch_bytes=4096, frame_bytes=512, use_spram=False,
+                 engines=0):
+        self.frame_bytes = frame_bytes
+        self.identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, lanes, scratch_bytes,
+                                 frame_bytes, engines, use_spram)
+        ids = identity_registers(self.identity)
+        self.regs = {r.index: ids.get(r.name, r.reset) for r in REGISTERS}
+        self.scratch = bytearray(scratch_bytes)
+        self.skipped = 0
+        self.errors = 0
+        self._state = "idle"
+        self._buf = bytearray()
+        self._drain = 0
+
+    @property
+    def in_frame(self):
+        """True while the parser is inside a frame (a timeout would produce a reply)."""
+        return self._state != "idle"
+
+    # -- parser ---------------------------------------------------------------------------------
+    def feed(self, data):
+        out = bytearray()
+        for byte in bytes(data):
+            out += self._byte(byte)
+        return bytes(out)
+
+    def timeout(self):
+        """An inter-byte timeout elapsed; returns the reply it causes (may be empty)."""
+        state, self._state, self._buf = self._state, "idle", bytearray()
+        if state == "idle":
+            return b""
+        return self._reply(Status.BAD_LENGTH if state == "drain" else Status.TRUNCATED)
+
+    def _byte(self, byte):
+        if self._state == "idle":
+            if byte == SOF_REQUEST:
+                self._state, self._buf = "frame", bytearray()
+            else:
+                self.skipped = min(self.skipped + 1, 0xFFFF)
+            return b""
+        if self._state == "drain":
+            self._drain -= 1
+            if self._drain == 0:
+                self._state = "idle"
+                return self._reply(Status.BAD_LENGTH)
+            return b""
+        self._buf.append(byte)
+        if len(self._buf) == 3:
+            n = int.from_bytes(self._buf[1:3], "little")
+            if n > self.frame_bytes:
+                self._state, self._drain = "drain", n + 2
+            return b""
+        if len(self._buf) >= 5 and len(self._buf) == int.from_bytes(self._buf[1:3], "little") + 5:
+            frame, self._state, self._buf = bytes(self._buf), "idle", bytearray()
+            if int.from_bytes(frame[-2:], "little") != crc16(frame[:-2]):
+                return self._reply(Status.BAD_CRC)
+            return self._execute(frame[0], frame[3:-2])
+        return b""
+
+    def _reply(self, status, payload=b""):
+        if status != Status.OK:
+            self.errors = min(self.errors + 1, 0xFFFF)
+        return encode_reply(status, payload)
+
+    # -- command execution ----------------------------------------------------------------------
+    def _execute(self, opcode, payload):
+        n = len(payload)
+        size = len(self.scratch)
+        if opcode == Opcode.PING:
+            return self._reply(Status.OK, payload)
+        if opcode == Opcode.IDENTIFY:
+            if n != 0:
+                return self._reply(Status.BAD_LENGTH)
+            return self._reply(Status.OK, self.identity.to_bytes())
+        if opcode in (Opcode.REG_READ, Opcode.REG_WRITE):
+            if n != (2 if opcode == Opcode.REG_READ else 6):
+                return self._reply(Status.BAD_LENGTH)
+            reg = _REGISTER_BY_INDEX.get(int.from_bytes(payload[0:2], "little"))
+            if reg is None:
+                return self._reply(Status.BAD_ADDRESS)
+            if opcode == Opcode.REG_READ:
+                return self._reply(Status.OK, self._read_reg(reg).to_bytes(4, "little"))
+            if reg.access != "rw":
+                return self._reply(Status.READ_ONLY)
+            self.regs[reg.index] = int.from_bytes(payload[2:6], "little") & ((1 << reg.width) - 1)
+            return self._reply(Status.OK)
+        if opcode in (Opcode.MEM_READ, Opcode.MEM_WRITE):
+            if (n != 6) if opcode == Opcode.MEM_READ else (n < 4):
+                return self._reply(Status.BAD_LENGTH)
+            addr = int.from_bytes(payload[0:4], "little")
+            count = int.from_bytes(payload[4:6], "little") if opcode == Opcode.MEM_READ else n - 4
+            if addr >= size:
+                return self._reply(Status.BAD_ADDRESS)
+            if addr + count > size or count > self.frame_bytes:
+                return self._reply(Status.BAD_LENGTH)
+            if opcode == Opcode.MEM_READ:
+                return self._reply(Status.OK, bytes(self.scratch[addr:addr + count]))
+            self.scratch[addr:addr + count] = payload[4:]
+            return self._reply(Status.OK)
+        return self._reply(Status.BAD_OPCODE)
+
+    def _read_reg(self, reg):
+        if reg.name == "LINK_SKIPPED":
+            return self.skipped
+        if reg.name == "LINK_ERRORS":
+            return self.errors
+        return self.regs[reg.index]

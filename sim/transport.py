@@ -1,0 +1,190 @@
+"""A simulated serial port: the real :class:`hw.top.Accelerator` running in Amaranth's simulator.
+
+:class:`SimulatedSerial` has the part of pyserial's ``Serial`` API that the host driver uses
+(``write``, ``read``, ``in_waiting``, ``reset_input_buffer``, ``close``), so the driver runs the
+same code against a board and against the simulated gateware.
+
+Two levels:
+
+- ``level="byte"`` (default, the documented shortcut): the top is built with ``uart=False`` and
+  the testbench drives its request byte stream ``i`` and drains its reply stream ``o``, one byte
+  per cycle at most. The UART is bypassed; everything from the link inward is the real design.
+  The inter-byte timeout still counts ``timeout_bits * divisor`` cycles.
+- ``level="uart"``: the top is built with its UART; the testbench serialises bytes onto ``rx``
+  (8N1, ``divisor`` cycles per bit, optionally off by ``baud_error``) and decodes ``tx`` by
+  mid-bit sampling. Ten bit times per byte: about 120 cycles per byte at divisor 12.
+
+Time is simulated clock cycles. ``read(n, timeout_cycles=...)`` runs the simulation until ``n``
+bytes have arrived or the timeout elapses and returns what arrived (possibly fewer bytes, like
+pyserial). Unlike the golden models in :mod:`sim`, this module imports Amaranth.
+"""
+
+import collections
+
+from amaranth.sim import Simulator
+
+__all__ = ["SimulatedSerial"]
+
+_PERIOD = 1e-6  # simulated seconds per clock cycle (the value is arbitrary)
+
+
+class SimulatedSerial:
+    """Serial-port lookalike connected to a simulated accelerator top.
+
+    Parameters
+    ----------
+    level : str
+        ``"byte"`` (byte-stream shortcut) or ``"uart"`` (bit-level 8N1).
+    baud_error : float
+        Relative error of the host's bit period at UART level (e.g. 0.02 = 2 % slower host;
+        -0.02 = faster). Also applied when decoding ``tx``.
+    timeout_cycles : int
+        Default timeout of :meth:`read`.
+    vcd : str, optional
+        Write a waveform of the whole session to this path (closed by :meth:`close`).
+    **params
+        Keyword parameters of :class:`hw.top.Accelerator` (``uart`` and ``simulation`` are set
+        by the level).
+
+    Attributes
+    ----------
+    top : hw.top.Accelerator
+        The design under simulation.
+    cycles : int
+        Clock cycles simulated so far.
+    leds : int
+        The top's ``leds`` output at the last cycle.
+    """
+
+    def __init__(self, *, level="byte", baud_error=0.0, timeout_cycles=200_000, vcd=None,
+                 **params):
+        from hw.top import Accelerator
+        if level not in ("byte", "uart"):
+            raise ValueError(f"Level must be 'byte' or 'uart', not {level!r}")
+        if not -0.05 <= baud_error <= 0.05:
+            raise ValueError(f"Baud error must be between -0.05 and 0.05, not {baud_error}")
+        self.level = level
+        self.top = Accelerator(uart=(level == "uart"), simulation=True, **params)
+        self.timeout_cycles = timeout_cycles
+        self.cycles = 0
+        self.leds = 0
+        self._time = 0
+        self._tx = collections.deque()   # host -> device
+        self._rx = collections.deque()   # device -> host
+        self._line = collections.deque()  # UART level: rx line levels still to drive
+        self._bit = self.top.divisor * (1.0 + baud_error)
+        self._sim = Simulator(self.top)
+        self._sim.add_clock(_PERIOD)
+        bench = self._byte_bench if level == "byte" else self._uart_bench
+        self._sim.add_testbench(bench, background=True)
+        self._vcd = None
+        if vcd:
+            self._vcd = self._sim.write_vcd(vcd)
+            self._vcd.__enter__()
+        self.is_open = True
+
+    # -- testbenches -----------------------------------------------------------------------
+    async def _byte_bench(self, ctx):
+        i, o = self.top.i, self.top.o
+        ctx.set(o.ready, 1)
+        offered = False
+        async for _, _, i_ready, o_valid, o_payload, leds in ctx.tick().sample(
+                i.ready, o.valid, o.payload, self.top.leds):
+            self.cycles += 1
+            self.leds = leds
+            if offered and i_ready:
+                self._tx.popleft()
+            if o_valid:
+                self._rx.append(o_payload)
+            offered = bool(self._tx)
+            ctx.set(i.valid, offered)
+            if offered:
+                ctx.set(i.payload, self._tx[0])
+
+    async def _uart_bench(self, ctx):
+        top = self.top
+        bit = self._bit
+        out_level = self._line   # line levels still to send, one per cycle
+        t_frac = 0.0
+        # tx decoder: cycles since the start edge was seen, and the next bit to sample.
+        samples = [int((k + 0.5) * bit) for k in range(10)]
+        rx_count = rx_k = -1
+        rx_bits = 0
+        async for _, _, tx, leds in ctx.tick().sample(top.tx, top.leds):
+            self.cycles += 1
+            self.leds = leds
+            if not out_level and self._tx:
+                byte = self._tx.popleft()
+                for lv in [0] + [byte >> k & 1 for k in range(8)] + [1]:
+                    t_frac += bit
+                    n = int(t_frac)
+                    t_frac -= n
+                    out_level.extend([lv] * n)
+            ctx.set(top.rx, out_level.popleft() if out_level else 1)
+            if rx_k < 0:
+                if not tx:
+                    rx_count, rx_k, rx_bits = 0, 0, 0
+                continue
+            rx_count += 1
+            if rx_count != samples[rx_k]:
+                continue
+            if rx_k == 0:
+                rx_k = -1 if tx else 1            # a high start bit is a glitch
+            elif rx_k <= 8:
+                rx_bits |= tx << (rx_k - 1)
+                rx_k += 1
+            else:
+                if tx:
+                    self._rx.append(rx_bits)
+                rx_k = -1
+
+    # -- pyserial-like API -----------------------------------------------------------------
+    def _run(self, cycles):
+        self._time += cycles
+        self._sim.run_until(self._time * _PERIOD)
+
+    def write(self, data):
+        """Queue ``data`` for the device; returns the number of bytes queued."""
+        self._check_open()
+        data = bytes(data)
+        self._tx.extend(data)
+        return len(data)
+
+    def flush(self):
+        """Run until every queued byte has been sent (byte level: taken by the device; UART
+        level: its stop bit driven on ``rx``)."""
+        while self._tx or self._line:
+            self._run(16)
+
+    def read(self, n=1, timeout_cycles=None):
+        """Run until ``n`` bytes arrived or ``timeout_cycles`` passed; return the bytes read."""
+        self._check_open()
+        if timeout_cycles is None:
+            timeout_cycles = self.timeout_cycles
+        deadline = self.cycles + timeout_cycles
+        step = 64 if self.level == "byte" else 16 * self.top.divisor
+        while len(self._rx) < n and self.cycles < deadline:
+            self._run(min(step, deadline - self.cycles))
+        k = min(n, len(self._rx))
+        return bytes(self._rx.popleft() for _ in range(k))
+
+    def idle(self, cycles):
+        """Let ``cycles`` clock cycles pass (e.g. to provoke the inter-byte timeout)."""
+        self._run(cycles)
+
+    @property
+    def in_waiting(self):
+        return len(self._rx)
+
+    def reset_input_buffer(self):
+        self._rx.clear()
+
+    def close(self):
+        if self._vcd is not None:
+            self._vcd.__exit__(None, None, None)
+            self._vcd = None
+        self.is_open = False
+
+    def _check_open(self):
+        if not self.is_open:
+            raise ValueError("The simulated port is closed")

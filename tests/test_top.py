@@ -1,0 +1,285 @@
+"""The accelerator top in Amaranth's simulator against the protocol model, byte for byte.
+
+Most tests drive the link at the byte-stream level (``Accelerator(uart=False)`` through
+``SimulatedSerial(level="byte")``, see sim/transport.py); a few run through the real UART.
+"""
+
+import random
+
+import pytest
+from amaranth.back import rtlil
+
+from hw.registry import build_block
+from hw.top import Accelerator, RegisterHandler, Scratchpad
+from sim import link as L
+from sim.transport import SimulatedSerial
+
+SCRATCH = 256
+FRAME = 64
+TIMEOUT_BITS = 20
+PARAMS = dict(scratch_bytes=SCRATCH, frame_bytes=FRAME, timeout_bits=TIMEOUT_BITS)
+TIMEOUT_CYCLES = TIMEOUT_BITS * 12
+
+
+def make(level="byte", **kw):
+    params = {**PARAMS, **kw}
+    port = SimulatedSerial(level=level, **params)
+    model = L.DeviceModel(scratch_bytes=params["scratch_bytes"],
+                          frame_bytes=params["frame_bytes"],
+                          use_spram=params.get("use_spram", False))
+    return port, model
+
+
+def exchange(port, model, data):
+    """Send ``data`` to both; the device's reply bytes must equal the model's."""
+    expected = model.feed(data)
+    port.write(data)
+    got = port.read(len(expected), timeout_cycles=4000 + _per_byte(port) * (len(data)
+                                                                            + len(expected)))
+    assert got == expected
+    return got
+
+
+def _per_byte(port):
+    return 1 if port.level == "byte" else 10 * port.top.divisor + 2
+
+
+def truncate(port, model, data):
+    """Send a partial frame and wait out the inter-byte timeout."""
+    assert model.feed(data) == b""
+    port.write(data)
+    port.flush()
+    port.idle(TIMEOUT_CYCLES + 50)
+    expected = model.timeout()
+    assert port.read(len(expected), timeout_cycles=100 + _per_byte(port) * (len(expected) + 1)) \
+        == expected
+    return expected
+
+
+def whole_scratchpad(port, size):
+    """The device's whole scratchpad, by MEM_READ (does not change the device state)."""
+    got = bytearray()
+    for addr in range(0, size, FRAME):
+        port.write(L.encode_request(L.Opcode.MEM_READ, L.mem_read_payload(addr, FRAME)))
+        status, body = L.decode_reply(port.read(FRAME + 6, timeout_cycles=4000 + _per_byte(port)
+                                                * (FRAME + 18)))
+        assert status == L.Status.OK
+        got += body
+    return bytes(got)
+
+
+# -- parameters ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw, exc, msg", [
+    (dict(lanes=True), TypeError, "Lane count must be an integer"),
+    (dict(lanes=2.0), TypeError, "Lane count must be an integer"),
+    (dict(lanes=0), ValueError, "Lane count must be an integer between 1 and 32, not 0"),
+    (dict(lanes=33), ValueError, "between 1 and 32, not 33"),
+    (dict(clk_freq="12e6"), TypeError, "Clock frequency must be a number"),
+    (dict(clk_freq=0), ValueError, "Clock frequency must be positive"),
+    (dict(baud=1e6), TypeError, "Baud rate must be an integer"),
+    (dict(baud=0), ValueError, "Baud rate must be a positive integer"),
+    (dict(baud=4_000_000), ValueError, "too fast"),
+    (dict(scratch_bytes=4096.0), TypeError, "Scratchpad size must be an integer"),
+    (dict(scratch_bytes=1000), ValueError, "power of two between 64 and 65536, not 1000"),
+    (dict(scratch_bytes=32), ValueError, "power of two"),
+    (dict(scratch_bytes=131072), ValueError, "power of two"),
+    (dict(use_spram=True, scratch_bytes=4096), ValueError, "SPRAM scratchpad size must be"),
+    (dict(use_spram=1), TypeError, "use_spram must be a bool"),
+    (dict(frame_bytes=15), ValueError, "Frame buffer size must be an integer between 16"),
+    (dict(frame_bytes=4097), ValueError, "between 16 and 4096, not 4097"),
+    (dict(frame_bytes=False), TypeError, "Frame buffer size must be an integer"),
+    (dict(timeout_bits=9), ValueError, "Timeout in bit times must be an integer between 10"),
+    (dict(timeout_bits=100.0), TypeError, "Timeout in bit times must be an integer"),
+    (dict(uart=0), TypeError, "uart must be a bool"),
+    (dict(simulation="yes"), TypeError, "simulation must be a bool"),
+])
+def test_parameter_validation(kw, exc, msg):
+    with pytest.raises(exc, match=msg):
+        Accelerator(**kw)
+
+
+def _unused(component):
+    component._MustUse__silence = True   # built to inspect its interface, not elaborated
+    return component
+
+
+def test_defaults_and_properties():
+    top = _unused(build_block("top"))
+    assert (top.divisor, top.lanes, top.scratch_bytes, top.frame_bytes) == (12, 2, 4096, 512)
+    assert hasattr(top, "rx") and hasattr(top, "tx") and len(top.leds) == 2
+    assert _unused(Accelerator(use_spram=True)).scratch_bytes == 131072
+    bytes_top = _unused(Accelerator(uart=False))
+    assert hasattr(bytes_top, "i") and not hasattr(bytes_top, "rx")
+    regs = _unused(RegisterHandler(top.identity))
+    assert {"mant_width", "rounding", "prng_seed0", "exp_select"} <= set(regs.signature.members)
+    assert regs.signature.members["mant_width"].init == 8
+
+
+def test_spram_is_an_instance_for_synthesis():
+    text = rtlil.convert(Scratchpad(size=65536, use_spram=True))
+    assert text.count("SB_SPRAM256KA") == 2
+    assert "SB_SPRAM256KA" not in rtlil.convert(Scratchpad(size=32768, use_spram=True,
+                                                           simulation=True))
+
+
+# -- every opcode -------------------------------------------------------------------------------
+
+def test_every_opcode_matches_model():
+    port, model = make()
+    rq = L.encode_request
+    exchange(port, model, rq(L.Opcode.PING))
+    exchange(port, model, rq(L.Opcode.PING, bytes(range(FRAME))))
+    got = exchange(port, model, rq(L.Opcode.IDENTIFY))
+    ident = L.Identity.from_bytes(L.decode_reply(got)[1])
+    assert (ident.magic, ident.scratch_bytes, ident.frame_bytes, ident.lanes) == \
+        (b"LOWB", SCRATCH, FRAME, 2)
+    exchange(port, model, rq(L.Opcode.IDENTIFY, b"x"))                  # BAD_LENGTH
+    for reg in L.REGISTERS:
+        exchange(port, model, rq(L.Opcode.REG_READ, L.reg_read_payload(reg.index)))
+        exchange(port, model, rq(L.Opcode.REG_WRITE, L.reg_write_payload(reg.index, 0xA5C3F00F)))
+        got = exchange(port, model, rq(L.Opcode.REG_READ, L.reg_read_payload(reg.index)))
+        value = int.from_bytes(L.decode_reply(got)[1], "little")
+        if reg.access == "rw":
+            assert value == 0xA5C3F00F & ((1 << reg.width) - 1)
+    exchange(port, model, rq(L.Opcode.REG_READ, L.reg_read_payload(0x0F)))   # BAD_ADDRESS
+    exchange(port, model, rq(L.Opcode.REG_WRITE, b"\x10\x00\x01"))          # BAD_LENGTH
+    exchange(port, model, rq(L.Opcode.MEM_WRITE, L.mem_write_payload(5, b"\x01\x02\x03")))
+    exchange(port, model, rq(L.Opcode.MEM_WRITE, L.mem_write_payload(SCRATCH - 1, b"\xEE")))
+    exchange(port, model, rq(L.Opcode.MEM_WRITE, L.mem_write_payload(7, b"")))
+    exchange(port, model, rq(L.Opcode.MEM_READ, L.mem_read_payload(0, 12)))
+    exchange(port, model, rq(L.Opcode.MEM_READ, L.mem_read_payload(SCRATCH - 3, 3)))
+    exchange(port, model, rq(L.Opcode.MEM_READ, L.mem_read_payload(4, 0)))
+    for opcode in (0x00, 0x03, 0x12, 0x22, 0x40, 0x7F, 0xFF):
+        exchange(port, model, rq(opcode, b"abc"))                       # BAD_OPCODE
+    assert model.scratch[5:8] == b"\x01\x02\x03"
+    # The counters are registers too: the error replies so far were counted.
+    got = exchange(port, model, rq(L.Opcode.REG_READ, L.reg_read_payload(0x06)))
+    assert int.from_bytes(L.decode_reply(got)[1], "little") == model.errors > 10
+    port.idle(50)
+    assert port.in_waiting == 0
+
+
+# -- robustness ---------------------------------------------------------------------------------
+
+def _garbage(rng, n):
+    return bytes(rng.choice([b for b in range(256) if b != L.SOF_REQUEST]) for _ in range(n))
+
+
+def _bad_frames(rng):
+    """(kind, bytes) of every kind of bad input, with a random good frame among them."""
+    rq = L.encode_request
+    addr = rng.randrange(SCRATCH)
+    data = bytes(rng.randrange(256) for _ in range(rng.randrange(1, FRAME - 4)))
+    good = rq(L.Opcode.MEM_WRITE, L.mem_write_payload(addr, data[:SCRATCH - addr]))
+    flipped = bytearray(good)
+    flipped[rng.randrange(1, len(good))] ^= 1 << rng.randrange(8)
+    return [
+        ("garbage", _garbage(rng, rng.randrange(1, 8))),
+        ("bad_crc", bytes(flipped)),
+        ("bad_opcode", rq(rng.choice([0x05, 0x30, 0x41, 0x99]), data[:8])),
+        ("bad_address", rq(L.Opcode.MEM_WRITE, L.mem_write_payload(SCRATCH + addr, data))),
+        ("bad_address_huge", rq(L.Opcode.MEM_READ, L.mem_read_payload(0xFFFFFFFF, 1))),
+        ("past_end", rq(L.Opcode.MEM_WRITE, L.mem_write_payload(SCRATCH - 2, data[:3] + b"xy"))),
+        ("read_past_end", rq(L.Opcode.MEM_READ, L.mem_read_payload(SCRATCH - 4, 5))),
+        ("read_too_long", rq(L.Opcode.MEM_READ, L.mem_read_payload(0, FRAME + 1))),
+        ("short_payload", rq(L.Opcode.MEM_WRITE, b"\x01\x00")),
+        ("read_only", rq(L.Opcode.REG_WRITE, L.reg_write_payload(0x00, 1))),
+        ("oversized", bytes([L.SOF_REQUEST, L.Opcode.PING]) + (FRAME + 1).to_bytes(2, "little")
+         + _garbage(rng, FRAME + 3)),
+        ("good", good),
+    ]
+
+
+@pytest.mark.parametrize("seed, level", [
+    (1, "byte"), (2, "byte"),
+    *[pytest.param(seed, "byte", marks=pytest.mark.slow) for seed in range(3, 11)],
+    pytest.param(11, "uart", marks=pytest.mark.slow),
+])
+def test_robustness_against_model(seed, level):
+    """Garbage, bad CRCs, bad opcodes, bad addresses and lengths, truncated frames: each gets
+    the model's reply or is skipped, the next good command works, and the scratchpad equals
+    the model's, i.e. nothing outside the addressed regions of good writes changed."""
+    rng = random.Random(seed)
+    port, model = make(level)
+    init = bytes(rng.randrange(256) for _ in range(SCRATCH))
+    for addr in range(0, SCRATCH, FRAME - 4):
+        exchange(port, model, L.encode_request(
+            L.Opcode.MEM_WRITE, L.mem_write_payload(addr, init[addr:addr + FRAME - 4])))
+    events = _bad_frames(rng) * 2
+    rng.shuffle(events)
+    for kind, data in events:
+        before = bytes(model.scratch)
+        exchange(port, model, data)
+        if kind != "good":
+            assert model.scratch == before, kind
+        if model.in_frame:
+            # A corrupted length field left the frame open: the host waits out the timeout.
+            truncate(port, model, b"")
+        if rng.random() < 0.3:
+            cut = rng.randrange(1, 9)
+            truncate(port, model, L.encode_request(L.Opcode.MEM_WRITE,
+                                                   L.mem_write_payload(0, b"\0" * 8))[:cut])
+        # The link resynchronised: a good PING right after works.
+        got = exchange(port, model, L.encode_request(L.Opcode.PING, kind.encode()))
+        assert L.decode_reply(got) == (L.Status.OK, kind.encode())
+    assert whole_scratchpad(port, SCRATCH) == bytes(model.scratch)
+    for name in ("LINK_SKIPPED", "LINK_ERRORS"):
+        exchange(port, model, L.encode_request(
+            L.Opcode.REG_READ, L.reg_read_payload(L.REGISTER_BY_NAME[name].index)))
+    assert model.skipped > 0 and model.errors > 0
+    port.idle(50)
+    assert port.in_waiting == 0
+
+
+def test_truncated_and_drained_frames():
+    port, model = make()
+    rq = L.encode_request
+    frame = rq(L.Opcode.MEM_WRITE, L.mem_write_payload(10, b"0123456789"))
+    for cut in (1, 2, 3, 4, 9, len(frame) - 1):
+        assert L.decode_reply(truncate(port, model, frame[:cut]))[0] == L.Status.TRUNCATED
+    # An oversized length is drained: len + 2 bytes, or until the timeout.
+    header = bytes([L.SOF_REQUEST, L.Opcode.PING]) + (1000).to_bytes(2, "little")
+    assert L.decode_reply(truncate(port, model, header + b"\x00" * 7))[0] == L.Status.BAD_LENGTH
+    big = bytes([L.SOF_REQUEST, L.Opcode.PING]) + (FRAME + 100).to_bytes(2, "little")
+    exchange(port, model, big + bytes([L.SOF_REQUEST]) * (FRAME + 102))
+    # SOF inside garbage starts a frame that times out; afterwards all is well again.
+    truncate(port, model, b"\x00\x11" + bytes([L.SOF_REQUEST]) + b"\x22")
+    exchange(port, model, frame)
+    assert whole_scratchpad(port, SCRATCH) == bytes(model.scratch)
+    assert model.scratch[10:20] == b"0123456789"
+
+
+def test_leds():
+    port, _ = make()
+    port.write(L.encode_request(0x99))
+    port.read(6, timeout_cycles=2000)
+    assert port.leds == 0b11          # activity and error
+    port.write(L.encode_request(L.Opcode.PING))
+    port.read(6, timeout_cycles=2000)
+    assert port.leds == 0b01          # an OK reply clears the error LED
+
+
+def test_spram_scratchpad_across_banks():
+    port, model = make(use_spram=True, scratch_bytes=65536)
+    data = bytes(range(40, 60))
+    for addr in (32760, 65536 - len(data), 0):
+        exchange(port, model, L.encode_request(L.Opcode.MEM_WRITE,
+                                               L.mem_write_payload(addr, data)))
+    for addr in (32752, 65536 - 32, 0, 32767):
+        exchange(port, model, L.encode_request(L.Opcode.MEM_READ, L.mem_read_payload(addr, 32)))
+    exchange(port, model, L.encode_request(L.Opcode.MEM_READ, L.mem_read_payload(65536, 1)))
+
+
+# -- through the real UART ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("baud_error", [-0.02, 0.02])
+def test_uart_level_commands(baud_error):
+    """1 Mbaud at 12 MHz (divisor 12) with the host's clock 2 % off either way."""
+    port = SimulatedSerial(level="uart", baud_error=baud_error, **PARAMS)
+    model = L.DeviceModel(scratch_bytes=SCRATCH, frame_bytes=FRAME)
+    rq = L.encode_request
+    exchange(port, model, rq(L.Opcode.PING, b"\x00\xff\x55\xaa" + bytes([L.SOF_REQUEST])))
+    exchange(port, model, rq(L.Opcode.MEM_WRITE, L.mem_write_payload(3, b"\x80\x01")))
+    exchange(port, model, b"\x13\x37" + rq(L.Opcode.MEM_READ, L.mem_read_payload(2, 4)))
+    exchange(port, model, rq(L.Opcode.REG_READ, L.reg_read_payload(0x07)))  # no UART errors

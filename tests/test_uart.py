@@ -1,0 +1,179 @@
+"""8N1 UART receiver and transmitter in Amaranth's simulator."""
+
+import random
+
+import pytest
+from amaranth.hdl import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from hw.registry import build_block
+from hw.uart import UART, UARTReceiver, UARTTransmitter, uart_divisor
+from sim.harness import run_stream
+
+
+@pytest.mark.parametrize("args, exc, msg", [
+    ((12e6, True), TypeError, "Baud rate must be an integer"),
+    ((12e6, 115200.0), TypeError, "Baud rate must be an integer"),
+    ((12e6, 0), ValueError, "Baud rate must be a positive integer, not 0"),
+    (("12e6", 9600), TypeError, "Clock frequency must be a number"),
+    ((True, 9600), TypeError, "Clock frequency must be a number"),
+    ((-1, 9600), ValueError, "Clock frequency must be positive"),
+    ((12e6, 4_000_000), ValueError, "divisor 3 is below 4"),
+])
+def test_divisor_validation(args, exc, msg):
+    with pytest.raises(exc, match=msg):
+        uart_divisor(*args)
+
+
+@pytest.mark.parametrize("cls", [UARTReceiver, UARTTransmitter])
+def test_component_divisor_validation(cls):
+    with pytest.raises(TypeError, match="Divisor must be an integer, not 12.0"):
+        cls(12.0)
+    with pytest.raises(TypeError, match="Divisor must be an integer"):
+        cls(True)
+    with pytest.raises(ValueError, match="Divisor must be an integer of at least 4, not 3"):
+        cls(3)
+
+
+def test_divisor_rounding():
+    assert uart_divisor(12e6, 1_000_000) == 12
+    assert uart_divisor(12_000_000, 115200) == 104            # 104.17
+    assert uart_divisor(48e6, 1_000_000) == 48
+    assert uart_divisor(12e6, 923_077) == 13                  # 12.9999...
+    uart = build_block("uart", baud=2_000_000)
+    uart._MustUse__silence = True
+    assert (uart.divisor, uart.baud, uart.clk_freq) == (6, 2_000_000, 12e6)
+
+
+class Loopback(wiring.Component):
+    """A UART whose tx drives its own rx."""
+    i: In(stream.Signature(8))
+    o: Out(stream.Signature(8))
+
+    def __init__(self, baud):
+        self.uart = UART(clk_freq=12e6, baud=baud)
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.uart = self.uart
+        m.d.comb += self.uart.rx.eq(self.uart.tx)
+        wiring.connect(m, wiring.flipped(self.i), self.uart.i)
+        wiring.connect(m, self.uart.o, wiring.flipped(self.o))
+        return m
+
+
+@pytest.mark.parametrize("baud", [3_000_000, 2_400_000, 1_000_000, 923_077])   # divisors 4,5,12,13
+def test_loopback(baud):
+    rng = random.Random(baud)
+    data = [0x00, 0xFF, 0x55, 0xAA, 0x01, 0x80] + [rng.randrange(256) for _ in range(10)]
+    dut = Loopback(baud)
+    out = run_stream(dut, {"i": data}, {"o": len(data)}, valid_prob=0.7, ready_prob=0.9,
+                     seed=baud, max_cycles=20 * 14 * len(data))
+    assert out["o"] == data
+
+
+def _levels(data, bit, stop_bits=None):
+    """Line levels per cycle for bytes ``data`` at a (fractional) bit period, back to back."""
+    levels, t = [], 0.0
+    for k, byte in enumerate(data):
+        stop = 1 if stop_bits is None else stop_bits[k]
+        for lv in [0] + [byte >> j & 1 for j in range(8)] + [stop]:
+            t += bit
+            levels.extend([lv] * (int(t) - (len(levels))))
+    return levels + [1] * 3 * int(bit)
+
+
+def _run_rx(levels, divisor=12, ready=True):
+    dut = UARTReceiver(divisor)
+    got, framing, overrun = [], [0], [0]
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, ready)
+        for lv in levels:
+            ctx.set(dut.rx, lv)
+            _, _, valid, payload, fe, ov = await ctx.tick().sample(
+                dut.o.valid, dut.o.payload, dut.framing_error, dut.overrun)
+            if valid and ready:
+                got.append(payload)
+            framing[0] += fe
+            overrun[0] += ov
+        if not ready:
+            got.append(ctx.get(dut.o.payload) if ctx.get(dut.o.valid) else None)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return got, framing[0], overrun[0]
+
+
+@pytest.mark.parametrize("error", [-0.02, 0.0, 0.02])
+def test_rx_baud_mismatch(error):
+    """Divisor 12 (1 Mbaud at 12 MHz): a sender 2 % fast or slow, bytes back to back."""
+    rng = random.Random(7)
+    data = [0x00, 0xFF, 0x7F, 0xFE, 0x55] + [rng.randrange(256) for _ in range(15)]
+    got, framing, overrun = _run_rx(_levels(data, 12 * (1 + error)))
+    assert (got, framing, overrun) == (data, 0, 0)
+
+
+def test_rx_framing_error_glitch_and_recovery():
+    # A byte with a low stop bit is dropped and flagged; once the line has been idle the next
+    # byte arrives (back to back, the start bit after a low stop bit is ambiguous).
+    levels = _levels([0x3C, 0x81], 12, stop_bits=[1, 0]) + _levels([0x42], 12)
+    got, framing, _ = _run_rx(levels)
+    assert (got, framing) == ([0x3C, 0x42], 1)
+    # A low pulse shorter than half a bit is not a start bit.
+    levels = [1] * 20 + [0] * 3 + [1] * 30 + _levels([0x99], 12)
+    assert _run_rx(levels) == ([0x99], 0, 0)
+    # A break (line low for many bit times) is one framing error, then reception resumes.
+    levels = [1] * 10 + [0] * 300 + [1] * 30 + _levels([0x5A], 12)
+    assert _run_rx(levels) == ([0x5A], 1, 0)
+
+
+def test_rx_overrun():
+    """With nobody reading, the first byte is held (stream rule) and later ones overrun."""
+    got, framing, overrun = _run_rx(_levels([0x11, 0x22, 0x33], 12), ready=False)
+    assert (got, framing, overrun) == ([0x11], 0, 2)
+
+
+@pytest.mark.parametrize("error", [-0.02, 0.02])
+def test_tx_against_mismatched_receiver(error):
+    """The transmitter's frames decode at a receiver whose clock is 2 % off."""
+    rng = random.Random(3)
+    data = [0x00, 0xFF] + [rng.randrange(256) for _ in range(10)]
+    dut = UARTTransmitter(12)
+    bit = 12 * (1 + error)
+    samples = [int((k + 0.5) * bit) for k in range(10)]
+    got = []
+
+    async def feeder(ctx):
+        for byte in data:
+            ctx.set(dut.i.payload, byte)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+
+    async def receiver(ctx):
+        line = []
+        for _ in range(len(data) * 10 * 12 + 100):
+            _, _, tx = await ctx.tick().sample(dut.tx)
+            line.append(tx)
+        t = 0
+        while t < len(line) and len(got) < len(data):
+            if line[t]:
+                t += 1
+                continue
+            bits = [line[t + s] for s in samples]
+            assert bits[0] == 0 and bits[9] == 1, "framing error at the receiver"
+            got.append(sum(b << k for k, b in enumerate(bits[1:9])))
+            t += samples[9]     # resume looking for a start edge after the stop sample
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(feeder, background=True)
+    sim.add_testbench(receiver)
+    sim.run()
+    assert got == data

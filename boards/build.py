@@ -14,7 +14,9 @@ import time
 import zlib
 from pathlib import Path
 
+from amaranth.build import ResourceError
 from amaranth.hdl import Elaboratable, Module
+from amaranth.lib import io
 
 from .profiles import get_board
 from .toolchain import DEVICES, ToolchainError, parse_nextpnr_report, setup_toolchain_env
@@ -64,19 +66,19 @@ class BoardTop(Elaboratable):
         from hw.top import Accelerator
         m = Module()
         m.submodules.accel = accel = Accelerator(**self.params)
-        uart = platform.request("uart", 0)
-        m.d.comb += [
-            accel.rx.eq(uart.rx.i),
-            uart.tx.o.eq(accel.tx),
-        ]
-        leds = []
+        # Every subsignal raw (dir="-"): some boards' UARTs also carry rts/dtr.
+        dirs = {sub.name: "-" for sub in platform.lookup("uart", 0).ios}
+        uart = platform.request("uart", 0, dir=dirs)
+        m.submodules.rx_buffer = rx = io.Buffer("i", uart.rx)
+        m.submodules.tx_buffer = tx = io.Buffer("o", uart.tx)
+        m.d.comb += [accel.rx.eq(rx.i), tx.o.eq(accel.tx)]
         for i in range(len(accel.leds)):
             try:
-                leds.append(platform.request("led", i))
-            except Exception:
+                led = platform.request("led", i, dir="-")
+            except ResourceError:
                 break
-        for i, led in enumerate(leds):
-            m.d.comb += led.o.eq(accel.leds[i])
+            m.submodules[f"led_buffer_{i}"] = buf = io.Buffer("o", led)
+            m.d.comb += buf.o.eq(accel.leds[i])
         return m
 
 

@@ -32,6 +32,7 @@ from sim.link import (
     identity_registers,
 )
 
+from .engines import LUTHandler
 from .link import CommandSignature, Dispatcher, HostLink, PingHandler, _check_int
 from .uart import UARTReceiver, UARTTransmitter, quiet_on_error, uart_divisor
 
@@ -502,6 +503,9 @@ class Accelerator(wiring.Component):
         Frame buffer size = largest payload of a request and of a MEM_READ reply, 16 to 4096.
     timeout_bits : int
         Inter-byte timeout inside a frame, in bit times (10 to 1000000).
+    lut_tables : int
+        Byte tables of the transfer-LUT engine (LUT_WRITE / LUT_APPLY), 0 to 64; 0 leaves
+        the engine out.
     uart : bool
         With ``True`` (default) the ports are ``rx`` / ``tx``. With ``False`` the UART is left
         out and the link's byte streams are the ports ``i`` / ``o`` (the simulation shortcut:
@@ -532,7 +536,7 @@ class Accelerator(wiring.Component):
 
     @quiet_on_error
     def __init__(self, *, clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None,
-                 use_spram=False, frame_bytes=512, timeout_bits=10_000, uart=True,
+                 use_spram=False, frame_bytes=512, timeout_bits=10_000, lut_tables=4, uart=True,
                  simulation=False):
         self._divisor = uart_divisor(clk_freq, baud)
         self._clk_freq = clk_freq
@@ -546,7 +550,8 @@ class Accelerator(wiring.Component):
         self._timeout_bits = _check_int("Timeout in bit times", timeout_bits, 10, 1_000_000)
         self._uart = _check_bool("uart", uart)
         self._simulation = _check_bool("simulation", simulation)
-        self._engines = 0
+        self._lut_tables = _check_int("LUT table count", lut_tables, 0, 64)
+        self._engines = (1 << ENGINE_BITS["lut"]) if lut_tables else 0
         self._identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, self._lanes,
                                   self._scratch_bytes, self._frame_bytes, self._engines,
                                   self._use_spram)
@@ -568,6 +573,7 @@ class Accelerator(wiring.Component):
     uart = property(lambda self: self._uart)
     simulation = property(lambda self: self._simulation)
     identity = property(lambda self: self._identity)
+    lut_tables = property(lambda self: self._lut_tables)
 
     @property
     def engine_names(self):
@@ -575,8 +581,11 @@ class Accelerator(wiring.Component):
 
     def dispatch_table(self):
         """Rows of the dispatcher: opcode groups, one handler each (engines append rows)."""
-        return [(Opcode.PING,), (Opcode.IDENTIFY,), (Opcode.REG_READ, Opcode.REG_WRITE),
-                (Opcode.MEM_READ, Opcode.MEM_WRITE)]
+        table = [(Opcode.PING,), (Opcode.IDENTIFY,), (Opcode.REG_READ, Opcode.REG_WRITE),
+                 (Opcode.MEM_READ, Opcode.MEM_WRITE)]
+        if self._lut_tables:
+            table.append((Opcode.LUT_WRITE, Opcode.LUT_APPLY))
+        return table
 
     def elaborate(self, platform):
         m = Module()
@@ -594,8 +603,12 @@ class Accelerator(wiring.Component):
         m.submodules.memory = mem = MemoryHandler(size=self._scratch_bytes,
                                                   frame_bytes=self._frame_bytes,
                                                   addr_width=scratch.addr_width)
+        handlers = [ping, ident, regs, mem]
+        if self._lut_tables:
+            m.submodules.lut = lut = LUTHandler(lanes=self._lanes, tables=self._lut_tables)
+            handlers.append(lut)
         wiring.connect(m, link.command, dispatch.command)
-        for k, handler in enumerate((ping, ident, regs, mem)):
+        for k, handler in enumerate(handlers):
             wiring.connect(m, getattr(dispatch, f"handler_{k}"), handler.command)
         wiring.connect(m, mem.mem, scratch.port)
 

@@ -66,6 +66,8 @@ class Opcode(enum.IntEnum):
     REG_WRITE = 0x11  #: payload: index u16, value u32; reply: empty
     MEM_READ = 0x20   #: payload: byte address u32, count u16; reply: count bytes
     MEM_WRITE = 0x21  #: payload: byte address u32, data; reply: empty
+    LUT_WRITE = 0x48  #: payload: table u8, start u8, entries; reply: empty
+    LUT_APPLY = 0x49  #: payload: table u8, codes; reply: table[code] per code
 
 
 #: Opcodes reserved for engine commands (answered BAD_OPCODE until an engine claims them).
@@ -325,13 +327,20 @@ class DeviceModel:
 
     Parameters
     ----------
-    lanes, scratch_bytes, frame_bytes, use_spram, engines : design parameters, as in
+    lanes, scratch_bytes, frame_bytes, use_spram, lut_tables : design parameters, as in
         :class:`hw.top.Accelerator`.
+    engines : int, optional
+        Engine bitmask of the identity record; default: derived from the parameters.
     """
 
     def __init__(self, *, lanes=2, scratch_bytes=4096, frame_bytes=512, use_spram=False,
-                 engines=0):
+                 lut_tables=4, engines=None):
+        if engines is None:
+            engines = (1 << ENGINE_BITS["lut"]) if lut_tables else 0
         self.frame_bytes = frame_bytes
+        self.lut_tables = lut_tables
+        #: Byte tables of the LUT engine, ``luts[table][code]`` (power-on contents are 0).
+        self.luts = [bytearray(256) for _ in range(lut_tables)]
         self.identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, lanes, scratch_bytes,
                                  frame_bytes, engines, use_spram)
         ids = identity_registers(self.identity)
@@ -428,7 +437,24 @@ class DeviceModel:
                 return self._reply(Status.OK, bytes(self.scratch[addr:addr + count]))
             self.scratch[addr:addr + count] = payload[4:]
             return self._reply(Status.OK)
+        if opcode in (Opcode.LUT_WRITE, Opcode.LUT_APPLY) and self.lut_tables:
+            return self._execute_lut(opcode, payload)
         return self._reply(Status.BAD_OPCODE)
+
+    def _execute_lut(self, opcode, payload):
+        n = len(payload)
+        if n < (1 if opcode == Opcode.LUT_APPLY else 2):
+            return self._reply(Status.BAD_LENGTH)
+        table = payload[0]
+        if table >= self.lut_tables:
+            return self._reply(Status.BAD_ADDRESS)
+        if opcode == Opcode.LUT_APPLY:
+            return self._reply(Status.OK, bytes(self.luts[table][c] for c in payload[1:]))
+        start, entries = payload[1], payload[2:]
+        if start + len(entries) > 256:
+            return self._reply(Status.BAD_LENGTH)
+        self.luts[table][start:start + len(entries)] = entries
+        return self._reply(Status.OK)
 
     def _read_reg(self, reg):
         if reg.name == "LINK_SKIPPED":

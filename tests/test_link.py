@@ -131,7 +131,10 @@ def test_decode_errors():
 
 def test_tables_are_consistent():
     assert len({s.value for s in L.Status}) == len(L.Status)
-    assert not set(L.Opcode) & set(L.ENGINE_OPCODES)
+    core = {L.Opcode.PING, L.Opcode.IDENTIFY, L.Opcode.REG_READ, L.Opcode.REG_WRITE,
+            L.Opcode.MEM_READ, L.Opcode.MEM_WRITE}
+    assert not core & set(L.ENGINE_OPCODES)
+    assert set(L.Opcode) - core <= set(L.ENGINE_OPCODES)
     indices = [r.index for r in L.REGISTERS]
     assert len(set(indices)) == len(indices) and all(0 < r.width <= 32 for r in L.REGISTERS)
     assert all(r.reset < 1 << r.width for r in L.REGISTERS)

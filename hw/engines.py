@@ -1,0 +1,168 @@
+"""Engine command handlers of the accelerator top: host commands that stream through an engine.
+
+Each handler sits on a :class:`hw.link.Dispatcher` row and speaks the
+:class:`hw.link.CommandSignature` protocol: it takes the command, reads the request payload from
+``arg``, answers one ``resp`` (status, reply length) and then exactly that many ``data`` bytes.
+Every check happens before the first side effect, so a rejected command changes nothing.
+The protocol of each command is in ``docs/protocol.md`` and modelled by
+:class:`sim.link.DeviceModel`.
+"""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In
+
+from sim.link import Opcode, Status
+
+from .link import CommandSignature, _check_int
+from .lut import TransferLUT
+from .uart import quiet_on_error
+
+__all__ = ["LUTHandler"]
+
+
+class LUTHandler(wiring.Component):
+    """LUT_WRITE / LUT_APPLY through a :class:`hw.lut.TransferLUT` (byte tables).
+
+    ``LUT_WRITE`` payload: table u8, start u8, then ``n`` entries; writes entries
+    ``start .. start+n-1`` of byte table ``table``. Checks, in order: payload shorter than 2 ->
+    ``BAD_LENGTH``; ``table >= tables`` -> ``BAD_ADDRESS``; ``start + n > 256`` ->
+    ``BAD_LENGTH``. ``LUT_APPLY`` payload: table u8, then ``n`` codes; the reply is the ``n``
+    looked-up bytes, ``table[code]`` with the code as uint8. Checks: empty payload ->
+    ``BAD_LENGTH``; ``table >= tables`` -> ``BAD_ADDRESS``.
+
+    Codes go through the engine ``lanes`` at a time (the last beat may be partial), so the
+    engine is the same one a layer program uses.
+
+    Parameters
+    ----------
+    lanes : int
+        Engine lanes, 1..32.
+    tables : int
+        Resident byte tables, 1..64.
+
+    Members
+    -------
+    command : In(CommandSignature())
+    """
+
+    @quiet_on_error
+    def __init__(self, *, lanes=2, tables=4):
+        _check_int("Lane count", lanes, 1, 32)
+        _check_int("LUT table count", tables, 1, 64)
+        self._lanes = lanes
+        self._tables = tables
+        super().__init__({"command": In(CommandSignature())})
+
+    lanes = property(lambda self: self._lanes)
+    tables = property(lambda self: self._tables)
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.command
+        lanes = self._lanes
+        m.submodules.lut = lut = TransferLUT(lanes=lanes, tables=self._tables, wide_tables=0)
+
+        applying = Signal()
+        length = Signal(16)
+        table = Signal(8)
+        start = Signal(8)
+        status = Signal(8)
+        left = Signal(16)          # payload bytes (codes / entries) still to handle
+        addr = Signal(9)
+        beat = Signal(lut.i.payload.code.shape())
+        fill = Signal(range(lanes + 1))   # codes gathered into ``beat``
+        out = Signal(lut.o.payload.shape())
+        avail = Signal(range(lanes + 1))  # looked-up bytes of ``out`` not yet sent
+        pos = Signal(range(lanes))
+
+        m.d.comb += [
+            lut.i_write.payload.wide.eq(0),
+            lut.i_write.payload.table.eq(table),
+            lut.i_write.payload.addr.eq(addr),
+            lut.i_write.payload.data.eq(c.arg.payload),
+            lut.i.payload.table.eq(table),
+            lut.i.payload.code.eq(beat),
+        ]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += c.cmd.ready.eq(1)
+                with m.If(c.cmd.valid):
+                    is_apply = c.cmd.payload.opcode == Opcode.LUT_APPLY
+                    n = c.cmd.payload.length
+                    m.d.sync += [applying.eq(is_apply), length.eq(n), status.eq(Status.OK)]
+                    with m.If(Mux(is_apply, n >= 1, n >= 2)):
+                        m.next = "TABLE"
+                    with m.Else():
+                        m.d.sync += status.eq(Status.BAD_LENGTH)
+                        m.next = "RESP"
+            with m.State("TABLE"):
+                m.d.comb += c.arg.ready.eq(1)
+                with m.If(c.arg.valid):
+                    m.d.sync += table.eq(c.arg.payload)
+                    m.next = "CHECK"
+                    with m.If(~applying):
+                        m.next = "START"
+            with m.State("START"):
+                m.d.comb += c.arg.ready.eq(1)
+                with m.If(c.arg.valid):
+                    m.d.sync += start.eq(c.arg.payload)
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                n = Mux(applying, length - 1, length - 2)
+                m.d.sync += [left.eq(n), addr.eq(start), fill.eq(0), avail.eq(0), pos.eq(0)]
+                m.next = "RESP"
+                with m.If(table >= self._tables):
+                    m.d.sync += status.eq(Status.BAD_ADDRESS)
+                with m.Elif(~applying & (start + n > 256)):
+                    m.d.sync += status.eq(Status.BAD_LENGTH)
+                with m.Elif(~applying):
+                    m.next = "WRITE"
+            with m.State("WRITE"):
+                with m.If(left == 0):
+                    m.next = "RESP"
+                with m.Else():
+                    # i_write is always ready; one entry per arg byte.
+                    m.d.comb += [c.arg.ready.eq(1), lut.i_write.valid.eq(c.arg.valid)]
+                    with m.If(c.arg.valid):
+                        m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+            with m.State("RESP"):
+                reply = (status == Status.OK) & applying
+                m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
+                             c.resp.payload.length.eq(Mux(reply, left, 0))]
+                with m.If(c.resp.ready):
+                    m.next = "IDLE"
+                    with m.If(reply & (left != 0)):
+                        m.next = "GATHER"
+            with m.State("GATHER"):
+                # Collect up to ``lanes`` codes, then look them up in one beat.
+                with m.If((fill == lanes) | (fill == left)):
+                    m.next = "LOOKUP"
+                with m.Else():
+                    m.d.comb += c.arg.ready.eq(1)
+                    with m.If(c.arg.valid):
+                        with m.Switch(fill):
+                            for k in range(lanes):
+                                with m.Case(k):
+                                    m.d.sync += beat[k].eq(c.arg.payload)
+                        m.d.sync += fill.eq(fill + 1)
+            with m.State("LOOKUP"):
+                m.d.comb += lut.i.valid.eq(1)
+                with m.If(lut.i.ready):
+                    m.next = "RESULT"
+            with m.State("RESULT"):
+                m.d.comb += lut.o.ready.eq(1)
+                with m.If(lut.o.valid):
+                    m.d.sync += [out.eq(lut.o.payload), avail.eq(fill), pos.eq(0)]
+                    m.next = "SEND"
+            with m.State("SEND"):
+                m.d.comb += [c.data.valid.eq(1), c.data.payload.eq(out[pos])]
+                with m.If(c.data.ready):
+                    m.d.sync += [pos.eq(pos + 1), avail.eq(avail - 1), left.eq(left - 1)]
+                    with m.If(avail == 1):
+                        m.d.sync += fill.eq(0)
+                        m.next = "GATHER"
+                        with m.If(left == 1):
+                            m.next = "IDLE"
+        return m

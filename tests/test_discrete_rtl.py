@@ -1,0 +1,303 @@
+# amaranth: UnusedElaboratable=no
+"""DiscreteUnit gateware against the golden model :mod:`sim.discrete`, bit for bit."""
+
+import os
+import subprocess
+
+import numpy as np
+import pytest
+from amaranth.back import rtlil
+from amaranth.hdl import Fragment
+from amaranth.lib import wiring
+
+from hw.discrete import CodeEntry, DiscreteOp, DiscreteUnit
+from hw.registry import build_block
+from sim.discrete import DD_OPS, CodeBook, SMFormat, dd_table, div_cd, dot, matvec, matvec_t, mul_cd
+from sim.harness import run_stream
+
+
+def random_book(rng, n):
+    return CodeBook(n, [(int(rng.integers(2)), int(rng.integers(2)), int(rng.integers(8)))
+                        for _ in range(1 << n)])
+
+
+def run_rtl(dut, op, x, w, book, *, last=None, n_out=None, lut_op=0, tables=None,
+            valid_prob=0.8, ready_prob=0.7, seed=0):
+    """Send beats ``x[b]``, ``w[b]`` (``beats × lanes``) with ``op``; return the output beats.
+
+    ``tables`` maps table index -> 2-D table of words, written through the table port first.
+    """
+    x = np.asarray(x).reshape(-1, dut.lanes)
+    w = np.asarray(w).reshape(-1, dut.lanes)
+    last = np.zeros(len(x), int) if last is None else np.asarray(last)
+    n = dut.code_bits
+
+    async def setup(ctx):
+        for k, word in enumerate(book.words()):
+            ctx.set(dut.book[k].as_value(), word)
+        ctx.set(dut.op, op)
+        ctx.set(dut.lut_op, lut_op)
+        for t, table in (tables or {}).items():
+            for a in range(table.shape[0]):
+                for b in range(table.shape[1]):
+                    ctx.set(dut.tbl_en, 1)
+                    ctx.set(dut.tbl_addr, t << (2 * n) | a << n | b)
+                    ctx.set(dut.tbl_data, int(table[a, b]))
+                    await ctx.tick()
+        if dut.tables:
+            ctx.set(dut.tbl_en, 0)
+        await ctx.tick()
+
+    beats = [{"x": [int(v) for v in xb], "w": [int(v) for v in wb], "last": int(lb)}
+             for xb, wb, lb in zip(x, w, last, strict=True)]
+    if n_out is None:
+        n_out = len(beats)
+    out = run_stream(dut, {"i": beats}, {"o": n_out}, setup=setup, valid_prob=valid_prob,
+                     ready_prob=ready_prob, seed=seed)["o"]
+    return np.array([o["y"] for o in out]), np.array([o["acc"] for o in out])
+
+
+def all_pairs(width, n, lanes):
+    """Every (operand, code) pair, padded to whole beats by repeating the first pairs."""
+    xs, cs = np.meshgrid(np.arange(1 << width), np.arange(1 << n), indexing="ij")
+    xs, cs = xs.ravel(), cs.ravel()
+    pad = -len(xs) % lanes
+    return np.r_[xs, xs[:pad]], np.r_[cs, cs[:pad]]
+
+
+# --- parameters and interface ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, exc, msg", [
+    ({"lanes": 0}, ValueError, "Lane count must be an integer between 1 and 64, not 0"),
+    ({"lanes": 65}, ValueError, "Lane count must be an integer between 1 and 64, not 65"),
+    ({"lanes": True}, TypeError, "Lane count must be an integer"),
+    ({"lanes": 4.0}, TypeError, "Lane count must be an integer"),
+    ({"width": 2}, ValueError, "Operand width must be an integer between 3 and 24, not 2"),
+    ({"width": 25}, ValueError, "Operand width must be an integer between 3 and 24, not 25"),
+    ({"width": "8"}, TypeError, "Operand width must be an integer"),
+    ({"code_bits": 0}, ValueError, "Code width must be an integer between 1 and 3, not 0"),
+    ({"code_bits": 4}, ValueError, "Code width must be an integer between 1 and 3, not 4"),
+    ({"code_bits": False}, TypeError, "Code width must be an integer"),
+    ({"acc_width": 7}, ValueError, "Accumulator width must be an integer between 8 and 48, not 7"),
+    ({"acc_width": 49}, ValueError, "Accumulator width must be an integer between 8 and 48"),
+    ({"acc_width": 16.0}, TypeError, "Accumulator width must be an integer"),
+    ({"tables": 1}, TypeError, "Tables must be a bool, not 1"),
+])
+def test_parameter_validation(kwargs, exc, msg):
+    with pytest.raises(exc, match=msg):
+        DiscreteUnit(**kwargs)
+
+
+def test_defaults_properties_and_signature():
+    dut = DiscreteUnit()
+    assert (dut.lanes, dut.width, dut.code_bits, dut.acc_width, dut.tables) == (4, 8, 2, 16, True)
+    assert DiscreteUnit(width=12).acc_width == 20
+    assert "tbl_en" not in DiscreteUnit(tables=False).signature.members
+    for attr in ("lanes", "width", "code_bits", "acc_width", "tables"):
+        with pytest.raises(AttributeError):
+            setattr(dut, attr, 1)
+    members = dut.signature.members
+    assert members["book"].shape.elem_shape == CodeEntry
+    assert members["book"].shape.length == 4
+    assert members["op"].shape is DiscreteOp
+    assert members["tbl_addr"].shape == 6
+    assert members["i"].flow == wiring.Flow.In and members["o"].flow == wiring.Flow.Out
+    block = build_block("discrete", lanes=2)
+    assert isinstance(block, DiscreteUnit) and block.lanes == 2
+    Fragment.get(block, None)
+
+
+def test_book_word_packing_matches_model():
+    # CodeEntry's bit layout is the model's register word.
+    book = CodeBook(2, [(1, 0, 5), (0, 1, 7), (1, 1, 0), (0, 0, 2)])
+    for (sign, direction, shift), word in zip(book.entries, book.words(), strict=True):
+        view = CodeEntry.const({"sign": sign, "direction": direction, "shift": shift})
+        assert view.as_value().value == word
+
+
+def test_no_multiplier_in_netlist():
+    text = rtlil.convert(DiscreteUnit(lanes=4, width=8, code_bits=3))
+    assert "$mul" not in text and "$div" not in text
+
+
+# --- continuous x discrete, exhaustive for 8-bit operands ---------------------------------------
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+@pytest.mark.parametrize("op", [DiscreteOp.MUL, DiscreteOp.DIV])
+def test_shift_exhaustive_8bit(n, op):
+    rng = np.random.default_rng(10 * n + op.value)
+    dut = DiscreteUnit(lanes=4, width=8, code_bits=n)
+    fmt = SMFormat(8, 0)
+    model = mul_cd if op == DiscreteOp.MUL else div_cd
+    x, c = all_pairs(8, n, dut.lanes)
+    # The default book, then a random book with left shifts (saturation) and mixed signs.
+    for book in (CodeBook.default(n), random_book(rng, n)):
+        y, acc = run_rtl(dut, op, x, c, book, seed=n)
+        assert (y.ravel() == model(x, c, book, fmt)).all()
+        assert (acc == 0).all()
+
+
+@pytest.mark.parametrize("width", [3, 5])
+def test_shift_exhaustive_narrow(width):
+    # Shifts longer than the magnitude: right shifts give zero, left shifts saturate any
+    # nonzero magnitude.
+    rng = np.random.default_rng(width)
+    dut = DiscreteUnit(lanes=2, width=width, code_bits=3)
+    fmt = SMFormat(width, 1)
+    x, c = all_pairs(width, 3, dut.lanes)
+    book = CodeBook(3, [(0, 0, 7), (1, 1, 7), (0, 1, 5), (1, 0, 4), (0, 1, 3), (1, 0, 2),
+                        (0, 1, 1), (1, 0, 0)])
+    for op, model in ((DiscreteOp.MUL, mul_cd), (DiscreteOp.DIV, div_cd)):
+        y, _ = run_rtl(dut, op, x, c, book, seed=int(rng.integers(100)))
+        assert (y.ravel() == model(x, c, book, fmt)).all()
+
+
+def test_seed_examples_in_gateware():
+    book = CodeBook(2, [(1, 0, 0), (1, 0, 1), (1, 1, 1), (0, 0, 0)])
+    dut = DiscreteUnit(lanes=1, width=8, code_bits=2)
+    y, _ = run_rtl(dut, DiscreteOp.MUL, [0b00010000], [0b01], book)
+    assert y.tolist() == [[0b10001000]]
+    y, _ = run_rtl(dut, DiscreteOp.DIV, [0b00010000], [0b10], book)
+    assert y.tolist() == [[0b10001000]]
+
+
+@pytest.mark.parametrize("op", [DiscreteOp.MUL, DiscreteOp.DIV])
+def test_shift_random_16bit(op):
+    rng = np.random.default_rng(20 + op.value)
+    dut = DiscreteUnit(lanes=3, width=16, code_bits=3)
+    fmt = SMFormat(16, 8)
+    model = mul_cd if op == DiscreteOp.MUL else div_cd
+    book = random_book(rng, 3)
+    x = rng.integers(0, 1 << 16, (200, 3))
+    x[:4] = [[0, 0x8000, 0x7FFF], [0xFFFF, 1, 0x8001], [0x4000, 0xC000, 0x0100],
+             [0x7FFF, 0xFFFF, 0]]
+    c = rng.integers(0, 8, (200, 3))
+    y, _ = run_rtl(dut, op, x, c, book, valid_prob=0.6, ready_prob=0.5, seed=3)
+    assert (y == model(x, c, book, fmt)).all()
+
+
+# --- discrete x discrete lookup tables -----------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_lut_exhaustive(n):
+    rng = np.random.default_rng(30 + n)
+    dut = DiscreteUnit(lanes=4, width=8, code_bits=n)
+    fmt = SMFormat(8, 3)
+    book = CodeBook.default(n) if n != 2 else random_book(rng, n)
+    tables = {t: dd_table(book, name, fmt) for t, name in enumerate(DD_OPS)}
+    a, b = np.meshgrid(np.arange(1 << n), np.arange(1 << n), indexing="ij")
+    a, b = a.ravel(), b.ravel()
+    pad = -len(a) % dut.lanes
+    a, b = np.r_[a, a[:pad]], np.r_[b, b[:pad]]
+    # Bits of x above the code are ignored in LUT mode.
+    x = a | rng.integers(0, 1 << (8 - n), len(a)) << n
+    for t, name in enumerate(DD_OPS):
+        y, _ = run_rtl(dut, DiscreteOp.LUT, x, b, book, lut_op=t, tables=tables, seed=t)
+        assert (y.ravel() == tables[t][a, b]).all(), name
+
+
+def test_without_tables_lut_mode_gives_zero():
+    rng = np.random.default_rng(35)
+    dut = DiscreteUnit(lanes=2, width=8, code_bits=2, tables=False)
+    x = rng.integers(0, 256, (20, 2))
+    c = rng.integers(0, 4, (20, 2))
+    y, acc = run_rtl(dut, DiscreteOp.LUT, x, c, CodeBook.default(2))
+    assert (y == 0).all() and (acc == 0).all()
+    y, _ = run_rtl(dut, DiscreteOp.MUL, x, c, CodeBook.default(2))
+    assert (y == mul_cd(x, c, CodeBook.default(2), SMFormat(8))).all()
+
+
+# --- accumulation: dot products, matvec, backward ------------------------------------------------
+
+def dot_beats(dut, vectors):
+    """Dot products ``[(x, codes), ...]`` as beats, zero-padded to whole beats."""
+    xs, cs, lasts = [], [], []
+    for vx, vc in vectors:
+        beats = -(-len(vx) // dut.lanes)
+        x = np.zeros(beats * dut.lanes, int)
+        c = np.zeros(beats * dut.lanes, int)
+        x[:len(vx)] = vx
+        c[:len(vc)] = vc
+        xs.append(x)
+        cs.append(c)
+        lasts.append(np.r_[np.zeros(beats - 1, int), 1])
+    return np.concatenate(xs), np.concatenate(cs), np.concatenate(lasts)
+
+
+@pytest.mark.parametrize("n, width, acc_width, lanes", [
+    (1, 8, 16, 4), (2, 8, 10, 4), (3, 8, 9, 2), (3, 16, 24, 3), (2, 12, 12, 1), (1, 8, 8, 4),
+    (2, 3, 4, 3),
+])
+def test_dot_saturating(n, width, acc_width, lanes):
+    rng = np.random.default_rng(40 + n + acc_width)
+    dut = DiscreteUnit(lanes=lanes, width=width, code_bits=n, acc_width=acc_width)
+    fmt = SMFormat(width, 4)
+    book = random_book(rng, n)
+    vectors = [(rng.integers(0, 1 << width, k), rng.integers(0, 1 << n, k))
+               for k in (1, lanes, lanes + 1, 7, 16, 33, 2)]
+    # Largest products, all positive, then a swing: negative run followed by a positive run.
+    big = int(np.argmax(book.exponents()))
+    sign = book.entries[big][0] << (width - 1)
+    top = (1 << (width - 1)) - 1
+    vectors.append((np.full(40, top | sign), np.full(40, big)))
+    vectors.append((np.r_[np.full(20, top | sign ^ (1 << (width - 1))), np.full(20, top | sign)],
+                    np.full(40, big)))
+    x, c, last = dot_beats(dut, vectors)
+    y, acc = run_rtl(dut, DiscreteOp.DOT, x, c, book, last=last, n_out=len(vectors), seed=n)
+    expect = [int(dot(vx, vc, book, fmt, acc_width=acc_width, lanes=lanes))
+              for vx, vc in vectors]
+    assert acc.tolist() == expect
+    assert (y == 0).all()
+    # The crafted vectors do exercise saturation whenever the accumulator is narrow.
+    exact = [int(dot(vx, vc, book, fmt, acc_width=48, lanes=lanes)) for vx, vc in vectors[-2:]]
+    saturated = [SMFormat(acc_width).to_int(e) != SMFormat(48).to_int(u)
+                 for e, u in zip(expect[-2:], exact, strict=True)]
+    if acc_width < width + 6:
+        assert all(saturated)
+
+
+def test_matvec_and_transpose():
+    rng = np.random.default_rng(50)
+    dut = DiscreteUnit(lanes=4, width=8, code_bits=2, acc_width=14)
+    fmt = SMFormat(8, 4)
+    book = CodeBook.default(2)
+    w = rng.integers(0, 4, (5, 10))
+    for mat, vec, ref in ((w, rng.integers(0, 256, 10), matvec),
+                          (w.T, rng.integers(0, 256, 5), None)):
+        rows, cols = mat.shape
+        beats = -(-cols // 4)
+        xs = np.zeros((rows, beats * 4), int)
+        cs = np.zeros((rows, beats * 4), int)
+        xs[:, :cols] = vec
+        cs[:, :cols] = mat
+        last = np.tile(np.r_[np.zeros(beats - 1, int), 1], rows)
+        _, acc = run_rtl(dut, DiscreteOp.DOT, xs, cs, book, last=last, n_out=rows, seed=rows)
+        if ref is matvec:
+            expect = matvec(w, vec, book, fmt, acc_width=14, lanes=4)
+        else:
+            expect = matvec_t(w, vec, book, fmt, acc_width=14, lanes=4)
+        assert acc.tolist() == expect.tolist()
+
+
+def test_full_throughput_without_backpressure():
+    # With valid and ready always high, one beat per cycle: the stream finishes in time.
+    rng = np.random.default_rng(60)
+    dut = DiscreteUnit(lanes=2, width=8, code_bits=1)
+    book = CodeBook.default(1)
+    x = rng.integers(0, 256, (300, 2))
+    c = rng.integers(0, 2, (300, 2))
+    y, _ = run_rtl(dut, DiscreteOp.MUL, x, c, book, valid_prob=1.0, ready_prob=1.0)
+    assert (y == mul_cd(x, c, book, SMFormat(8))).all()
+
+
+@pytest.mark.slow
+def test_synthesis_uses_no_dsp(tmp_path):
+    from boards.toolchain import setup_toolchain_env
+
+    env = setup_toolchain_env(dict(os.environ))
+    (tmp_path / "d.il").write_text(rtlil.convert(DiscreteUnit(lanes=4, width=8, code_bits=3),
+                                                 name="top"))
+    subprocess.run([env["YOSYS"], "-q", "-p", "read_rtlil d.il; synth_ice40 -dsp -top top; "
+                    "tee -o d.stat stat"], cwd=tmp_path, env=env, check=True)
+    stat = (tmp_path / "d.stat").read_text()
+    assert "SB_LUT4" in stat and "SB_MAC16" not in stat

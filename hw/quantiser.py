@@ -1,0 +1,641 @@
+"""Stochastic quantiser: f16 or wide fixed-point streams to BFP blocks or int8 (DESIGN §3.4).
+
+The golden model is :mod:`sim.quantiser` (BFP through :func:`sim.bfp.quantise`); this gateware
+matches it bit for bit. See ``docs/quantiser.md`` for the architecture and measured figures.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.common import Rounding
+
+__all__ = ["Quantiser", "QuantTarget", "FORMATS"]
+
+#: Input formats: raw binary16 codes, or signed fixed point.
+FORMATS = ("f16", "fixed")
+
+# Left-shift headroom of the shifter: an int8 value whose scaled magnitude would need more than
+# this many left shifts is at least 2^9 and saturates; BFP never needs more than W_max - 2.
+_HEADROOM = 8
+# Scaled int8 values are clamped to ±_INT8_CLAMP before the zero point is added; any value
+# beyond it saturates after the zero point anyway.
+_INT8_CLAMP = 512
+
+
+class QuantTarget(enum.Enum, shape=1):
+    """Output format of :class:`Quantiser` (its ``target`` port)."""
+    BFP = 0
+    INT8 = 1
+
+
+def _check_int(value, what, lo, hi):
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what} must be an integer between {lo} and {hi}, not {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{what} must be an integer between {lo} and {hi}, not {value}")
+    return value
+
+
+def _range_shape(lo, hi):
+    return Shape.cast(range(lo, hi + 1))
+
+
+def _lod(m, value, name):
+    """Index of the highest set bit of ``value`` (0 when ``value`` is 0)."""
+    # A priority chain. A log-depth tree was faster on iCE40 (fixed point, UP5K: 26 vs 20 MHz)
+    # but made YoWASP's ABC9 abort during synth_ecp5, so the chain stays for now.
+    idx = Signal(range(max(len(value), 2)), name=name)
+    for i in range(len(value)):
+        with m.If(value[i]):
+            m.d.comb += idx.eq(i)
+    return idx
+
+
+class Quantiser(wiring.Component):
+    """Quantise f16 or fixed-point streams to BFP blocks at a run-time width, or to int8.
+
+    Every input beat carries ``lanes`` elements; element ``k`` of the stream is lane
+    ``k % lanes`` of beat ``k // lanes``. A BFP block is ``block`` consecutive elements, i.e.
+    ``block / lanes`` beats. Each input beat is written to one half of a ping-pong buffer while
+    the largest magnitude of the block is tracked; when the block is complete its half is handed
+    to the emitter, which reads it back one beat per cycle through a pipeline that derives the
+    shared exponent from the tracked maximum and shifts, rounds and saturates every lane. The
+    other half takes the next block meanwhile, so the throughput is one beat (``lanes``
+    elements) per cycle. In int8 mode a "block" is one beat. The first output beat of a block is
+    valid :attr:`latency` (11) cycles after the handshake of the block's last input beat.
+    Configuration ports must be held constant while a block is in flight (change them only when
+    the quantiser is idle).
+
+    Random bits: in stochastic rounding the emitter takes one ``i_rand`` beat (``rand_bits`` per
+    lane) per output beat; lane ``l`` of it rounds lane ``l`` of that output beat. In the other
+    modes ``i_rand`` is not read.
+
+    Parameters
+    ----------
+    fmt : str
+        Input format, ``"f16"`` (raw binary16 codes) or ``"fixed"`` (signed fixed point).
+    width : int
+        Fixed-point input width in bits, 4..48 (``fmt="fixed"`` only). Default 32.
+    frac_bits : int
+        Fixed-point fraction bits, ``0..width`` (``fmt="fixed"`` only). Default 16.
+    lanes : int
+        Elements per beat, 1..16. Default 2.
+    block : int
+        BFP block size ``B``, a multiple of ``lanes``, up to 256. Default 16.
+    w_max : int
+        Largest run-time mantissa width ``W``, 2..16. Default 8.
+    exp_bits : int
+        Shared-exponent width ``E``, 3..12; it must cover every exponent the input format can
+        produce, so that the exponent never needs clamping. Default 8.
+    rand_bits : int
+        Random bits ``R`` per element for stochastic rounding, 1..16. Default 8.
+    mult_bits : int
+        Width of the int8 affine multiplier, 0..16; 0 leaves only power-of-two scales.
+        ``width + mult_bits`` must not exceed 53 for fixed-point input. Default 12.
+
+    Members
+    -------
+    i : In(stream.Signature(ArrayLayout(elem, lanes)))
+        Input elements: ``unsigned(16)`` f16 codes or ``signed(width)`` fixed point.
+    i_rand : In(stream.Signature(ArrayLayout(unsigned(rand_bits), lanes)))
+        Random bits (stochastic rounding only), e.g. from :class:`hw.prng.Xoroshiro128aox`.
+    o : Out(stream.Signature(StructLayout({"q": ArrayLayout(signed(Q), lanes), "e": signed(E)})))
+        Quantised elements, ``Q = max(w_max, 8)``: BFP mantissas (``W`` significant bits) with
+        their block's shared exponent ``e`` (the NaN code ``-2^(E-1)`` for a NaN block), or
+        int8 codes with ``e = 0``.
+    target : In(QuantTarget)
+        BFP or INT8.
+    rounding : In(Rounding)
+        Nearest-even, toward zero or stochastic.
+    mant_width : In(range(w_max + 1))
+        Run-time mantissa width ``W``, 2..w_max (BFP).
+    rule : In(1)
+        Shared-exponent rule (BFP): 0 = "floor", 1 = "ceil".
+    shift : In(signed(exp_bits))
+        int8 scale exponent: ``q = clamp(round(x · mult · 2^-shift) + zero, -128, 127)``.
+    mult : In(unsigned(mult_bits))
+        int8 affine multiplier (present when ``mult_bits > 0``; must be non-zero).
+    zero : In(signed(8))
+        int8 zero point.
+
+    Raises
+    ------
+    TypeError
+        For a parameter of the wrong kind (e.g. a bool or float where an integer is expected).
+    ValueError
+        For a parameter out of range, a block that is not a multiple of the lanes, or an
+        exponent width too small for the input format.
+    """
+
+    def __init__(self, *, fmt="f16", width=32, frac_bits=16, lanes=2, block=16, w_max=8,
+                 exp_bits=8, rand_bits=8, mult_bits=12):
+        if not isinstance(fmt, str):
+            raise TypeError(f"Input format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+        if fmt not in FORMATS:
+            raise ValueError(f"Input format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+        _check_int(width, "Fixed-point width", 4, 48)
+        _check_int(frac_bits, "Fraction bit count", 0, width)
+        _check_int(lanes, "Lane count", 1, 16)
+        _check_int(block, "Block size", 1, 256)
+        if block % lanes:
+            raise ValueError(f"Block size must be a multiple of the lane count {lanes}, "
+                             f"not {block}")
+        _check_int(w_max, "Mantissa width", 2, 16)
+        _check_int(exp_bits, "Exponent width", 3, 12)
+        _check_int(rand_bits, "Random bit count", 1, 16)
+        _check_int(mult_bits, "Multiplier width", 0, 16)
+        if fmt == "fixed" and width + mult_bits > 53:
+            raise ValueError(f"Fixed-point width plus multiplier width must be at most 53, "
+                             f"not {width + mult_bits}")
+        # Every exponent a block can need must be finite and representable.
+        if fmt == "f16":
+            fl_min, fl_max = -24, 15
+        else:
+            fl_min, fl_max = -frac_bits, width - 1 - frac_bits
+        e_lo, e_hi = fl_min - (w_max - 2), fl_max + 1
+        if e_lo <= -(1 << (exp_bits - 1)) or e_hi > (1 << (exp_bits - 1)) - 1:
+            raise ValueError(f"Exponent width {exp_bits} is too small for {fmt} input with "
+                             f"w_max={w_max}: exponents reach {e_lo}..{e_hi}")
+        self._fmt, self._width, self._frac_bits = fmt, width, frac_bits
+        self._lanes, self._block, self._w_max = lanes, block, w_max
+        self._exp_bits, self._rand_bits, self._mult_bits = exp_bits, rand_bits, mult_bits
+
+        elem = unsigned(16) if fmt == "f16" else signed(width)
+        members = {
+            "i": In(stream.Signature(data.ArrayLayout(elem, lanes))),
+            "i_rand": In(stream.Signature(data.ArrayLayout(unsigned(rand_bits), lanes))),
+            "o": Out(stream.Signature(data.StructLayout({
+                "q": data.ArrayLayout(signed(self.out_bits), lanes),
+                "e": signed(exp_bits),
+            }))),
+            "target": In(QuantTarget),
+            "rounding": In(Rounding),
+            "mant_width": In(range(w_max + 1), init=w_max),
+            "rule": In(1),
+            "shift": In(signed(exp_bits)),
+            "zero": In(signed(8)),
+        }
+        if mult_bits:
+            members["mult"] = In(unsigned(mult_bits), init=1)
+        super().__init__(members)
+
+    fmt = property(lambda self: self._fmt)
+    width = property(lambda self: self._width)
+    frac_bits = property(lambda self: self._frac_bits)
+    lanes = property(lambda self: self._lanes)
+    block = property(lambda self: self._block)
+    w_max = property(lambda self: self._w_max)
+    exp_bits = property(lambda self: self._exp_bits)
+    rand_bits = property(lambda self: self._rand_bits)
+    mult_bits = property(lambda self: self._mult_bits)
+
+    @property
+    def out_bits(self):
+        """Width ``Q`` of an output lane: ``max(w_max, 8)``."""
+        return max(self._w_max, 8)
+
+    @property
+    def latency(self):
+        """Cycles from the handshake of a block's last input beat to its first output beat
+        being valid, with no stalls."""
+        return 11
+
+    def elaborate(self, platform):
+        m = Module()
+        L, E, R, G = self._lanes, self._exp_bits, self._rand_bits, self._rand_bits
+        depth = self._block // L
+        f16 = self._fmt == "f16"
+        elem_bits = 16 if f16 else self._width
+        key_bits = 15 if f16 else self._width
+
+        bfp = Signal()
+        stoch = Signal()
+        m.d.comb += [bfp.eq(self.target == QuantTarget.BFP),
+                     stoch.eq(self.rounding == Rounding.STOCHASTIC)]
+
+        # ---- Ping-pong buffer --------------------------------------------------------------
+        m.submodules.mem = mem = Memory(shape=unsigned(L * elem_bits), depth=2 * depth, init=[])
+        wp = mem.write_port()
+        rp = mem.read_port()
+
+        full = Signal(2)
+        bank_amax = [Signal(key_bits, name=f"bank{b}_amax") for b in range(2)]
+        bank_nan = [Signal(name=f"bank{b}_nan") for b in range(2)]
+
+        # ---- Ingest: write beats, track the block's largest magnitude and NaN/Inf ----------
+        b_in = Signal()
+        idx = Signal(range(max(depth, 2)))
+        run_amax = Signal(key_bits)
+        run_nan = Signal()
+        keys, nans = [], []
+        for lane in range(L):
+            x = self.i.payload[lane]
+            key = Signal(key_bits, name=f"key{lane}")
+            nan = Signal(name=f"nan{lane}")
+            if f16:
+                special = x[10:15] == 0x1F
+                m.d.comb += [nan.eq(special), key.eq(Mux(special, 0, x[0:15]))]
+            else:
+                m.d.comb += key.eq(Mux(x < 0, -x, x))
+            keys.append(key)
+            nans.append(nan)
+        beat_max = keys[0]
+        for lane in range(1, L):
+            nxt = Signal(key_bits, name=f"beat_max{lane}")
+            m.d.comb += nxt.eq(Mux(keys[lane] > beat_max, keys[lane], beat_max))
+            beat_max = nxt
+        last_in = ~bfp | (idx == depth - 1)
+        m.d.comb += [
+            self.i.ready.eq(~full.bit_select(b_in, 1)),
+            wp.addr.eq(Mux(b_in, depth, 0) + idx),
+            wp.data.eq(self.i.payload.as_value()),
+            wp.en.eq(self.i.valid & self.i.ready),
+        ]
+        # The beat's maximum is registered and folded into the running maximum one cycle
+        # later, so the input handshake path is only the lane comparison.
+        ing_valid = Signal()
+        ing_max = Signal(key_bits)
+        ing_nan = Signal()
+        ing_first = Signal()
+        ing_last = Signal()
+        ing_bank = Signal()
+        m.d.sync += ing_valid.eq(self.i.valid & self.i.ready)
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [ing_max.eq(beat_max), ing_nan.eq(Cat(*nans).any()),
+                         ing_first.eq(idx == 0), ing_last.eq(last_in), ing_bank.eq(b_in)]
+            with m.If(last_in):
+                m.d.sync += [idx.eq(0), b_in.eq(~b_in)]
+                for b in range(2):
+                    with m.If(b_in == b):
+                        m.d.sync += full[b].eq(1)
+            with m.Else():
+                m.d.sync += idx.eq(idx + 1)
+        new_amax = Signal(key_bits)
+        new_nan = Signal()
+        m.d.comb += [
+            new_amax.eq(Mux(~ing_first & (run_amax > ing_max), run_amax, ing_max)),
+            new_nan.eq((~ing_first & run_nan) | ing_nan),
+        ]
+        with m.If(ing_valid):
+            m.d.sync += [run_amax.eq(new_amax), run_nan.eq(new_nan)]
+            with m.If(ing_last):
+                for b in range(2):
+                    with m.If(ing_bank == b):
+                        m.d.sync += [bank_amax[b].eq(new_amax), bank_nan[b].eq(new_nan)]
+
+        # ---- Emitter pipeline: every stage advances when the output can move ---------------
+        en = Signal()
+        out_valid = Signal()
+        m.d.comb += [en.eq(~out_valid | self.o.ready), self.o.valid.eq(out_valid)]
+
+        b_out = Signal()
+        ridx = Signal(range(max(depth, 2)))
+        issue = Signal()
+        last_out = ~bfp | (ridx == depth - 1)
+        m.d.comb += [
+            issue.eq(full.bit_select(b_out, 1) & en & (~stoch | self.i_rand.valid)),
+            self.i_rand.ready.eq(issue & stoch),
+            rp.addr.eq(Mux(b_out, depth, 0) + ridx),
+            rp.en.eq(en),
+        ]
+        with m.If(issue):
+            with m.If(last_out):
+                m.d.sync += [ridx.eq(0), b_out.eq(~b_out)]
+                for b in range(2):
+                    with m.If(b_out == b):
+                        m.d.sync += full[b].eq(0)
+            with m.Else():
+                m.d.sync += ridx.eq(ridx + 1)
+
+        rand_layout = data.ArrayLayout(unsigned(R), L)
+        # Stage 1: the read data arrives. The block's maximum and NaN flag are taken from the
+        # bank registers in the first cycle of the stage (the maximum is folded one cycle after
+        # the last input beat, so it is not ready at issue time) and held while stalled: the
+        # bank may be refilled, and its registers overwritten, during a long stall.
+        s1_valid = Signal()
+        s1_bank = Signal()
+        s1_fresh = Signal()
+        s1_hold_amax = Signal(key_bits)
+        s1_hold_nan = Signal()
+        s1_rand = Signal(rand_layout)
+        m.d.sync += s1_fresh.eq(issue)
+        with m.If(en):
+            m.d.sync += [s1_valid.eq(issue), s1_bank.eq(b_out), s1_rand.eq(self.i_rand.payload)]
+        s1_amax = Signal(key_bits)
+        s1_nan = Signal()
+        m.d.comb += [
+            s1_amax.eq(Mux(s1_fresh, Mux(s1_bank, bank_amax[1], bank_amax[0]), s1_hold_amax)),
+            s1_nan.eq(Mux(s1_fresh, Mux(s1_bank, bank_nan[1], bank_nan[0]), s1_hold_nan)),
+        ]
+        m.d.sync += [s1_hold_amax.eq(s1_amax), s1_hold_nan.eq(s1_nan)]
+
+        # Shared exponent of the block from its largest magnitude (sim.bfp's rule).
+        if f16:
+            a_exp = s1_amax[10:15]
+            a_sig = Signal(11)
+            a_k = Signal(signed(7))
+            m.d.comb += [
+                a_sig.eq(Mux(a_exp != 0, Cat(s1_amax[0:10], 1), s1_amax[0:10])),
+                a_k.eq(Mux(a_exp != 0, a_exp - 25, -24)),
+            ]
+        else:
+            a_sig = s1_amax
+            a_k = Const(-self._frac_bits, signed(8))
+        n_sig = len(a_sig)
+        a_lod = _lod(m, a_sig, "amax_lod")
+        # amax · 2^-e_floor = a_sig left-aligned, read as W-1 integer bits: "ceil" adds one when
+        # it exceeds 2^(W-1) - 1, i.e. its top W-1 bits are all ones and a lower bit is set.
+        norm_sh = Signal(range(n_sig))
+        m.d.comb += norm_sh.eq(n_sig - 1 - a_lod)
+
+        # Stage 1b: the read data, floor(log2(amax)) and amax left-aligned.
+        s1b_valid = Signal()
+        s1b_data = Signal(unsigned(L * elem_bits))
+        s1b_fl = Signal(signed(max(E, 8) + 2))
+        s1b_norm = Signal(n_sig)
+        s1b_zero = Signal()
+        s1b_nan = Signal()
+        s1b_rand = Signal(rand_layout)
+        with m.If(en):
+            m.d.sync += [s1b_valid.eq(s1_valid), s1b_data.eq(rp.data),
+                         s1b_fl.eq(a_k + a_lod), s1b_norm.eq(a_sig << norm_sh),
+                         s1b_zero.eq(s1_amax == 0), s1b_nan.eq(s1_nan), s1b_rand.eq(s1_rand)]
+
+        norm = s1b_norm
+        ceil_inc = Signal()
+        with m.Switch(self.mant_width):
+            for w in range(2, self._w_max + 1):
+                with m.Case(w):
+                    if w - 1 < n_sig:
+                        top = ((1 << (w - 1)) - 1) << (n_sig - (w - 1))
+                        rest = (1 << (n_sig - (w - 1))) - 1
+                        m.d.comb += ceil_inc.eq(((norm & top) == top) & ((norm & rest) != 0))
+        e_blk = Signal(signed(E))
+        with m.If(s1b_nan):
+            m.d.comb += e_blk.eq(-(1 << (E - 1)))
+        with m.Elif(s1b_zero):
+            m.d.comb += e_blk.eq(0)
+        with m.Else():
+            m.d.comb += e_blk.eq(s1b_fl - (self.mant_width - 2) + (self.rule & ceil_inc))
+
+        # Stage 2: element data and the block exponent.
+        s2_valid = Signal()
+        s2_data = Signal(data.ArrayLayout(unsigned(elem_bits), L))
+        s2_e = Signal(signed(E))
+        s2_nan = Signal()
+        s2_rand = Signal(rand_layout)
+        with m.If(en):
+            m.d.sync += [s2_valid.eq(s1b_valid), s2_data.eq(s1b_data), s2_e.eq(e_blk),
+                         s2_nan.eq(s1b_nan), s2_rand.eq(s1b_rand)]
+
+        # Decode each element into v · 2^k (v signed) and the right shift a = base - k.
+        base = Signal(signed(E))
+        m.d.comb += base.eq(Mux(bfp, s2_e, self.shift))
+        if f16:
+            v_shape, k_lo, k_hi = signed(12), -24, 6
+        else:
+            v_shape, k_lo, k_hi = signed(self._width), -self._frac_bits, -self._frac_bits
+        a_shape = _range_shape(-(1 << (E - 1)) - k_hi, (1 << (E - 1)) - 1 - k_lo)
+        s3_valid = Signal()
+        s3_v = [Signal(v_shape, name=f"s3_v{lane}") for lane in range(L)]
+        s3_a = [Signal(a_shape, name=f"s3_a{lane}") for lane in range(L)]
+        s3_special = [Signal(name=f"s3_special{lane}") for lane in range(L)]
+        s3_isnan = [Signal(name=f"s3_isnan{lane}") for lane in range(L)]
+        s3_e = Signal(signed(E))
+        s3_nan = Signal()
+        s3_rand = Signal(rand_layout)
+        with m.If(en):
+            m.d.sync += [s3_valid.eq(s2_valid), s3_e.eq(s2_e), s3_nan.eq(s2_nan),
+                         s3_rand.eq(s2_rand)]
+        for lane in range(L):
+            x = s2_data[lane]
+            if f16:
+                ex, fr, sg = x[10:15], x[0:10], x[15]
+                sig = Mux(ex != 0, Cat(fr, 1), fr)
+                k = Mux(ex != 0, ex - 25, -24)
+                with m.If(en):
+                    m.d.sync += [
+                        s3_v[lane].eq(Mux(sg, -sig, sig)),
+                        s3_a[lane].eq(base - k),
+                        s3_special[lane].eq(ex == 0x1F),
+                        s3_isnan[lane].eq(fr != 0),
+                    ]
+            else:
+                with m.If(en):
+                    m.d.sync += [s3_v[lane].eq(x.as_signed()),
+                                 s3_a[lane].eq(base + self._frac_bits)]
+
+        # Stage 3: scale by the affine multiplier (int8 only), then the shift control.
+        mult = Const(1, 1)
+        if self._mult_bits:
+            mult = Mux(bfp, 1, self.mult)
+        p_shape = signed(v_shape.width + max(self._mult_bits, 1) + 1)
+        p_bits = p_shape.width
+        n_v = p_bits + _HEADROOM + G
+        sh_max = n_v
+        sh_shape = unsigned((sh_max).bit_length())
+        s4_valid = Signal()
+        s4_p = [Signal(p_shape, name=f"s4_p{lane}") for lane in range(L)]
+        s4_sh = [Signal(sh_shape, name=f"s4_sh{lane}") for lane in range(L)]
+        s4_ovf = [Signal(name=f"s4_ovf{lane}") for lane in range(L)]
+        s4_special = [Signal(name=f"s4_special{lane}") for lane in range(L)]
+        s4_isnan = [Signal(name=f"s4_isnan{lane}") for lane in range(L)]
+        s4_e = Signal(signed(E))
+        s4_nan = Signal()
+        s4_rand = Signal(rand_layout)
+        with m.If(en):
+            m.d.sync += [s4_valid.eq(s3_valid), s4_e.eq(s3_e), s4_nan.eq(s3_nan),
+                         s4_rand.eq(s3_rand)]
+        for lane in range(L):
+            a_h = Signal(signed(a_shape.width + 2), name=f"a_h{lane}")
+            m.d.comb += a_h.eq(s3_a[lane] + _HEADROOM)
+            with m.If(en):
+                m.d.sync += [
+                    s4_p[lane].eq(s3_v[lane] * mult),
+                    s4_ovf[lane].eq(a_h < 0),
+                    s4_sh[lane].eq(Mux(a_h < 0, 0, Mux(a_h > sh_max, sh_max, a_h))),
+                    s4_special[lane].eq(s3_special[lane]),
+                    s4_isnan[lane].eq(s3_isnan[lane]),
+                ]
+
+        # Stage 4: y = floor(p · 2^(HEADROOM + G) / 2^sh) with a sticky bit of the lost bits.
+        # Only the low G + QW bits of y are kept (QW-bit integer part, enough for every
+        # unsaturated result); `big` flags a y whose integer part does not fit them.
+        qw = max(10, self._w_max) + 1
+        s5_valid = Signal()
+        s5_y = [Signal(signed(G + qw), name=f"s5_y{lane}") for lane in range(L)]
+        s5_big = [Signal(name=f"s5_big{lane}") for lane in range(L)]
+        s5_sticky = [Signal(name=f"s5_sticky{lane}") for lane in range(L)]
+        s5_neg = [Signal(name=f"s5_neg{lane}") for lane in range(L)]
+        s5_special = [Signal(name=f"s5_special{lane}") for lane in range(L)]
+        s5_isnan = [Signal(name=f"s5_isnan{lane}") for lane in range(L)]
+        s5_e = Signal(signed(E))
+        s5_nan = Signal()
+        s5_rand = Signal(rand_layout)
+        # The shifter is split over two stages: the large shift steps first (stage 4a), then
+        # the small ones (stage 4b).
+        n_steps = sh_shape.width
+        split = n_steps // 2
+
+        def shift_steps(val, sticky, sh, steps, lane, tag):
+            for i in steps:
+                amount = 1 << i
+                nxt = Signal(signed(n_v), name=f"sh{tag}{lane}_{i}")
+                nsticky = Signal(name=f"sticky{tag}{lane}_{i}")
+                lost = val[:min(amount, n_v)] != 0
+                with m.If(sh[i]):
+                    m.d.comb += [nxt.eq(val >> amount), nsticky.eq(sticky | lost)]
+                with m.Else():
+                    m.d.comb += [nxt.eq(val), nsticky.eq(sticky)]
+                val, sticky = nxt, nsticky
+            return val, sticky
+
+        s4b_valid = Signal()
+        s4b_val = [Signal(signed(n_v), name=f"s4b_val{lane}") for lane in range(L)]
+        s4b_sticky = [Signal(name=f"s4b_sticky{lane}") for lane in range(L)]
+        s4b_sh = [Signal(sh_shape, name=f"s4b_sh{lane}") for lane in range(L)]
+        s4b_ovf = [Signal(name=f"s4b_ovf{lane}") for lane in range(L)]
+        s4b_neg = [Signal(name=f"s4b_neg{lane}") for lane in range(L)]
+        s4b_special = [Signal(name=f"s4b_special{lane}") for lane in range(L)]
+        s4b_isnan = [Signal(name=f"s4b_isnan{lane}") for lane in range(L)]
+        s4b_e = Signal(signed(E))
+        s4b_nan = Signal()
+        s4b_rand = Signal(rand_layout)
+        with m.If(en):
+            m.d.sync += [s4b_valid.eq(s4_valid), s4b_e.eq(s4_e), s4b_nan.eq(s4_nan),
+                         s4b_rand.eq(s4_rand),
+                         s5_valid.eq(s4b_valid), s5_e.eq(s4b_e), s5_nan.eq(s4b_nan),
+                         s5_rand.eq(s4b_rand)]
+        for lane in range(L):
+            val = Signal(signed(n_v), name=f"shin{lane}")
+            m.d.comb += val.eq(s4_p[lane] << (_HEADROOM + G))
+            val, sticky = shift_steps(val, Const(0, 1), s4_sh[lane],
+                                      range(n_steps - 1, split - 1, -1), lane, "a")
+            with m.If(en):
+                m.d.sync += [
+                    s4b_val[lane].eq(val), s4b_sticky[lane].eq(sticky),
+                    s4b_sh[lane].eq(s4_sh[lane]),
+                    s4b_ovf[lane].eq(s4_ovf[lane] & (s4_p[lane] != 0)),
+                    s4b_neg[lane].eq(s4_p[lane] < 0),
+                    s4b_special[lane].eq(s4_special[lane]),
+                    s4b_isnan[lane].eq(s4_isnan[lane]),
+                ]
+            val, sticky = shift_steps(s4b_val[lane], s4b_sticky[lane], s4b_sh[lane],
+                                      range(split - 1, -1, -1), lane, "b")
+            high = val[G + qw - 1:]
+            with m.If(en):
+                m.d.sync += [
+                    s5_y[lane].eq(val[:G + qw]), s5_sticky[lane].eq(sticky),
+                    s5_big[lane].eq(s4b_ovf[lane] | ~(high.all() | (high == 0))),
+                    s5_neg[lane].eq(s4b_neg[lane]),
+                    s5_special[lane].eq(s4b_special[lane]),
+                    s5_isnan[lane].eq(s4b_isnan[lane]),
+                ]
+
+        # Stage 5: round.
+        # The saturation bounds are registered copies of the configuration (held constant while
+        # traffic flows), which keeps their decoding off the saturation path.
+        mant_max = Signal(signed(self._w_max + 1))
+        mant_min = Signal(signed(self._w_max + 1))
+        with m.Switch(self.mant_width):
+            for w in range(2, self._w_max + 1):
+                with m.Case(w):
+                    m.d.sync += [mant_max.eq((1 << (w - 1)) - 1), mant_min.eq(1 - (1 << (w - 1)))]
+        q_bits = self.out_bits
+        s6_valid = Signal()
+        s6_bfp = [Signal(signed(q_bits), name=f"s6_bfp{lane}") for lane in range(L)]
+        s6_rc = [Signal(signed(11), name=f"s6_rc{lane}") for lane in range(L)]
+        s6_neg = [Signal(name=f"s6_neg{lane}") for lane in range(L)]
+        s6_special = [Signal(name=f"s6_special{lane}") for lane in range(L)]
+        s6_isnan = [Signal(name=f"s6_isnan{lane}") for lane in range(L)]
+        s6_e = Signal(signed(E))
+        s5b_valid = Signal()
+        s5b_rt = [Signal(signed(qw + 1), name=f"s5b_rt{lane}") for lane in range(L)]
+        s5b_big = [Signal(name=f"s5b_big{lane}") for lane in range(L)]
+        s5b_neg = [Signal(name=f"s5b_neg{lane}") for lane in range(L)]
+        s5b_special = [Signal(name=f"s5b_special{lane}") for lane in range(L)]
+        s5b_isnan = [Signal(name=f"s5b_isnan{lane}") for lane in range(L)]
+        s5b_e = Signal(signed(E))
+        s5b_nan = Signal()
+        with m.If(en):
+            m.d.sync += [s5b_valid.eq(s5_valid), s5b_e.eq(Mux(bfp, s5_e, 0)),
+                         s5b_nan.eq(s5_nan),
+                         s6_valid.eq(s5b_valid), s6_e.eq(s5b_e)]
+        for lane in range(L):
+            y = s5_y[lane]
+            q0 = Signal(signed(qw), name=f"q0_{lane}")
+            frac = Signal(G, name=f"frac{lane}")
+            m.d.comb += [q0.eq(y >> G), frac.eq(y[:G])]
+            rest = (frac[:G - 1] != 0) if G > 1 else Const(0, 1)
+            up = Signal(name=f"up{lane}")
+            with m.Switch(self.rounding):
+                with m.Case(Rounding.NEAREST_EVEN):
+                    m.d.comb += up.eq(frac[G - 1] & (rest | s5_sticky[lane] | q0[0]))
+                with m.Case(Rounding.TOWARD_ZERO):
+                    m.d.comb += up.eq(s5_neg[lane] & ((frac != 0) | s5_sticky[lane]))
+                with m.Case(Rounding.STOCHASTIC):
+                    m.d.comb += up.eq((frac + s5_rand[lane])[G])
+            with m.If(en):
+                m.d.sync += [s5b_rt[lane].eq(q0 + up), s5b_big[lane].eq(s5_big[lane]),
+                             s5b_neg[lane].eq(s5_neg[lane]),
+                             s5b_special[lane].eq(s5_special[lane]),
+                             s5b_isnan[lane].eq(s5_isnan[lane])]
+
+        # Stage 5b: saturate (BFP: at the run-time width; int8: clamp to ±512).
+        for lane in range(L):
+            rt = s5b_rt[lane]
+            big = s5b_big[lane]
+            q_bfp = Signal(signed(q_bits), name=f"q_bfp{lane}")
+            with m.If(s5b_nan):
+                m.d.comb += q_bfp.eq(0)
+            with m.Elif(big):
+                m.d.comb += q_bfp.eq(Mux(s5b_neg[lane], mant_min, mant_max))
+            with m.Elif(rt > mant_max):
+                m.d.comb += q_bfp.eq(mant_max)
+            with m.Elif(rt < mant_min):
+                m.d.comb += q_bfp.eq(mant_min)
+            with m.Else():
+                m.d.comb += q_bfp.eq(rt)
+            rc = Signal(signed(11), name=f"rc{lane}")
+            with m.If(big):
+                m.d.comb += rc.eq(Mux(s5b_neg[lane], -_INT8_CLAMP, _INT8_CLAMP))
+            with m.Elif(rt > _INT8_CLAMP):
+                m.d.comb += rc.eq(_INT8_CLAMP)
+            with m.Elif(rt < -_INT8_CLAMP):
+                m.d.comb += rc.eq(-_INT8_CLAMP)
+            with m.Else():
+                m.d.comb += rc.eq(rt)
+            with m.If(en):
+                m.d.sync += [s6_bfp[lane].eq(q_bfp), s6_rc[lane].eq(rc),
+                             s6_neg[lane].eq(s5b_neg[lane]),
+                             s6_special[lane].eq(s5b_special[lane]),
+                             s6_isnan[lane].eq(s5b_isnan[lane])]
+
+        # Stage 6: int8 zero point and saturation; NaN -> zero point, ±Inf -> ±saturate.
+        out_q = [Signal(signed(q_bits), name=f"out_q{lane}") for lane in range(L)]
+        out_e = Signal(signed(E))
+        for lane in range(L):
+            rz = Signal(signed(12), name=f"rz{lane}")
+            m.d.comb += rz.eq(s6_rc[lane] + self.zero)
+            q_int = Signal(signed(8), name=f"q_int{lane}")
+            with m.If(s6_special[lane] & s6_isnan[lane]):
+                m.d.comb += q_int.eq(self.zero)
+            with m.Elif(s6_special[lane]):
+                # An Inf decodes to v = ±1024, so its sign is the sign of the product.
+                m.d.comb += q_int.eq(Mux(s6_neg[lane], -128, 127))
+            with m.Elif(rz > 127):
+                m.d.comb += q_int.eq(127)
+            with m.Elif(rz < -128):
+                m.d.comb += q_int.eq(-128)
+            with m.Else():
+                m.d.comb += q_int.eq(rz)
+            with m.If(en):
+                m.d.sync += out_q[lane].eq(Mux(bfp, s6_bfp[lane], q_int))
+        with m.If(en):
+            m.d.sync += [out_valid.eq(s6_valid), out_e.eq(s6_e)]
+        for lane in range(L):
+            m.d.comb += self.o.payload.q[lane].eq(out_q[lane])
+        m.d.comb += self.o.payload.e.eq(out_e)
+        return m

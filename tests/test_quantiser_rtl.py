@@ -1,0 +1,304 @@
+"""Quantiser gateware (hw.quantiser) against the golden model (sim.quantiser), bit for bit."""
+
+import numpy as np
+import pytest
+from amaranth.hdl import Fragment
+from amaranth.sim import Simulator
+
+from hw.common import Rounding
+from hw.quantiser import Quantiser, QuantTarget
+from sim import quantiser as mq
+from sim.harness import run_stream
+from sim.prng import Xoroshiro128aox
+
+ROUND = {"nearest": Rounding.NEAREST_EVEN, "zero": Rounding.TOWARD_ZERO,
+         "stochastic": Rounding.STOCHASTIC}
+ALL_F16 = np.arange(1 << 16)
+# Default-run subset: every 32nd code plus the edges (zeros, subnormal/normal boundary,
+# largest finite, ±Inf, NaNs), 2,080 codes. The full 65,536 run behind @pytest.mark.slow.
+_EDGES = [0x0000, 0x0001, 0x0002, 0x0003, 0x03FF, 0x0400, 0x0401, 0x3BFF, 0x3C00, 0x3C01,
+          0x7BFE, 0x7BFF, 0x7C00, 0x7C01, 0x7E00, 0x7FFF]
+SOME_F16 = np.concatenate([np.arange(7, 1 << 16, 32), _EDGES, np.array(_EDGES) | 0x8000])
+
+
+def prng_rand(n, rand_bits, seed=99):
+    """The top ``rand_bits`` of xoroshiro128aox words, as the accelerator top wires them."""
+    words = Xoroshiro128aox(seed=seed, lanes=1).take(n).reshape(-1)
+    return (words >> np.uint64(64 - rand_bits)).astype(np.int64)
+
+
+def run_rtl(dut, elems, *, target="bfp", rounding="nearest", width=8, rule="floor", shift=0,
+            mult=1, zero=0, rand=None, valid_prob=1.0, ready_prob=1.0, seed=0):
+    """Stream the flat ``elems`` through ``dut``; return (flat outputs, exponent per beat)."""
+    L = dut.lanes
+    elems = np.asarray(elems, dtype=np.int64)
+    assert elems.size % L == 0
+    beats = [[int(v) for v in elems[i:i + L]] for i in range(0, elems.size, L)]
+    inputs = {"i": beats}
+    if rounding == "stochastic":
+        inputs["i_rand"] = [[int(v) for v in rand[i:i + L]] for i in range(0, elems.size, L)]
+
+    async def setup(ctx):
+        ctx.set(dut.target, QuantTarget.BFP if target == "bfp" else QuantTarget.INT8)
+        ctx.set(dut.rounding, ROUND[rounding])
+        ctx.set(dut.mant_width, width)
+        ctx.set(dut.rule, int(rule == "ceil"))
+        ctx.set(dut.shift, shift)
+        ctx.set(dut.zero, zero)
+        if dut.mult_bits:
+            ctx.set(dut.mult, mult)
+
+    # The harness gives i and i_rand independent random valid gaps.
+    out = run_stream(dut, inputs, {"o": len(beats)}, setup=setup, valid_prob=valid_prob,
+                     ready_prob=ready_prob, seed=seed)["o"]
+    q = np.array([o["q"] for o in out], dtype=np.int64).reshape(-1)
+    e = np.array([o["e"] for o in out], dtype=np.int64)
+    return q, e
+
+
+def model(elems, dut, *, target="bfp", rounding="nearest", width=8, rule="floor", shift=0,
+          mult=1, zero=0, rand=None):
+    """The golden model for the same stream: (flat outputs, exponent per beat)."""
+    if dut.fmt == "f16":
+        x = mq.decode_f16(elems)
+    else:
+        x = mq.decode_fixed(np.asarray(elems), dut.frac_bits, width=dut.width)
+    kw = {} if rounding != "stochastic" else {"rand": rand, "rand_bits": dut.rand_bits}
+    if target == "int8":
+        q = mq.quantise_int8(x, shift=shift, mult=mult, zero=zero, rounding=rounding, **kw)
+        return q, np.zeros(x.size // dut.lanes, dtype=np.int64)
+    m, e = mq.quantise_bfp(x, block=dut.block, width=width, exp_bits=dut.exp_bits, rule=rule,
+                           rounding=rounding, **kw)
+    return m, np.repeat(e, dut.block // dut.lanes)
+
+
+def check(dut, elems, **kw):
+    rand = kw.get("rand")
+    if kw.get("rounding") == "stochastic" and rand is None:
+        kw["rand"] = rand = prng_rand(len(elems), dut.rand_bits)
+    sim_kw = {k: kw.pop(k) for k in ("valid_prob", "ready_prob", "seed")
+              if k in kw}
+    got_q, got_e = run_rtl(dut, elems, **kw, **sim_kw)
+    want_q, want_e = model(elems, dut, **kw)
+    bad = np.flatnonzero(got_q != want_q)
+    assert bad.size == 0, (f"{bad.size} mismatches, first at {bad[0]}: element "
+                           f"{int(np.asarray(elems)[bad[0]]):#x} gave {got_q[bad[0]]}, "
+                           f"model {want_q[bad[0]]}")
+    assert np.array_equal(got_e, want_e)
+
+
+# ---- parameter validation ------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    ({"fmt": 16}, TypeError, "Input format"),
+    ({"fmt": "f32"}, ValueError, "Input format"),
+    ({"fmt": "fixed", "width": 49}, ValueError, "Fixed-point width"),
+    ({"fmt": "fixed", "width": 32.0}, TypeError, "Fixed-point width"),
+    ({"frac_bits": 33}, ValueError, "Fraction bit count"),
+    ({"lanes": 0}, ValueError, "Lane count"),
+    ({"lanes": True}, TypeError, "Lane count"),
+    ({"block": 257}, ValueError, "Block size"),
+    ({"block": 15}, ValueError, "multiple of the lane count"),
+    ({"w_max": 1}, ValueError, "Mantissa width"),
+    ({"w_max": 17}, ValueError, "Mantissa width"),
+    ({"exp_bits": 2}, ValueError, "Exponent width"),
+    ({"exp_bits": 5}, ValueError, "too small for f16"),
+    ({"fmt": "fixed", "width": 40, "frac_bits": 0, "exp_bits": 6}, ValueError, "too small"),
+    ({"rand_bits": 0}, ValueError, "Random bit count"),
+    ({"rand_bits": 8.0}, TypeError, "Random bit count"),
+    ({"mult_bits": 17}, ValueError, "Multiplier width"),
+    ({"fmt": "fixed", "width": 48, "mult_bits": 6}, ValueError, "at most 53"),
+])
+def test_validation(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        Quantiser(**kwargs)
+
+
+def test_properties_and_signature():
+    dut = Quantiser(fmt="fixed", width=24, frac_bits=10, lanes=4, block=32, w_max=6,
+                    exp_bits=7, rand_bits=5, mult_bits=0)
+    assert (dut.fmt, dut.width, dut.frac_bits, dut.lanes, dut.block, dut.w_max, dut.exp_bits,
+            dut.rand_bits, dut.mult_bits, dut.out_bits) == ("fixed", 24, 10, 4, 32, 6, 7, 5, 0,
+                                                            8)
+    assert not hasattr(dut, "mult")
+    wide = Quantiser(w_max=12)
+    assert wide.out_bits == 12
+    for block in (dut, wide):
+        Fragment.get(block, None)       # elaborates (and marks the components as used)
+    with pytest.raises(AttributeError):
+        dut.lanes = 2
+
+
+# ---- f16 codes through each element-wise (int8) path ---------------------------------------
+
+INT8_CASES = [
+    ("nearest", -4, 1, 0),          # power-of-two scale 2^-4
+    ("zero", 9, 3001, -7),          # affine: scale ≈ 2^9 / 3001, zero point -7
+    ("stochastic", 3, 1, 12),
+    ("stochastic", 20, 4095, -128),
+]
+
+
+@pytest.mark.parametrize("rounding,shift,mult,zero", INT8_CASES)
+def test_int8_f16_codes(rounding, shift, mult, zero):
+    check(Quantiser(lanes=8, mult_bits=12), SOME_F16, target="int8", rounding=rounding,
+          shift=shift, mult=mult, zero=zero)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rounding,shift,mult,zero", INT8_CASES)
+def test_int8_every_f16_code(rounding, shift, mult, zero):
+    check(Quantiser(lanes=8, mult_bits=12), ALL_F16, target="int8", rounding=rounding,
+          shift=shift, mult=mult, zero=zero)
+
+
+# ---- f16 codes through BFP blocks ----------------------------------------------------------
+
+BFP_CASES = [
+    ("sorted", "nearest", 8, "floor"),
+    ("shuffled", "zero", 4, "ceil"),
+    ("shuffled", "stochastic", 3, "floor"),
+]
+
+
+def _order(codes, order):
+    return codes if order == "sorted" else np.random.default_rng(5).permutation(codes)
+
+
+@pytest.mark.parametrize("order,rounding,width,rule", BFP_CASES)
+def test_bfp_f16_codes(order, rounding, width, rule):
+    """Sorted blocks include all-zero/subnormal-only blocks and NaN/Inf blocks; shuffled ones
+    mix magnitudes."""
+    codes = _order(np.sort(SOME_F16), order)
+    check(Quantiser(lanes=8, block=16, mult_bits=0), codes, rounding=rounding, width=width,
+          rule=rule)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("order,rounding,width,rule", BFP_CASES)
+def test_bfp_every_f16_code(order, rounding, width, rule):
+    check(Quantiser(lanes=8, block=16, mult_bits=0), _order(ALL_F16, order), rounding=rounding,
+          width=width, rule=rule)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rounding", ["nearest", "zero", "stochastic"])
+@pytest.mark.parametrize("rule", ["floor", "ceil"])
+@pytest.mark.parametrize("width", [2, 7])
+def test_bfp_every_f16_code_all_modes(rounding, rule, width):
+    codes = np.random.default_rng(width).permutation(ALL_F16)
+    check(Quantiser(lanes=8, block=16, mult_bits=0), codes, rounding=rounding, width=width,
+          rule=rule)
+
+
+def test_bfp_ceil_boundaries():
+    """Blocks whose maximum sits exactly on, just below and just above (2^(W-1)-1)·2^e for
+    every W, including subnormal maxima, in both rules."""
+    dut = Quantiser(lanes=2, block=4, mult_bits=0)
+    codes = []
+    for w in range(2, 9):
+        top = (1 << (w - 1)) - 1
+        for sig in (top << (11 - w + 1), (top << (11 - w + 1)) + 1, (top + 1) << (11 - w + 1)):
+            for exp in (0, 1, 15, 30):
+                if exp == 0:
+                    code = (sig >> 2) & 0x3FF
+                else:
+                    code = (exp << 10) | (sig & 0x3FF)
+                codes += [code, 0x8000 | (code >> 1), 1, 0]
+    codes = np.array(codes)
+    for w in (2, 3, 5, 8):
+        for rule in ("floor", "ceil"):
+            check(dut, codes, rounding="nearest", width=w, rule=rule)
+
+
+@pytest.mark.parametrize("target,rounding,width,rule", [
+    ("bfp", "stochastic", 12, "ceil"),
+    ("bfp", "nearest", 11, "floor"),
+    ("int8", "zero", 8, "floor"),
+])
+def test_other_generics(target, rounding, width, rule):
+    """One lane, MXINT8-sized 32-element blocks, w_max 12 (12-bit output lanes), the smallest
+    exponent width for f16 at that w_max (7), 3 random bits, power-of-two scales only."""
+    dut = Quantiser(lanes=1, block=32, w_max=12, exp_bits=7, rand_bits=3, mult_bits=0)
+    codes = np.random.default_rng(21).integers(0, 1 << 16, 384)
+    codes[:32] = np.arange(32)                # a subnormal-only block
+    check(dut, codes, target=target, rounding=rounding, width=width, rule=rule, shift=-5,
+          zero=-3, ready_prob=0.8, seed=2)
+
+
+# ---- fixed-point input (MAC accumulators) --------------------------------------------------
+
+@pytest.mark.parametrize("target,rounding,width,rule", [
+    ("bfp", "nearest", 8, "floor"),
+    ("bfp", "stochastic", 4, "ceil"),
+    ("bfp", "zero", 2, "floor"),
+    ("int8", "nearest", 8, "floor"),
+    ("int8", "stochastic", 8, "floor"),
+])
+def test_fixed_point_input(target, rounding, width, rule):
+    dut = Quantiser(fmt="fixed", width=24, frac_bits=12, lanes=4, block=16, exp_bits=6,
+                    rand_bits=6, mult_bits=8)
+    rng = np.random.default_rng(11)
+    lim = 1 << 23
+    mags = rng.integers(0, 24, 768)          # magnitudes spread over every bit position
+    vals = (rng.integers(0, lim, 768) >> (23 - mags)) * rng.choice([-1, 1], 768)
+    edges = [-lim, lim - 1, 0, 1, -1, 4095, 4096, -4096, 0, 0, 0, 0, 0, 0, 0, 0]
+    vals = np.concatenate([vals, edges]).astype(np.int64)
+    check(dut, vals, target=target, rounding=rounding, width=width, rule=rule, shift=-3,
+          mult=200, zero=3)
+
+
+# ---- handshake: valid gaps, back-pressure, random-bit stream --------------------------------
+
+@pytest.mark.parametrize("target", ["bfp", "int8"])
+def test_gaps_and_backpressure(target):
+    dut = Quantiser(lanes=2, block=8)
+    codes = np.random.default_rng(2).integers(0, 1 << 16, 512)
+    check(dut, codes, target=target, rounding="stochastic", width=5, shift=-2, mult=1234,
+          valid_prob=0.6, ready_prob=0.5, seed=4)
+
+
+def test_block_of_one_beat():
+    """One-beat blocks under heavy back-pressure: a bank is refilled (and its maximum
+    overwritten) while the previous block still waits in the pipeline."""
+    dut = Quantiser(lanes=4, block=4, mult_bits=0)
+    codes = np.random.default_rng(8).integers(0, 1 << 16, 256)
+    check(dut, codes, rounding="nearest", width=6, ready_prob=0.25, seed=1)
+
+
+def test_throughput_and_latency():
+    """One beat per cycle once a block is in; first output `latency` cycles after the block's
+    last input beat; i_rand is only read in stochastic mode."""
+    dut = Quantiser(lanes=2, block=8, mult_bits=0)
+    n_beats = 40
+    beats = [[0x3C00 + i, 0xBC00 + i] for i in range(n_beats)]
+    log = {}
+
+    async def bench(ctx):
+        ctx.set(dut.mant_width, 6)
+        ctx.set(dut.o.ready, 1)
+        ctx.set(dut.i_rand.valid, 0)
+        cycle, sent, got = 0, 0, 0
+        while got < n_beats:
+            ctx.set(dut.i.valid, sent < n_beats)
+            if sent < n_beats:
+                ctx.set(dut.i.payload, beats[sent])
+            _, _, i_ready, o_valid, rand_ready = await ctx.tick().sample(
+                dut.i.ready, dut.o.valid, dut.i_rand.ready)
+            assert not rand_ready
+            if sent < n_beats and i_ready:
+                if sent == 3:
+                    log["last_in"] = cycle
+                sent += 1
+            if o_valid:
+                log.setdefault("first_out", cycle)
+                got += 1
+            cycle += 1
+        log["cycles"] = cycle
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert log["first_out"] - log["last_in"] == dut.latency
+    assert log["cycles"] <= n_beats + dut.latency + 4 + 1

@@ -1,0 +1,156 @@
+"""Pytest side of the cocotb tests: generate a block's Verilog and run a cocotb bench on it.
+
+The Verilog is produced exactly as ``lowbit verilog BLOCK`` produces it
+(:func:`hw.registry.build_block` + ``amaranth.back.verilog.convert(..., name=f"lowbit_{block}")``),
+then compiled by Icarus Verilog and driven by a cocotb test module from this directory. Vectors
+travel to the bench as a JSON file (``LOWBIT_VECTORS``), already packed into the integers the
+flattened Verilog ports carry, so the benches need neither Amaranth nor the golden models.
+
+Adding a stream block is a vector generator in :mod:`sim.vectors` plus one :func:`stream_spec`
+call in ``tests/test_cocotb.py``; it runs on the generic bench ``tb_stream``.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from amaranth.back import verilog
+from amaranth.hdl import Shape
+from amaranth.lib import data, wiring
+
+from hw.registry import build_block
+
+__all__ = ["missing_tools", "generate_verilog", "port_inits", "pack", "stream_spec",
+           "run_bench"]
+
+HERE = Path(__file__).resolve().parent
+
+#: Icarus language mode. Yosys's Verilog backend starts every ``always @*`` block by reading a
+#: register declared ``reg ... = 0``; in Verilog-2005 that initialiser is an event at time 0
+#: which runs the block once. In the runner's default SystemVerilog mode (-g2012) it is not an
+#: event, so combinational outputs of a design whose inputs never change stay X.
+ICARUS_ARGS = ["-g2005"]
+
+
+def missing_tools():
+    """The reason the cocotb tests cannot run here, or ``None`` when they can."""
+    try:
+        import cocotb  # noqa: F401
+        import cocotb_tools.runner  # noqa: F401
+    except ImportError:
+        return "cocotb (>= 2.0, with cocotb_tools.runner) is not installed: pip install cocotb"
+    if shutil.which("iverilog") is None or shutil.which("vvp") is None:
+        return "Icarus Verilog (iverilog, vvp) is not on PATH: apt-get install iverilog"
+    return None
+
+
+def generate_verilog(block, params):
+    """``(component, verilog_text)`` of ``block`` built with keyword ``params``, as the CLI does."""
+    component = build_block(block, **params)
+    return component, verilog.convert(component, name=f"lowbit_{block}")
+
+
+def _port_name(path):
+    return "__".join(str(p) for p in path)
+
+
+def port_inits(component):
+    """Verilog input port name -> reset value, for every input of ``component``'s signature.
+
+    The bench drives these before reset, so no input floats (``rx`` idles high, streams low).
+    """
+    inits = {}
+    for path, member, value in component.signature.flatten(component):
+        if member.flow == wiring.In:
+            inits[_port_name(path)] = value.init if hasattr(value, "init") else 0
+    return inits
+
+
+def pack(shape, value):
+    """Bit pattern (non-negative int) of ``value`` in ``shape`` (a ``lib.data`` layout or a
+    plain shape), as it appears on the flattened Verilog port."""
+    if isinstance(shape, data.Layout):
+        return shape.const(value).as_value().value
+    shape = Shape.cast(shape)
+    return int(value) & ((1 << shape.width) - 1)
+
+
+def _stream_shape(component, port):
+    return component.signature.members[port].signature.members["payload"].shape
+
+
+def stream_spec(component, phases, *, valid_prob=0.7, ready_prob=0.6, seed=0, max_cycles=None):
+    """A job for the generic stream bench ``tb_stream``.
+
+    Parameters
+    ----------
+    component : wiring.Component
+        The block (its signature gives the payload layouts).
+    phases : list of dict
+        Run in order. Each may have ``set`` (port -> structured value, applied at the start
+        and held), ``inputs`` (stream port -> payloads), ``outputs`` (stream port -> expected
+        payloads) and ``ticks`` (idle cycles afterwards).
+    """
+    packed = []
+    for phase in phases:
+        sets = {}
+        for port, value in phase.get("set", {}).items():
+            sets[port] = pack(component.signature.members[port].shape, value)
+        packed.append({
+            "set": sets,
+            "inputs": {p: [pack(_stream_shape(component, p), v) for v in vs]
+                       for p, vs in phase.get("inputs", {}).items()},
+            "outputs": {p: [pack(_stream_shape(component, p), v) for v in vs]
+                        for p, vs in phase.get("outputs", {}).items()},
+            "ticks": phase.get("ticks", 0),
+        })
+    return {"phases": packed, "valid_prob": valid_prob, "ready_prob": ready_prob, "seed": seed,
+            "max_cycles": max_cycles}
+
+
+def run_bench(block, params, bench, job, workdir, *, timeout_s=600):
+    """Generate ``block``'s Verilog, compile it with Icarus and run cocotb module ``bench``.
+
+    ``job`` (JSON-serialisable) is handed to the bench with the port reset values added.
+
+    Raises
+    ------
+    AssertionError
+        If any cocotb test of the bench fails (the log names the failing check).
+    """
+    from cocotb_tools.runner import get_results, get_runner
+
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    component, text = generate_verilog(block, params)
+    top = f"lowbit_{block}"
+    src = workdir / f"{top}.v"
+    src.write_text(text)
+    # Port values held from before reset: the signature's reset values, then the job's own
+    # (e.g. a run-time mode that must already hold in the cycle reset is released).
+    inits = port_inits(component)
+    inits.update(job.get("inits", {}))
+    job = dict(job, inits=inits, block=block, params=repr(params))
+    vectors = workdir / "vectors.json"
+    vectors.write_text(json.dumps(job))
+
+    runner = get_runner("icarus")
+    build_dir = workdir / "build"
+    runner.build(sources=[src], hdl_toplevel=top, build_dir=build_dir, always=True,
+                 build_args=ICARUS_ARGS,
+                 timescale=("1ns", "1ps"), log_file=workdir / "build.log")
+    results = workdir / "results.xml"
+    env = {"LOWBIT_VECTORS": str(vectors), "PYTHONPATH": os.pathsep.join(
+        [str(HERE), os.environ.get("PYTHONPATH", "")])}
+    try:
+        runner.test(test_module=bench, hdl_toplevel=top, build_dir=build_dir, test_dir=HERE,
+                    results_xml=str(results), extra_env=env, timescale=("1ns", "1ps"),
+                    log_file=workdir / "sim.log", seed=1)
+    except SystemExit:                  # cocotb's runner exits when a test fails
+        pass
+    total, failed = get_results(results) if results.exists() else (0, 0)
+    if total == 0 or failed:
+        log = (workdir / "sim.log").read_text(errors="replace")
+        raise AssertionError(f"cocotb bench {bench} on {top}: {failed} of {total} tests failed"
+                             f"\n{log[-6000:]}")

@@ -1,0 +1,67 @@
+"""cocotb bench of ``lowbit_top`` (Accelerator) through its UART pins ``rx`` / ``tx``.
+
+The bench is the host: it encodes nothing itself, it sends the request bytes of each event as
+real 8N1 frames on ``rx`` at the top's bit period (start bit, 8 data bits LSB first, stop bit),
+decodes ``tx`` with its own receiver (falling edge, then mid-bit samples) and compares the reply
+bytes with :class:`sim.link.DeviceModel`'s, byte for byte. The host is stop-and-wait like the
+driver: it sends the next request only after the reply to the previous one has arrived.
+"""
+
+import cocotb
+from benchlib import PERIOD_NS, load_job, start
+from cocotb.triggers import FallingEdge, Timer, with_timeout
+
+
+async def uart_send(dut, byte, bit_ns):
+    for level in [0] + [byte >> k & 1 for k in range(8)] + [1]:
+        dut.rx.value = level
+        await Timer(bit_ns, unit="ns")
+
+
+async def uart_monitor(dut, bit_ns, out):
+    while True:
+        await FallingEdge(dut.tx)
+        await Timer(bit_ns // 2, unit="ns")
+        assert int(dut.tx.value) == 0, "tx: start bit shorter than half a bit"
+        byte = 0
+        for k in range(8):
+            await Timer(bit_ns, unit="ns")
+            byte |= int(dut.tx.value) << k
+        await Timer(bit_ns, unit="ns")
+        assert int(dut.tx.value) == 1, f"tx: framing error after byte {byte:#04x}"
+        out.append(byte)
+
+
+async def _until_count(received, n, bit_ns):
+    while len(received) < n:
+        await Timer(bit_ns, unit="ns")
+
+
+@cocotb.test()
+async def uart_frames(dut):
+    job = load_job()
+    await start(dut, job)
+    bit_ns = job["divisor"] * PERIOD_NS
+    received = []
+    cocotb.start_soon(uart_monitor(dut, bit_ns, received))
+    timeout_ns = job["timeout_bits"] * bit_ns
+    for k, event in enumerate(job["events"]):
+        received.clear()
+        for byte in event.get("send", []):
+            await uart_send(dut, byte, bit_ns)
+        if event.get("timeout"):
+            await Timer(timeout_ns + 4 * bit_ns, unit="ns")
+        expected = event["reply"]
+
+        try:
+            limit_ns = (len(expected) + 4) * 12 * bit_ns + timeout_ns
+            await with_timeout(_until_count(received, len(expected), bit_ns), limit_ns, "ns")
+        except TimeoutError:
+            raise AssertionError(f"event {k}: {len(received)} of {len(expected)} reply bytes "
+                                 f"arrived") from None
+        # An extra reply byte would have started by now; stay well inside the inter-byte
+        # timeout, which a partial frame sent by this event is about to run into.
+        await Timer(min(12, job["timeout_bits"] // 2) * bit_ns, unit="ns")
+        assert received == expected, (f"event {k}: sent {bytes(event.get('send', [])).hex()}, "
+                                      f"reply {bytes(received).hex()}, expected "
+                                      f"{bytes(expected).hex()}")

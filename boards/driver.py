@@ -324,3 +324,39 @@ class Accelerator:
                 raise ReplyError(f"LUT_APPLY reply has {len(body)} bytes, not {len(chunk)}")
             out += body
         return np.frombuffer(bytes(out), dtype=np.uint8).copy()
+
+    # -- grand unit -----------------------------------------------------------------------------
+    def grand_seed(self, seed, mode=None):
+        """Seed the grand unit from a 64-bit ``seed`` (states by :func:`sim.prng.seed_lanes`).
+
+        ``mode`` (a ``sim.grand.MODES`` name or code 0..5) is written to ``GRAND_MODE`` first;
+        the unit latches the mode at the seed, so this is how the mode changes.
+        """
+        from sim.grand import MODES
+        from sim.prng import seed_lanes
+        if mode is not None:
+            code = MODES.index(mode) if isinstance(mode, str) and mode in MODES else mode
+            if not isinstance(code, int) or isinstance(code, bool) or not 0 <= code < len(MODES):
+                raise ValueError(f"Grand mode must be one of {', '.join(MODES)}, not {mode!r}")
+            self.write_reg("GRAND_MODE", code)
+        if self.identity is None:
+            self.identify()
+        state = seed_lanes(seed, self.identity.lanes)
+        self.command(Opcode.GRAND_SEED, state.astype("<u8").tobytes())
+
+    def grand_samples(self, n, dtype=np.float16):
+        """The next ``n`` samples of the grand unit as ``float16`` or ``float32`` values."""
+        dtype = np.dtype(dtype)
+        if dtype not in (np.dtype(np.float16), np.dtype(np.float32)):
+            raise ValueError(f"Sample type must be float16 or float32, not {dtype}")
+        size = dtype.itemsize
+        step = max(self._chunk() // size, 1)
+        raw = bytearray()
+        for k in range(0, int(n), step):
+            count = min(step, int(n) - k)
+            body = self.command(Opcode.GRAND_SAMPLES,
+                                count.to_bytes(2, "little") + bytes([size == 4]))
+            if len(body) != count * size:
+                raise ReplyError(f"GRAND_SAMPLES reply has {len(body)} bytes, not {count * size}")
+            raw += body
+        return np.frombuffer(bytes(raw), dtype=dtype.newbyteorder("<")).astype(dtype)

@@ -8,17 +8,18 @@ The protocol of each command is in ``docs/protocol.md`` and modelled by
 :class:`sim.link.DeviceModel`.
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
 from sim.link import Opcode, Status
 
+from .grand import GrandUnit
 from .link import CommandSignature, _check_int
 from .lut import TransferLUT
 from .uart import quiet_on_error
 
-__all__ = ["LUTHandler"]
+__all__ = ["LUTHandler", "GrandHandler"]
 
 
 class LUTHandler(wiring.Component):
@@ -165,4 +166,143 @@ class LUTHandler(wiring.Component):
                         m.next = "GATHER"
                         with m.If(left == 1):
                             m.next = "IDLE"
+        return m
+
+
+class GrandHandler(wiring.Component):
+    """GRAND_SEED / GRAND_SAMPLES through a :class:`hw.grand.GrandUnit`.
+
+    ``GRAND_SEED`` payload: ``16 * lanes`` bytes, the generator state of every lane (``s0``
+    u64, ``s1`` u64, lane 0 first; the host computes it with :func:`sim.prng.seed_lanes`).
+    It loads the state (bit 0 of ``s1`` forced to 1, :func:`sim.prng.load_state`), discards
+    buffered samples and latches the mode from ``mode`` (the ``GRAND_MODE`` register; codes 6
+    and 7 act as normal). The mode therefore changes only at a GRAND_SEED. Check: payload
+    length ``!= 16 * lanes`` -> ``BAD_LENGTH``.
+
+    ``GRAND_SAMPLES`` payload: count u16, format u8 (0: f16, 2 bytes per sample; 1: f32, 4
+    bytes). The reply is the next ``count`` samples of the sequence, lane-interleaved (lane 0
+    of a result, lane 1, ...), little-endian. Samples of a result that a command does not take
+    are kept for the next one, so consecutive commands read one unbroken sequence, equal to
+    :class:`sim.grand.GrandModel`'s. Checks, in order: payload length ``!= 3`` ->
+    ``BAD_LENGTH``; format > 1 -> ``BAD_ADDRESS``; reply longer than ``frame_bytes`` ->
+    ``BAD_LENGTH``.
+
+    Parameters
+    ----------
+    lanes : int
+        Generator lanes, 1..32.
+    frame_bytes : int
+        Largest reply payload.
+
+    Members
+    -------
+    command : In(CommandSignature())
+    mode : In(3)
+        The mode latched at GRAND_SEED.
+    """
+
+    @quiet_on_error
+    def __init__(self, *, lanes=2, frame_bytes=512):
+        _check_int("Lane count", lanes, 1, 32)
+        _check_int("Frame buffer size", frame_bytes, 16, 4096)
+        self._lanes = lanes
+        self._frame_bytes = frame_bytes
+        super().__init__({"command": In(CommandSignature()), "mode": In(3)})
+
+    lanes = property(lambda self: self._lanes)
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.command
+        lanes = self._lanes
+        m.submodules.grand = grand = GrandUnit(lanes=lanes)
+
+        mode = Signal(3)
+        # Codes 6 and 7 are not modes; the unit itself treats them as NORMAL.
+        m.d.comb += grand.mode.eq(mode)
+        seeding = Signal()
+        length = Signal(16)
+        status = Signal(8)
+        count = Signal(16 * lanes + 1)          # seed bytes taken / sample arguments
+        state = Signal(128 * lanes)
+        args = Signal(24)
+        fmt = Signal()
+        left = Signal(16)                       # samples still to send
+        beat = Signal(grand.o.payload.shape())
+        avail = Signal(range(lanes + 1))        # samples of ``beat`` not yet sent
+        pos = Signal(range(lanes))
+        byte = Signal(2)
+        nbytes = Signal(19)
+
+        m.d.comb += grand.seed.eq(state)
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += c.cmd.ready.eq(1)
+                with m.If(c.cmd.valid):
+                    is_seed = c.cmd.payload.opcode == Opcode.GRAND_SEED
+                    n = c.cmd.payload.length
+                    m.d.sync += [seeding.eq(is_seed), length.eq(n), count.eq(0),
+                                 status.eq(Status.OK)]
+                    with m.If(Mux(is_seed, n == 16 * lanes, n == 3)):
+                        m.next = "ARGS"
+                    with m.Else():
+                        m.d.sync += status.eq(Status.BAD_LENGTH)
+                        m.next = "RESP"
+            with m.State("ARGS"):
+                with m.If(count == Mux(seeding, 16 * lanes, 3)):
+                    m.next = "LATCH"
+                    with m.If(~seeding):
+                        m.next = "CHECK"
+                with m.Else():
+                    m.d.comb += c.arg.ready.eq(1)
+                    with m.If(c.arg.valid):
+                        m.d.sync += count.eq(count + 1)
+                        with m.If(seeding):
+                            m.d.sync += state.eq(Cat(state[8:], c.arg.payload))
+                        with m.Else():
+                            m.d.sync += args.eq(Cat(args[8:], c.arg.payload))
+            with m.State("LATCH"):
+                # The unit registers its mode port; load one cycle after the mode settles.
+                m.d.sync += mode.eq(self.mode)
+                m.next = "LOAD"
+            with m.State("LOAD"):
+                m.d.comb += grand.seed_load.eq(1)
+                m.d.sync += avail.eq(0)
+                m.next = "RESP"
+            with m.State("CHECK"):
+                m.d.sync += [left.eq(args[0:16]), fmt.eq(args[16]), byte.eq(0),
+                             nbytes.eq(Mux(args[16], args[0:16] << 2, args[0:16] << 1))]
+                m.next = "SIZE"
+                with m.If(args[16:24] > 1):
+                    m.d.sync += status.eq(Status.BAD_ADDRESS)
+                    m.next = "RESP"
+            with m.State("SIZE"):
+                m.next = "RESP"
+                with m.If(nbytes > self._frame_bytes):
+                    m.d.sync += status.eq(Status.BAD_LENGTH)
+            with m.State("RESP"):
+                reply = (status == Status.OK) & ~seeding
+                m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
+                             c.resp.payload.length.eq(Mux(reply, nbytes, 0))]
+                with m.If(c.resp.ready):
+                    m.next = "IDLE"
+                    with m.If(reply & (left != 0)):
+                        m.next = "SEND"
+            with m.State("SEND"):
+                with m.If(avail == 0):
+                    m.d.comb += grand.o.ready.eq(1)
+                    with m.If(grand.o.valid):
+                        m.d.sync += [beat.eq(grand.o.payload), avail.eq(lanes), pos.eq(0)]
+                with m.Else():
+                    sample = beat[pos]
+                    word = Mux(fmt, sample.f32, sample.f16)
+                    last_byte = byte == Mux(fmt, 3, 1)
+                    m.d.comb += [c.data.valid.eq(1), c.data.payload.eq(word.word_select(byte, 8))]
+                    with m.If(c.data.ready):
+                        m.d.sync += byte.eq(byte + 1)
+                        with m.If(last_byte):
+                            m.d.sync += [byte.eq(0), pos.eq(pos + 1), avail.eq(avail - 1),
+                                         left.eq(left - 1)]
+                            with m.If(left == 1):
+                                m.next = "IDLE"
         return m

@@ -32,7 +32,7 @@ from sim.link import (
     identity_registers,
 )
 
-from .engines import LUTHandler
+from .engines import GrandHandler, LUTHandler
 from .link import CommandSignature, Dispatcher, HostLink, PingHandler, _check_int
 from .uart import UARTReceiver, UARTTransmitter, quiet_on_error, uart_divisor
 
@@ -506,6 +506,8 @@ class Accelerator(wiring.Component):
     lut_tables : int
         Byte tables of the transfer-LUT engine (LUT_WRITE / LUT_APPLY), 0 to 64; 0 leaves
         the engine out.
+    grand : bool
+        Include the Irwin-Hall grand unit (GRAND_SEED / GRAND_SAMPLES), ``lanes`` lanes.
     uart : bool
         With ``True`` (default) the ports are ``rx`` / ``tx``. With ``False`` the UART is left
         out and the link's byte streams are the ports ``i`` / ``o`` (the simulation shortcut:
@@ -536,8 +538,8 @@ class Accelerator(wiring.Component):
 
     @quiet_on_error
     def __init__(self, *, clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None,
-                 use_spram=False, frame_bytes=512, timeout_bits=10_000, lut_tables=4, uart=True,
-                 simulation=False):
+                 use_spram=False, frame_bytes=512, timeout_bits=10_000, lut_tables=4, grand=True,
+                 uart=True, simulation=False):
         self._divisor = uart_divisor(clk_freq, baud)
         self._clk_freq = clk_freq
         self._baud = baud
@@ -551,7 +553,9 @@ class Accelerator(wiring.Component):
         self._uart = _check_bool("uart", uart)
         self._simulation = _check_bool("simulation", simulation)
         self._lut_tables = _check_int("LUT table count", lut_tables, 0, 64)
-        self._engines = (1 << ENGINE_BITS["lut"]) if lut_tables else 0
+        self._grand = _check_bool("grand", grand)
+        self._engines = (((1 << ENGINE_BITS["lut"]) if lut_tables else 0)
+                         | ((1 << ENGINE_BITS["grand"]) if grand else 0))
         self._identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, self._lanes,
                                   self._scratch_bytes, self._frame_bytes, self._engines,
                                   self._use_spram)
@@ -585,6 +589,8 @@ class Accelerator(wiring.Component):
                  (Opcode.MEM_READ, Opcode.MEM_WRITE)]
         if self._lut_tables:
             table.append((Opcode.LUT_WRITE, Opcode.LUT_APPLY))
+        if self._grand:
+            table.append((Opcode.GRAND_SEED, Opcode.GRAND_SAMPLES))
         return table
 
     def elaborate(self, platform):
@@ -607,6 +613,11 @@ class Accelerator(wiring.Component):
         if self._lut_tables:
             m.submodules.lut = lut = LUTHandler(lanes=self._lanes, tables=self._lut_tables)
             handlers.append(lut)
+        if self._grand:
+            m.submodules.grand = grand = GrandHandler(lanes=self._lanes,
+                                                      frame_bytes=self._frame_bytes)
+            m.d.comb += grand.mode.eq(regs.grand_mode)
+            handlers.append(grand)
         wiring.connect(m, link.command, dispatch.command)
         for k, handler in enumerate(handlers):
             wiring.connect(m, getattr(dispatch, f"handler_{k}"), handler.command)

@@ -38,6 +38,12 @@ Parser rules (mirrored exactly by :class:`DeviceModel` and the gateware)
 import dataclasses
 import enum
 
+import numpy as np
+
+from .grand import MODES as GRAND_MODES
+from .grand import WORDS_PER_RESULT, results_from_words
+from .prng import Xoroshiro128aox, load_state
+
 __all__ = [
     "SOF_REQUEST", "SOF_REPLY", "PROTOCOL_VERSION", "DESIGN_VERSION", "MAGIC", "Opcode", "Status",
     "ENGINE_OPCODES", "Register", "REGISTERS", "REGISTER_BY_NAME", "ENGINE_BITS", "Identity",
@@ -66,6 +72,8 @@ class Opcode(enum.IntEnum):
     REG_WRITE = 0x11  #: payload: index u16, value u32; reply: empty
     MEM_READ = 0x20   #: payload: byte address u32, count u16; reply: count bytes
     MEM_WRITE = 0x21  #: payload: byte address u32, data; reply: empty
+    GRAND_SEED = 0x40  #: payload: 16*lanes bytes of generator state; reply: empty
+    GRAND_SAMPLES = 0x41  #: payload: count u16, format u8 (0 f16, 1 f32); reply: samples
     LUT_WRITE = 0x48  #: payload: table u8, start u8, entries; reply: empty
     LUT_APPLY = 0x49  #: payload: table u8, codes; reply: table[code] per code
 
@@ -334,9 +342,17 @@ class DeviceModel:
     """
 
     def __init__(self, *, lanes=2, scratch_bytes=4096, frame_bytes=512, use_spram=False,
-                 lut_tables=4, engines=None):
+                 lut_tables=4, grand=True, engines=None):
         if engines is None:
-            engines = (1 << ENGINE_BITS["lut"]) if lut_tables else 0
+            engines = ((1 << ENGINE_BITS["lut"]) if lut_tables else 0) | \
+                ((1 << ENGINE_BITS["grand"]) if grand else 0)
+        self.lanes = lanes
+        self.grand = grand
+        #: The grand unit: generator state, the mode latched at GRAND_SEED, and the samples of a
+        #: partly read result (lane order).
+        self.grand_prng = Xoroshiro128aox(0, lanes)
+        self.grand_mode = "normal"
+        self.grand_pending = []
         self.frame_bytes = frame_bytes
         self.lut_tables = lut_tables
         #: Byte tables of the LUT engine, ``luts[table][code]`` (power-on contents are 0).
@@ -437,9 +453,38 @@ class DeviceModel:
                 return self._reply(Status.OK, bytes(self.scratch[addr:addr + count]))
             self.scratch[addr:addr + count] = payload[4:]
             return self._reply(Status.OK)
+        if opcode in (Opcode.GRAND_SEED, Opcode.GRAND_SAMPLES) and self.grand:
+            return self._execute_grand(opcode, payload)
         if opcode in (Opcode.LUT_WRITE, Opcode.LUT_APPLY) and self.lut_tables:
             return self._execute_lut(opcode, payload)
         return self._reply(Status.BAD_OPCODE)
+
+    def _execute_grand(self, opcode, payload):
+        n = len(payload)
+        if opcode == Opcode.GRAND_SEED:
+            if n != 16 * self.lanes:
+                return self._reply(Status.BAD_LENGTH)
+            words = np.frombuffer(bytes(payload), dtype="<u8").reshape(self.lanes, 2)
+            self.grand_prng.state = load_state(words)
+            code = self.regs[REGISTER_BY_NAME["GRAND_MODE"].index]
+            self.grand_mode = GRAND_MODES[code] if code < len(GRAND_MODES) else "normal"
+            self.grand_pending = []
+            return self._reply(Status.OK)
+        if n != 3:
+            return self._reply(Status.BAD_LENGTH)
+        count, fmt = int.from_bytes(payload[0:2], "little"), payload[2]
+        if fmt > 1:
+            return self._reply(Status.BAD_ADDRESS)
+        size = 4 if fmt else 2
+        if count * size > self.frame_bytes:
+            return self._reply(Status.BAD_LENGTH)
+        while len(self.grand_pending) < count:
+            words = self.grand_prng.take(WORDS_PER_RESULT[self.grand_mode])
+            f16, f32 = results_from_words(words, self.grand_mode)
+            self.grand_pending += [(int(f16[0, k]), int(f32[0, k])) for k in range(self.lanes)]
+        taken, self.grand_pending = self.grand_pending[:count], self.grand_pending[count:]
+        return self._reply(Status.OK, b"".join(
+            (f32 if fmt else f16).to_bytes(size, "little") for f16, f32 in taken))
 
     def _execute_lut(self, opcode, payload):
         n = len(payload)

@@ -99,3 +99,74 @@ def test_driver_lut_round_trip():
             acc.lut_apply(4, codes[:3])
         with pytest.raises(ValueError, match="256 entries"):
             acc.lut_load(0, table[:10])
+
+
+# -- the grand unit behind GRAND_SEED / GRAND_SAMPLES ------------------------------------------
+
+def _seed_payload(seed, lanes):
+    from sim.prng import seed_lanes
+    return seed_lanes(seed, lanes).astype("<u8").tobytes()
+
+
+@pytest.mark.parametrize("lanes, mode", [(2, 0), (3, 2), (1, 5)])
+def test_grand_samples_match_the_model(lanes, mode):
+    from sim.grand import MODES, GrandModel
+    port, model = make(lanes=lanes)
+    reg = L.REGISTER_BY_NAME["GRAND_MODE"].index
+    exchange(port, model, L.Opcode.REG_WRITE, L.reg_write_payload(reg, mode))
+    assert exchange(port, model, L.Opcode.GRAND_SEED, _seed_payload(1234, lanes)) == \
+        (L.Status.OK, b"")
+    # Odd counts leave part of a result buffered: the sequence must continue unbroken.
+    got16 = b""
+    for count in (5, 1, 6):
+        status, body = exchange(port, model, L.Opcode.GRAND_SAMPLES, bytes([count, 0, 0]))
+        assert status == L.Status.OK
+        got16 += body
+    status, got32 = exchange(port, model, L.Opcode.GRAND_SAMPLES, bytes([4, 0, 1]))
+    ref = GrandModel(0, lanes)
+    from sim.prng import seed_lanes
+    ref.prng.state = seed_lanes(1234, lanes)
+    f16, f32 = ref.generate(MODES[mode], (16 + lanes - 1) // lanes + 4)
+    seq16 = f16.reshape(-1)
+    seq32 = f32.reshape(-1)
+    assert np.frombuffer(got16, "<u2").tolist() == seq16[:12].tolist()
+    assert np.frombuffer(got32, "<u4").tolist() == seq32[12:16].tolist()
+
+
+def test_grand_after_reset_and_errors():
+    port, model = make()
+    # Without a seed the unit runs from its reset state, in normal mode.
+    status, body = exchange(port, model, L.Opcode.GRAND_SAMPLES, bytes([3, 0, 0]))
+    assert status == L.Status.OK and len(body) == 6
+    values = np.frombuffer(body, "<u2").view(np.float16).astype(float)
+    assert np.all(np.abs(values) <= 5.8125) and np.all(values * 32 == np.round(values * 32))
+    for opcode, payload, status in [
+        (L.Opcode.GRAND_SEED, bytes(31), L.Status.BAD_LENGTH),
+        (L.Opcode.GRAND_SAMPLES, bytes([1, 0]), L.Status.BAD_LENGTH),
+        (L.Opcode.GRAND_SAMPLES, bytes([1, 0, 2]), L.Status.BAD_ADDRESS),
+        (L.Opcode.GRAND_SAMPLES, bytes([200, 0, 1]), L.Status.BAD_LENGTH),
+    ]:
+        assert exchange(port, model, opcode, payload) == (status, b"")
+    # The errors consumed nothing: the sequence continues.
+    status, body = exchange(port, model, L.Opcode.GRAND_SAMPLES, bytes([4, 0, 0]))
+    assert status == L.Status.OK
+
+
+def test_driver_grand_samples():
+    from sim.grand import GrandModel
+    from sim.prng import seed_lanes
+    with simulated_accelerator() as acc:
+        acc.grand_seed(99, mode="trunc3")
+        x = acc.grand_samples(40, np.float32)
+        ref = GrandModel(0, 2)
+        ref.prng.state = seed_lanes(99, 2)
+        _, f32 = ref.generate("trunc3", 20)
+        assert x.view(np.uint32).tolist() == f32.reshape(-1).tolist()
+        assert np.all(np.abs(x) <= 3)
+        with pytest.raises(ValueError, match="Grand mode must be one of"):
+            acc.grand_seed(1, mode="cauchy")
+
+
+def simulated_accelerator():
+    from boards.driver import Accelerator
+    return Accelerator.simulated(scratch_bytes=256, frame_bytes=64, lanes=2)

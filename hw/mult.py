@@ -1,0 +1,182 @@
+"""Registered signed multiplier arrays: LUT logic, iCE40 SB_MAC16 (dual 8×8), ECP5 MULT18X18D.
+
+All styles have the same contract, so a block can switch style per device profile:
+``p[i] = a[i] · b[i]`` (signed two's complement, full ``2·width``-bit product), registered:
+the product of the operands present in a cycle with ``en`` high appears on ``p`` after the next
+clock edge and holds while ``en`` is low. Hard-block styles use :class:`amaranth.hdl.Instance`;
+the simulator cannot run an ``Instance``, so with ``sim_model=True`` (the default) every style
+elaborates to the behavioural model below, which is what the tests check. Pass
+``sim_model=False`` to generate the hard blocks for synthesis.
+
+* ``"lut"``: behavioural ``a * b`` into a register; Yosys maps it to logic (or to DSPs where
+  ``synth_ice40 -dsp`` chooses to).
+* ``"sb_mac16"``: one iCE40 SB_MAC16 per two lanes in 8×8 mode (``MODE_8x8``, both operands
+  signed, ``TOP/BOT_8x8_MULT_REG`` product registers, ``CE = en``): lane ``2k`` uses the low
+  bytes of A/B and output ``O[15:0]``, lane ``2k+1`` the high bytes and ``O[31:16]``
+  (semantics of Yosys's ``cells_sim.v``). ``width <= 8``.
+* ``"mult18x18d"``: one ECP5 MULT18X18D per lane, inputs sign-extended to 18 bits, output
+  register on ``CLK0``/``CE0 = en``, ``SIGNEDA = SIGNEDB = 1``. ``width <= 18``.
+"""
+
+from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Signal, Value, signed
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["MULT_STYLES", "MultiplierArray"]
+
+#: Multiplier styles and their largest operand width.
+MULT_STYLES = {"lut": 18, "sb_mac16": 8, "mult18x18d": 18}
+
+
+class MultiplierArray(wiring.Component):
+    """``lanes`` registered signed multipliers of ``width``-bit operands.
+
+    Parameters
+    ----------
+    lanes : int
+        Number of products (1..256); ``"sb_mac16"`` pairs lanes, using ``ceil(lanes / 2)`` DSPs.
+    width : int
+        Operand width (2..18, at most 8 for ``"sb_mac16"``).
+    style : {"lut", "sb_mac16", "mult18x18d"}
+        Implementation.
+    sim_model : bool
+        Elaborate the behavioural model instead of the hard blocks (always for ``"lut"``).
+
+    Members
+    -------
+    a, b : In(ArrayLayout(signed(width), lanes))
+        Operands.
+    en : In(1)
+        Clock enable of the product register.
+    p : Out(ArrayLayout(signed(2 * width), lanes))
+        Registered products.
+
+    Raises
+    ------
+    TypeError
+        For a non-integer ``lanes`` / ``width``, a non-string style or a non-bool ``sim_model``.
+    ValueError
+        For values out of range or an unknown style.
+    """
+
+    def __init__(self, *, lanes=2, width=8, style="lut", sim_model=True):
+        try:
+            self._validate(lanes, width, style, sim_model)
+        except (TypeError, ValueError):
+            self._MustUse__silence = True    # a rejected component is not "unused"
+            raise
+        self._lanes = lanes
+        self._width = width
+        self._style = style
+        self._sim_model = sim_model
+        super().__init__({
+            "a": In(data.ArrayLayout(signed(width), lanes)),
+            "b": In(data.ArrayLayout(signed(width), lanes)),
+            "en": In(1),
+            "p": Out(data.ArrayLayout(signed(2 * width), lanes)),
+        })
+
+    @staticmethod
+    def _validate(lanes, width, style, sim_model):
+        if not isinstance(style, str):
+            raise TypeError(f"Multiplier style must be one of {', '.join(MULT_STYLES)}, "
+                            f"not {style!r}")
+        if style not in MULT_STYLES:
+            raise ValueError(f"Multiplier style must be one of {', '.join(MULT_STYLES)}, "
+                             f"not {style!r}")
+        for name, value, hi in (("Lane count", lanes, 256),
+                                ("Operand width", width, MULT_STYLES[style])):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an integer between {1 if name[0] == 'L' else 2}"
+                                f" and {hi}, not {value!r}")
+        if not 1 <= lanes <= 256:
+            raise ValueError(f"Lane count must be an integer between 1 and 256, not {lanes}")
+        if not 2 <= width <= MULT_STYLES[style]:
+            raise ValueError(f"Operand width must be an integer between 2 and "
+                             f"{MULT_STYLES[style]} for style {style!r}, not {width}")
+        if not isinstance(sim_model, bool):
+            raise TypeError(f"sim_model must be a bool, not {sim_model!r}")
+
+    @property
+    def lanes(self):
+        return self._lanes
+
+    @property
+    def width(self):
+        return self._width
+
+    @property
+    def style(self):
+        return self._style
+
+    @property
+    def sim_model(self):
+        return self._sim_model
+
+    def elaborate(self, platform):
+        m = Module()
+        if self._sim_model or self._style == "lut":
+            with m.If(self.en):
+                for i in range(self._lanes):
+                    m.d.sync += self.p[i].eq(self.a[i] * self.b[i])
+        elif self._style == "sb_mac16":
+            self._sb_mac16(m)
+        else:
+            self._mult18x18d(m)
+        return m
+
+    def _sb_mac16(self, m):
+        zero = Const(0, 8)
+        for k in range(0, self._lanes, 2):
+            lo_a = Value.cast(self.a[k])
+            lo_b = Value.cast(self.b[k])
+            pair = k + 1 < self._lanes
+            hi_a = Value.cast(self.a[k + 1]) if pair else zero
+            hi_b = Value.cast(self.b[k + 1]) if pair else zero
+            # Sign-extend each operand to its byte: the 8x8 mode signs bit 7 / bit 15.
+            ext = [Cat(v, v[-1].replicate(8 - len(v))) if len(v) < 8 else v
+                   for v in (lo_a, hi_a, lo_b, hi_b)]
+            o = Signal(32, name=f"mac{k // 2}_o")
+            m.submodules[f"mac{k // 2}"] = Instance(
+                "SB_MAC16",
+                p_NEG_TRIGGER=0, p_C_REG=0, p_A_REG=0, p_B_REG=0, p_D_REG=0,
+                p_TOP_8x8_MULT_REG=1, p_BOT_8x8_MULT_REG=1,
+                p_PIPELINE_16x16_MULT_REG1=0, p_PIPELINE_16x16_MULT_REG2=0,
+                p_TOPOUTPUT_SELECT=2, p_TOPADDSUB_LOWERINPUT=0, p_TOPADDSUB_UPPERINPUT=0,
+                p_TOPADDSUB_CARRYSELECT=0, p_BOTOUTPUT_SELECT=2, p_BOTADDSUB_LOWERINPUT=0,
+                p_BOTADDSUB_UPPERINPUT=0, p_BOTADDSUB_CARRYSELECT=0, p_MODE_8x8=1,
+                p_A_SIGNED=1, p_B_SIGNED=1,
+                i_CLK=ClockSignal("sync"), i_CE=self.en,
+                i_A=Cat(ext[0], ext[1]), i_B=Cat(ext[2], ext[3]), i_C=Const(0, 16),
+                i_D=Const(0, 16),
+                i_AHOLD=0, i_BHOLD=0, i_CHOLD=0, i_DHOLD=0, i_IRSTTOP=0, i_IRSTBOT=0,
+                i_ORSTTOP=0, i_ORSTBOT=0, i_OLOADTOP=0, i_OLOADBOT=0, i_ADDSUBTOP=0,
+                i_ADDSUBBOT=0, i_OHOLDTOP=0, i_OHOLDBOT=0, i_CI=0, i_ACCUMCI=0, i_SIGNEXTIN=0,
+                o_O=o)
+            m.d.comb += self.p[k].eq(o[:16].as_signed())
+            if pair:
+                m.d.comb += self.p[k + 1].eq(o[16:].as_signed())
+
+    def _mult18x18d(self, m):
+        for k in range(self._lanes):
+            a = Value.cast(self.a[k])
+            b = Value.cast(self.b[k])
+            a18 = Cat(a, a[-1].replicate(18 - len(a))) if len(a) < 18 else a
+            b18 = Cat(b, b[-1].replicate(18 - len(b))) if len(b) < 18 else b
+            p = Signal(36, name=f"mul{k}_p")
+            ports = {f"i_A{j}": a18[j] for j in range(18)}
+            ports.update({f"i_B{j}": b18[j] for j in range(18)})
+            ports.update({f"i_C{j}": 0 for j in range(18)})
+            ports.update({f"o_P{j}": p[j] for j in range(36)})
+            m.submodules[f"mul{k}"] = Instance(
+                "MULT18X18D",
+                p_REG_INPUTA_CLK="NONE", p_REG_INPUTB_CLK="NONE", p_REG_INPUTC_CLK="NONE",
+                p_REG_PIPELINE_CLK="NONE", p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE0",
+                p_REG_OUTPUT_RST="RST0", p_GSR="DISABLED", p_RESETMODE="SYNC",
+                p_SOURCEB_MODE="B_SHIFT", p_MULT_BYPASS="DISABLED",
+                i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
+                i_CLK0=ClockSignal("sync"), i_CLK1=0, i_CLK2=0, i_CLK3=0,
+                i_CE0=self.en, i_CE1=1, i_CE2=1, i_CE3=1,
+                i_RST0=0, i_RST1=0, i_RST2=0, i_RST3=0,
+                **ports)
+            m.d.comb += self.p[k].eq(p[:2 * self._width].as_signed())

@@ -1,0 +1,263 @@
+"""BFPColumn gateware against the golden column model, bit for bit."""
+
+import numpy as np
+import pytest
+from amaranth.back import rtlil
+
+from hw.bfp import BFPColumn, column_widths
+from hw.common import ROUNDING_NAMES, Rounding
+from hw.registry import build_block
+from sim.bfp import nan_exponent, quantise
+from sim.bfp_column import ColumnModel
+from sim.harness import run_stream
+
+ROUNDING = {name: member for member, name in ROUNDING_NAMES.items()}
+
+
+def make_job(rng, n, nb, block, *, kind="gauss", width=8, exp_bits=8, bias=False):
+    """One product's operands, quantised from floats with the format's quantiser."""
+    k = nb * block
+    if kind == "gauss":
+        w, x = rng.standard_normal((n, k)), rng.standard_normal(k)
+    elif kind == "uniform":
+        w, x = rng.uniform(-1, 1, (n, k)), rng.uniform(0, 1, k)
+    elif kind == "heavy":
+        w, x = rng.standard_t(1.2, (n, k)), rng.standard_cauchy(k)
+    else:
+        raise ValueError(kind)
+    scale = 2.0 ** rng.integers(-20, 20, (n, nb)).repeat(block, axis=1)
+    w_m, w_e = quantise(w * scale, block=block, width=width, exp_bits=exp_bits)
+    x_m, x_e = quantise(x * 2.0 ** rng.integers(-20, 20), block=block, width=width,
+                        exp_bits=exp_bits)
+    job = {"w_m": w_m.reshape(n, k), "w_e": w_e, "x_m": x_m.reshape(k), "x_e": x_e,
+           "rand": rng.integers(0, 256, n)}
+    if bias:
+        b_m, b_e = quantise(rng.standard_normal(n) * 2.0 ** rng.integers(0, 40), block=n,
+                            width=width, exp_bits=exp_bits)
+        job["b_m"], job["b_e"] = b_m.reshape(n), np.repeat(b_e, n)
+    return job
+
+
+def run_rtl(col, jobs, *, width=None, rounding="nearest", exp_mode="max", fixed_exp=0,
+            bias=False, seed=0, valid_prob=1.0, ready_prob=1.0):
+    """Stream ``jobs`` (same block count) through ``col``; returns [(mantissas, exponent)]."""
+    n, b = col.lanes, col.block
+    ws, xs, bs, rs = [], [], [], []
+    nbs = {len(job["x_e"]) for job in jobs}
+    assert len(nbs) == 1
+    nb = nbs.pop()
+    for job in jobs:
+        for j in range(nb * b):
+            ws.append({"m": [int(v) for v in job["w_m"][:, j]],
+                       "e": [int(v) for v in job["w_e"][:, j // b]]})
+            xs.append({"m": int(job["x_m"][j]), "e": int(job["x_e"][j // b])})
+        if bias:
+            bs += [{"m": int(m), "e": int(e)} for m, e in zip(job["b_m"], job["b_e"],
+                                                              strict=True)]
+        if rounding == "stochastic":
+            rs += [int(r) for r in job["rand"]]
+
+    async def setup(ctx):
+        ctx.set(col.cfg_width, width or col.width)
+        ctx.set(col.cfg_rounding, ROUNDING[rounding])
+        ctx.set(col.cfg_exp_mode, {"max": 0, "fixed": 1}[exp_mode])
+        ctx.set(col.cfg_fixed_exp, fixed_exp)
+        ctx.set(col.cfg_bias_en, int(bias))
+        ctx.set(col.cfg_blocks, nb)
+        await ctx.tick()
+
+    inputs = {"i_w": ws, "i_x": xs}
+    if bias:
+        inputs["i_bias"] = bs
+    if rs:
+        inputs["i_rand"] = rs
+    out = run_stream(col, inputs, {"o": n * len(jobs)}, setup=setup, valid_prob=valid_prob,
+                     ready_prob=ready_prob, seed=seed)["o"]
+    res = []
+    for k in range(len(jobs)):
+        chunk = out[k * n:(k + 1) * n]
+        exps = {o["e"] for o in chunk}
+        assert len(exps) == 1, "one exponent per output block"
+        res.append(([o["m"] for o in chunk], exps.pop()))
+    return res
+
+
+def run_model(model, jobs, *, bias=False, **kwargs):
+    res = []
+    for job in jobs:
+        y, e = model.matvec(job["w_m"], job["w_e"], job["x_m"], job["x_e"], rand=job["rand"],
+                            bias_m=job.get("b_m") if bias else None,
+                            bias_e=job.get("b_e") if bias else None, **kwargs)
+        res.append((y.tolist(), e))
+    return res
+
+
+def check(params, jobs, **kwargs):
+    col = BFPColumn(**params)
+    model = ColumnModel(**{k: v for k, v in params.items() if k not in ("mult", "sim_model")})
+    sim_kwargs = {k: kwargs.pop(k) for k in ("seed", "valid_prob", "ready_prob") if k in kwargs}
+    got = run_rtl(col, jobs, **kwargs, **sim_kwargs)
+    want = run_model(model, jobs, **kwargs)
+    assert got == want
+    return got
+
+
+SMALL = {"lanes": 4, "block": 4, "max_blocks": 4}
+
+
+# -- parameters --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, exc, msg", [
+    ({"lanes": 3}, ValueError, "Lane count must be an integer between 4 and 256, not 3"),
+    ({"lanes": 4.0}, TypeError, "Lane count"),
+    ({"lanes": True}, TypeError, "Lane count"),
+    ({"block": 1}, ValueError, "Block size must be an integer between 2 and 256, not 1"),
+    ({"width": 17}, ValueError, "Mantissa width must be an integer between 2 and 16, not 17"),
+    ({"exp_bits": 2}, ValueError, "Exponent width"),
+    ({"max_blocks": 0}, ValueError, "Maximum block count"),
+    ({"frac_bits": 9}, ValueError, "Fraction guard bit count"),
+    ({"rand_bits": 0}, ValueError, "Random bit count"),
+    ({"mult": "dsp"}, ValueError, "Multiplier style must be one of lut, sb_mac16, mult18x18d"),
+    ({"mult": 1}, TypeError, "Multiplier style"),
+    ({"mult": "sb_mac16", "width": 9}, ValueError, "at most 8 with multiplier style"),
+    ({"sim_model": 1}, TypeError, "sim_model must be a bool"),
+])
+def test_validation(kwargs, exc, msg):
+    with pytest.raises(exc, match=msg):
+        BFPColumn(**kwargs)
+
+
+def test_properties_and_widths_match_model():
+    col = BFPColumn(lanes=8, block=32, width=6, exp_bits=5, max_blocks=9, frac_bits=2,
+                    rand_bits=5)
+    model = ColumnModel(lanes=8, block=32, width=6, exp_bits=5, max_blocks=9, frac_bits=2,
+                        rand_bits=5)
+    assert (col.lanes, col.block, col.width, col.exp_bits, col.max_blocks, col.frac_bits,
+            col.rand_bits, col.mult, col.sim_model) == (8, 32, 6, 5, 9, 2, 5, "lut", True)
+    assert (col.pw, col.aw) == (model.pw, model.aw) == (17, 23)
+    assert column_widths(block=32, width=6, max_blocks=9, frac_bits=2) == (17, 23)
+    with pytest.raises(AttributeError):
+        col.lanes = 4
+    assert f"wire width {col.aw} signed \\rd_data.a" in rtlil.convert(col)
+
+
+def test_registry_builds_defaults():
+    col = build_block("bfp")
+    assert (col.lanes, col.block, col.width, col.exp_bits) == (16, 16, 8, 8)
+    assert "module \\top.pe" in rtlil.convert(col)
+    text = rtlil.convert(BFPColumn(**SMALL, mult="sb_mac16", sim_model=False))
+    assert text.count("cell \\SB_MAC16") == 2
+
+
+# -- bit-exact against the model ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["gauss", "uniform", "heavy"])
+@pytest.mark.parametrize("rounding", ["nearest", "zero", "stochastic"])
+def test_random_matrices(kind, rounding):
+    rng = np.random.default_rng(hash((kind, rounding)) % 2 ** 32)
+    jobs = [make_job(rng, 4, 3, 4, kind=kind) for _ in range(3)]
+    check(SMALL, jobs, rounding=rounding, valid_prob=0.7, ready_prob=0.6, seed=1)
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "zero", "stochastic"])
+def test_bias_path(rounding):
+    rng = np.random.default_rng(3)
+    jobs = [make_job(rng, 4, 2, 4, kind="gauss", bias=True) for _ in range(4)]
+    got = check(SMALL, jobs, rounding=rounding, bias=True, valid_prob=0.8, ready_prob=0.7)
+    # The bias must matter: these results differ from the same products without bias.
+    model = ColumnModel(**SMALL)
+    assert got != run_model(model, jobs, rounding=rounding)
+
+
+def test_full_scale_and_extreme_exponents():
+    n, b, nb = 4, 4, 4
+    e_lim = 127
+    jobs = [
+        # Every product -128·-128 (outside the symmetric range, still exact) at one exponent.
+        {"w_m": np.full((n, nb * b), -128), "w_e": np.zeros((n, nb), int),
+         "x_m": np.full(nb * b, -128), "x_e": np.zeros(nb, int)},
+        # Full scale, rows of both signs, exponent sums at both ends of the E + 1-bit range.
+        {"w_m": np.array([[127], [-127], [127], [-127]]).repeat(nb * b, axis=1),
+         "w_e": np.array([[e_lim, -e_lim, e_lim, -e_lim]] * n),
+         "x_m": np.full(nb * b, 127), "x_e": np.array([e_lim, -e_lim, -e_lim, e_lim])},
+        # Mixed exponents per row and block.
+        {"w_m": np.arange(n * nb * b).reshape(n, nb * b) % 255 - 127,
+         "w_e": np.array([[0, 30, -30, 5], [-100, 100, 0, 0], [7, 7, 7, 7], [120, -120, 60, 1]]),
+         "x_m": np.arange(nb * b) * 13 % 255 - 127, "x_e": np.array([3, -60, 90, -7])},
+    ]
+    for job in jobs:
+        job["rand"] = np.arange(n) * 61 % 256
+    params = dict(SMALL)
+    for rounding in ("nearest", "stochastic"):
+        got = check(params, jobs, rounding=rounding)
+        # e4 clamped to the largest exponent: the outputs saturate.
+        assert got[1] == ([127, -127, 127, -127], 127)
+    for fixed in (-127, 0, 20, 127):
+        check(params, jobs, exp_mode="fixed", fixed_exp=fixed, rounding="zero")
+
+
+def test_zero_blocks_and_zero_products():
+    rng = np.random.default_rng(9)
+    jobs = [make_job(rng, 4, 3, 4) for _ in range(4)]
+    jobs[0]["x_m"][4:8] = 0              # an all-zero vector block with a large exponent
+    jobs[0]["x_e"][1] = 0
+    jobs[0]["w_e"][:, 1] = 120
+    jobs[1]["w_m"][:, :] = 0             # a zero product: e4 = 0
+    jobs[1]["w_e"][:, :] = 0
+    jobs[2]["w_m"][1, :] = 0             # one zero row among others
+    jobs[3]["x_m"][:4] = 0               # zero first block, then data
+    got = check(SMALL, jobs, valid_prob=0.9, ready_prob=0.9)
+    assert got[1] == ([0, 0, 0, 0], 0)
+
+
+def test_nan_operands():
+    rng = np.random.default_rng(12)
+    nan = nan_exponent(8)
+    jobs = [make_job(rng, 4, 2, 4, bias=True) for _ in range(4)]
+    jobs[0]["w_e"][2, 1] = nan           # one weight block of one row
+    jobs[1]["x_e"][0] = nan              # a vector block
+    jobs[2]["b_e"][3] = nan              # a bias element
+    got = check(SMALL, jobs, bias=True)
+    assert [e for _, e in got[:3]] == [nan] * 3 and got[0][0] == [0] * 4
+    assert got[3][1] != nan
+
+
+@pytest.mark.parametrize("width", [2, 3, 5])
+def test_runtime_width(width):
+    rng = np.random.default_rng(width)
+    jobs = [make_job(rng, 4, 2, 4, kind="heavy") for _ in range(3)]
+    got = check(SMALL, jobs, width=width, rounding="nearest")
+    assert max(abs(v) for m, _ in got for v in m) <= 2 ** (width - 1) - 1
+
+
+def test_block16_odd_lanes_backpressure():
+    rng = np.random.default_rng(21)
+    params = {"lanes": 5, "block": 16, "max_blocks": 2, "frac_bits": 0, "rand_bits": 3}
+    jobs = [make_job(rng, 5, 2, 16) for _ in range(3)]
+    for job in jobs:
+        job["rand"] %= 8
+    check(params, jobs, rounding="stochastic", valid_prob=0.5, ready_prob=0.3, seed=4)
+
+
+def test_narrow_exponent_and_mantissa():
+    rng = np.random.default_rng(5)
+    params = {"lanes": 4, "block": 2, "width": 4, "exp_bits": 4, "max_blocks": 3}
+    jobs = [make_job(rng, 4, 3, 2, width=4, exp_bits=4) for _ in range(4)]
+    check(params, jobs, rounding="zero", valid_prob=0.8)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rounding", ["nearest", "zero", "stochastic"])
+def test_default_size_column(rounding):
+    rng = np.random.default_rng(100)
+    params = {"lanes": 16, "block": 16, "max_blocks": 4}
+    jobs = [make_job(rng, 16, 4, 16, kind=kind, bias=True)
+            for kind in ("gauss", "uniform", "heavy", "gauss")]
+    check(params, jobs, rounding=rounding, bias=True, valid_prob=0.9, ready_prob=0.8)
+
+
+def test_rounding_names_cover_enum():
+    assert set(ROUNDING) == {"nearest", "zero", "stochastic"}
+    assert ROUNDING["stochastic"] is Rounding.STOCHASTIC

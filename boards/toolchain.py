@@ -156,7 +156,7 @@ def OOCWrapper(component):
 
 
 def implement(component, device="up5k", *, seed=1, freq_mhz=None, build_dir=None, name="block",
-              progress=None):
+              progress=None, dsp=True):
     """Synthesise, place and route one component out of context and report its cost.
 
     Parameters
@@ -174,13 +174,16 @@ def implement(component, device="up5k", *, seed=1, freq_mhz=None, build_dir=None
         Keep the files here (default: a temporary directory, removed afterwards).
     progress : callable(str), optional
         Called with a short message before each step.
+    dsp : bool
+        Let synthesis map multipliers to DSP blocks (default); ``False`` forces LUT logic.
 
     Returns
     -------
     dict
         :func:`parse_nextpnr_report` fields plus ``device``, ``seed``, ``fmax_mhz`` (the sync
         clock's achieved Fmax), ``wrapper_bits`` (port bits, ~ one LC each of wrapper overhead),
-        ``wrapper_lcs`` (the wrapper's LC / LUT4 estimate), ``lcs_block`` (``lcs`` minus
+        ``synth`` (the synthesis command used), ``wrapper_lcs`` (the wrapper's LC / LUT4
+        estimate), ``lcs_block`` (``lcs`` minus
         ``wrapper_lcs``, an estimate of the block alone) and
         ``seconds`` (wall time).
 
@@ -214,10 +217,21 @@ def implement(component, device="up5k", *, seed=1, freq_mhz=None, build_dir=None
         say(f"{name}: elaborating")
         (bd / f"{name}.il").write_text(rtlil.convert(wrapper, name="top"))
         say(f"{name}: synthesising for {device}")
-        _run([os.environ["YOSYS"], "-q", "-p",
-              f"read_rtlil {name}.il; {dev['synth']} -top top -json {name}.json; "
-              f"tee -o {name}.stat stat"],
-             bd / f"{name}.yosys.log", bd, "yosys")
+        synth = dev["synth"]
+        if not dsp:
+            synth = synth.replace(" -dsp", "") if dev["family"] == "ice40" else synth + " -nodsp"
+        script = f"read_rtlil {name}.il; {{}} -top top -json {name}.json; tee -o {name}.stat stat"
+        try:
+            _run([os.environ["YOSYS"], "-q", "-p", script.format(synth)],
+                 bd / f"{name}.yosys.log", bd, "yosys")
+        except ToolchainError:
+            if dev["family"] != "ecp5":
+                raise
+            # YoWASP's abc9 sometimes exits 1 with an empty log on ECP5; the classic ABC flow
+            # is the documented fallback (reported in the result's "synth").
+            synth += " -noabc9"
+            _run([os.environ["YOSYS"], "-q", "-p", script.format(synth)],
+                 bd / f"{name}.yosys.log", bd, "yosys")
         say(f"{name}: placing and routing for {device} (seed {seed})")
         pnr = os.environ["NEXTPNR_ICE40" if dev["family"] == "ice40" else "NEXTPNR_ECP5"]
         _run([pnr, "--quiet", *dev["args"], "--json", f"{name}.json", "--seed", str(seed),
@@ -233,7 +247,7 @@ def implement(component, device="up5k", *, seed=1, freq_mhz=None, build_dir=None
     # iCE40: one LC per chain flip-flop and per capture mux; ECP5: flip-flops are separate
     # from LUT4s, so only the capture muxes cost LUTs.
     wrapper_lcs = wrapper.n_out + (wrapper.n_in if dev["family"] == "ice40" else 0)
-    res.update(device=device, seed=seed, fmax_mhz=min(clocks) if clocks else None,
+    res.update(device=device, seed=seed, synth=synth, fmax_mhz=min(clocks) if clocks else None,
                wrapper_bits=wrapper.n_in + wrapper.n_out, wrapper_lcs=wrapper_lcs,
                lcs_block=max(res["lcs"] - wrapper_lcs, 0),
                seconds=round(time.monotonic() - t0, 1))

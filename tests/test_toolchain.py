@@ -77,3 +77,9 @@ def test_wrapper_accepts_views_and_enums():
     assert (w.n_in, w.n_out) == (10, 12)
     from amaranth.back import rtlil
     assert "module" in rtlil.convert(w)
+
+
+def test_implement_without_dsp_uses_luts():
+    res = implement(_Mul(), "up5k", seed=1, dsp=False)
+    assert res["dsps"] == 0 and res["lcs_block"] > 40
+    assert "-dsp" not in res["synth"]

@@ -1,7 +1,9 @@
-"""Stochastic quantiser: f16 or wide fixed-point streams to BFP blocks or int8 (DESIGN §3.4).
+"""Stochastic quantiser: f16 or wide fixed-point streams to BFP blocks, int8 or discrete codes
+(DESIGN §3.4).
 
-The golden model is :mod:`sim.quantiser` (BFP through :func:`sim.bfp.quantise`); this gateware
-matches it bit for bit. See ``docs/quantiser.md`` for the architecture and measured figures.
+The golden model is :mod:`sim.quantiser` (BFP through :func:`sim.bfp.quantise`, discrete codes
+through :func:`sim.discrete.to_codes`); this gateware matches it bit for bit. See
+``docs/quantiser.md`` for the architecture and measured figures.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
@@ -10,6 +12,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.common import Rounding
+from hw.discrete import CodeEntry
 
 __all__ = ["Quantiser", "QuantTarget", "FORMATS"]
 
@@ -24,10 +27,16 @@ _HEADROOM = 8
 _INT8_CLAMP = 512
 
 
-class QuantTarget(enum.Enum, shape=1):
-    """Output format of :class:`Quantiser` (its ``target`` port)."""
+# Code-book values are ±2^e with -7 <= e <= 7; the discrete path works in units of 2^-7 of them.
+_CODE_FRAC = 7
+
+
+class QuantTarget(enum.Enum, shape=2):
+    """Output format of :class:`Quantiser` (its ``target`` port; the ``QUANT_FORMAT``
+    register)."""
     BFP = 0
     INT8 = 1
+    DISCRETE = 2
 
 
 def _check_int(value, what, lo, hi):
@@ -54,7 +63,7 @@ def _lod(m, value, name):
 
 
 class Quantiser(wiring.Component):
-    """Quantise f16 or fixed-point streams to BFP blocks at a run-time width, or to int8.
+    """Quantise f16 or fixed-point streams to BFP blocks at a run-time width, int8 or codes.
 
     Every input beat carries ``lanes`` elements; element ``k`` of the stream is lane
     ``k % lanes`` of beat ``k // lanes``. A BFP block is ``block`` consecutive elements, i.e.
@@ -63,8 +72,9 @@ class Quantiser(wiring.Component):
     to the emitter, which reads it back one beat per cycle through a pipeline that derives the
     shared exponent from the tracked maximum and shifts, rounds and saturates every lane. The
     other half takes the next block meanwhile, so the throughput is one beat (``lanes``
-    elements) per cycle. In int8 mode a "block" is one beat. The first output beat of a block is
-    valid :attr:`latency` (11) cycles after the handshake of the block's last input beat.
+    elements) per cycle. In int8 and discrete mode a "block" is one beat. The first output beat
+    of a block is valid :attr:`latency` (12, or 11 without the discrete path) cycles after the
+    handshake of the block's last input beat.
     Configuration ports must be held constant while a block is in flight (change them only when
     the quantiser is idle).
 
@@ -94,6 +104,10 @@ class Quantiser(wiring.Component):
     mult_bits : int
         Width of the int8 affine multiplier, 0..16; 0 leaves only power-of-two scales.
         ``width + mult_bits`` must not exceed 53 for fixed-point input. Default 12.
+    code_bits : int
+        Largest discrete code width ``n``, 0..3; the ``book`` port has ``2**code_bits``
+        entries and the run-time ``code_width`` selects ``n <= code_bits``. 0 leaves the
+        discrete path out (``target = DISCRETE`` then outputs zeros). Default 3.
 
     Members
     -------
@@ -119,6 +133,20 @@ class Quantiser(wiring.Component):
         int8 affine multiplier (present when ``mult_bits > 0``; must be non-zero).
     zero : In(signed(8))
         int8 zero point.
+    book : In(ArrayLayout(hw.discrete.CodeEntry, 2**code_bits))
+        Discrete code book (present when ``code_bits > 0``), entries ``(shift, direction,
+        sign)`` exactly as :class:`hw.discrete.DiscreteUnit`'s ``book`` port and
+        :meth:`sim.discrete.CodeBook.words`, so one register set drives both engines. Any order;
+        only the first ``2**code_width`` entries are used.
+    code_width : In(range(code_bits + 1))
+        Run-time code width ``n``, 1..code_bits (present when ``code_bits > 0``).
+
+    Discrete codes (``target = DISCRETE``) follow :func:`sim.quantiser.quantise_discrete`:
+    ``rounding = STOCHASTIC`` is the seed-001 stochastic choice, any other mode is "nearest".
+    The output lane holds the code (0..2^n-1), ``e`` is 0. The comparisons are exact: the
+    element is shifted to ``floor(x · 2^(7+R))`` with a sticky bit and compared with the code
+    values (multiples of 2^-7); the book's order relation is decoded into registers off the
+    data path, so configuration must be stable 3 cycles before the first beat.
 
     Raises
     ------
@@ -130,7 +158,7 @@ class Quantiser(wiring.Component):
     """
 
     def __init__(self, *, fmt="f16", width=32, frac_bits=16, lanes=2, block=16, w_max=8,
-                 exp_bits=8, rand_bits=8, mult_bits=12):
+                 exp_bits=8, rand_bits=8, mult_bits=12, code_bits=3):
         if not isinstance(fmt, str):
             raise TypeError(f"Input format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         if fmt not in FORMATS:
@@ -146,6 +174,7 @@ class Quantiser(wiring.Component):
         _check_int(exp_bits, "Exponent width", 3, 12)
         _check_int(rand_bits, "Random bit count", 1, 16)
         _check_int(mult_bits, "Multiplier width", 0, 16)
+        _check_int(code_bits, "Code width", 0, 3)
         if fmt == "fixed" and width + mult_bits > 53:
             raise ValueError(f"Fixed-point width plus multiplier width must be at most 53, "
                              f"not {width + mult_bits}")
@@ -161,6 +190,7 @@ class Quantiser(wiring.Component):
         self._fmt, self._width, self._frac_bits = fmt, width, frac_bits
         self._lanes, self._block, self._w_max = lanes, block, w_max
         self._exp_bits, self._rand_bits, self._mult_bits = exp_bits, rand_bits, mult_bits
+        self._code_bits = code_bits
 
         elem = unsigned(16) if fmt == "f16" else signed(width)
         members = {
@@ -179,6 +209,9 @@ class Quantiser(wiring.Component):
         }
         if mult_bits:
             members["mult"] = In(unsigned(mult_bits), init=1)
+        if code_bits:
+            members["book"] = In(data.ArrayLayout(CodeEntry, 1 << code_bits))
+            members["code_width"] = In(range(code_bits + 1), init=code_bits)
         super().__init__(members)
 
     fmt = property(lambda self: self._fmt)
@@ -190,6 +223,7 @@ class Quantiser(wiring.Component):
     exp_bits = property(lambda self: self._exp_bits)
     rand_bits = property(lambda self: self._rand_bits)
     mult_bits = property(lambda self: self._mult_bits)
+    code_bits = property(lambda self: self._code_bits)
 
     @property
     def out_bits(self):
@@ -199,8 +233,8 @@ class Quantiser(wiring.Component):
     @property
     def latency(self):
         """Cycles from the handshake of a block's last input beat to its first output beat
-        being valid, with no stalls."""
-        return 11
+        being valid, with no stalls: 12 with the discrete path (``code_bits > 0``), else 11."""
+        return 12 if self._code_bits else 11
 
     def elaborate(self, platform):
         m = Module()
@@ -211,8 +245,10 @@ class Quantiser(wiring.Component):
         key_bits = 15 if f16 else self._width
 
         bfp = Signal()
+        disc = Signal()
         stoch = Signal()
         m.d.comb += [bfp.eq(self.target == QuantTarget.BFP),
+                     disc.eq(self.target == QuantTarget.DISCRETE),
                      stoch.eq(self.rounding == Rounding.STOCHASTIC)]
 
         # ---- Ping-pong buffer --------------------------------------------------------------
@@ -391,13 +427,15 @@ class Quantiser(wiring.Component):
                          s2_nan.eq(s1b_nan), s2_rand.eq(s1b_rand)]
 
         # Decode each element into v · 2^k (v signed) and the right shift a = base - k.
-        base = Signal(signed(E))
-        m.d.comb += base.eq(Mux(bfp, s2_e, self.shift))
+        # Discrete codes: the element is scaled by 2^_CODE_FRAC (a right shift by -7).
+        base = Signal(signed(max(E, 5)))
+        m.d.comb += base.eq(Mux(bfp, s2_e, Mux(disc, -_CODE_FRAC, self.shift)))
         if f16:
             v_shape, k_lo, k_hi = signed(12), -24, 6
         else:
             v_shape, k_lo, k_hi = signed(self._width), -self._frac_bits, -self._frac_bits
-        a_shape = _range_shape(-(1 << (E - 1)) - k_hi, (1 << (E - 1)) - 1 - k_lo)
+        a_shape = _range_shape(min(-(1 << (E - 1)), -_CODE_FRAC) - k_hi,
+                               (1 << (E - 1)) - 1 - k_lo)
         s3_valid = Signal()
         s3_v = [Signal(v_shape, name=f"s3_v{lane}") for lane in range(L)]
         s3_a = [Signal(a_shape, name=f"s3_a{lane}") for lane in range(L)]
@@ -430,10 +468,13 @@ class Quantiser(wiring.Component):
         # Stage 3: scale by the affine multiplier (int8 only), then the shift control.
         mult = Const(1, 1)
         if self._mult_bits:
-            mult = Mux(bfp, 1, self.mult)
+            mult = Mux(self.target == QuantTarget.INT8, self.mult, 1)
         p_shape = signed(v_shape.width + max(self._mult_bits, 1) + 1)
         p_bits = p_shape.width
-        n_v = p_bits + _HEADROOM + G
+        # Integer bits kept after the shift: BFP/int8 need max(10, w_max) + 1; discrete codes
+        # need x · 2^7 up to beyond the largest code value 2^7, i.e. 16 + 1.
+        qw = max(10, self._w_max, 16 if self._code_bits else 0) + 1
+        n_v = max(p_bits + _HEADROOM + G, G + qw + 1)
         sh_max = n_v
         sh_shape = unsigned((sh_max).bit_length())
         s4_valid = Signal()
@@ -463,7 +504,6 @@ class Quantiser(wiring.Component):
         # Stage 4: y = floor(p · 2^(HEADROOM + G) / 2^sh) with a sticky bit of the lost bits.
         # Only the low G + QW bits of y are kept (QW-bit integer part, enough for every
         # unsaturated result); `big` flags a y whose integer part does not fit them.
-        qw = max(10, self._w_max) + 1
         s5_valid = Signal()
         s5_y = [Signal(signed(G + qw), name=f"s5_y{lane}") for lane in range(L)]
         s5_big = [Signal(name=f"s5_big{lane}") for lane in range(L)]
@@ -613,6 +653,12 @@ class Quantiser(wiring.Component):
                              s6_special[lane].eq(s5b_special[lane]),
                              s6_isnan[lane].eq(s5b_isnan[lane])]
 
+        if self._code_bits:
+            codes = self._discrete(m, en, stoch, G, qw, s5_y, s5_big, s5_sticky, s5_neg,
+                                   s5_special, s5_isnan, s5_rand)
+        else:
+            codes = [Const(0, 1)] * L
+
         # Stage 6: int8 zero point and saturation; NaN -> zero point, ±Inf -> ±saturate.
         out_q = [Signal(signed(q_bits), name=f"out_q{lane}") for lane in range(L)]
         out_e = Signal(signed(E))
@@ -631,11 +677,178 @@ class Quantiser(wiring.Component):
                 m.d.comb += q_int.eq(-128)
             with m.Else():
                 m.d.comb += q_int.eq(rz)
+            if self._code_bits:
+                # Stage 7 (discrete path present): one more register for BFP/int8 results
+                # while the discrete path makes its stochastic comparison.
+                s7_q = Signal(signed(q_bits), name=f"s7_q{lane}")
+                with m.If(en):
+                    m.d.sync += [s7_q.eq(Mux(bfp, s6_bfp[lane], q_int)),
+                                 out_q[lane].eq(Mux(disc, codes[lane], s7_q))]
+            else:
+                with m.If(en):
+                    m.d.sync += out_q[lane].eq(Mux(bfp, s6_bfp[lane], q_int))
+        if self._code_bits:
+            s7_valid = Signal()
+            s7_e = Signal(signed(E))
             with m.If(en):
-                m.d.sync += out_q[lane].eq(Mux(bfp, s6_bfp[lane], q_int))
-        with m.If(en):
-            m.d.sync += [out_valid.eq(s6_valid), out_e.eq(s6_e)]
+                m.d.sync += [s7_valid.eq(s6_valid), s7_e.eq(s6_e),
+                             out_valid.eq(s7_valid), out_e.eq(s7_e)]
+        else:
+            with m.If(en):
+                m.d.sync += [out_valid.eq(s6_valid), out_e.eq(s6_e)]
         for lane in range(L):
             m.d.comb += self.o.payload.q[lane].eq(out_q[lane])
         m.d.comb += self.o.payload.e.eq(out_e)
         return m
+
+    def _discrete(self, m, en, stoch, G, qw, s5_y, s5_big, s5_sticky, s5_neg, s5_special,
+                  s5_isnan, s5_rand):
+        """Discrete-code path: three pipeline stages beside the rounding/saturation stages and
+        the extra stage 7; returns the per-lane code of stage 7 (registered into the output by
+        the caller).
+
+        ``s5_y`` is ``floor(x · 2^(7+G))`` (``G = R``) with ``s5_sticky`` set when bits were
+        lost. In these units every code value is an integer ``V · 2^G`` (``V`` in units of
+        2^-7), so ``x >= V`` is ``y >= V · 2^G``; the nearest test ``2x ≷ lo + hi`` is
+        ``2y + sticky ≷ (lo + hi) · 2^G``, and the stochastic test
+        ``r · (hi - lo) < (x - lo) · 2^R`` is ``r · (hi - lo) < y - lo · 2^G + sticky``.
+        """
+        L, n_max = self._lanes, self._code_bits
+        nc = 1 << n_max
+        y_bits = G + qw
+        y_max = (1 << (y_bits - 1)) - 1
+
+        # ---- Configuration, decoded into registers (off the data path) -----------------------
+        # cfg_v: code value in units of 2^-7; cfg_key: a 5-bit key with the order of the values
+        # (negative 7 - e in 0..14, positive 23 + e in 16..30).
+        cfg_valid = Signal(nc)
+        cfg_v = [Signal(signed(_CODE_FRAC + 9), name=f"cfg_v{c}") for c in range(nc)]
+        cfg_key = [Signal(5, name=f"cfg_key{c}") for c in range(nc)]
+        for c in range(nc):
+            entry = self.book[c]
+            exp = Signal(signed(5), name=f"cfg_exp{c}")
+            mag = Signal(unsigned(_CODE_FRAC + 8), name=f"cfg_mag{c}")
+            m.d.comb += [
+                exp.eq(Mux(entry.direction, entry.shift, -entry.shift)),
+                mag.eq(Const(1, 1) << (exp + _CODE_FRAC).as_unsigned()[:4]),
+            ]
+            m.d.sync += [
+                cfg_valid[c].eq(c < (Const(1, 4) << self.code_width)),
+                cfg_v[c].eq(Mux(entry.sign, -mag, mag)),
+                cfg_key[c].eq(Mux(entry.sign, 7 - exp, 23 + exp)),
+            ]
+        # beats_max[c][d]: c is preferred over d as "largest" (larger value, or equal value
+        # and lower index); beats_min likewise for "smallest".
+        beats_max = [[None] * nc for _ in range(nc)]
+        beats_min = [[None] * nc for _ in range(nc)]
+        for c in range(nc):
+            for d in range(c + 1, nc):
+                gt, lt = Signal(name=f"cfg_gt{c}_{d}"), Signal(name=f"cfg_lt{c}_{d}")
+                m.d.sync += [gt.eq(cfg_key[c] > cfg_key[d]), lt.eq(cfg_key[c] < cfg_key[d])]
+                beats_max[c][d], beats_max[d][c] = ~lt, lt
+                beats_min[c][d], beats_min[d][c] = ~gt, gt
+
+        def pick(flags, beats, name):
+            """One-hot of the preferred flagged code, and its index."""
+            onehot = []
+            for c in range(nc):
+                sel = Signal(name=f"{name}_sel{c}")
+                others = [~flags[d] | beats[c][d] for d in range(nc) if d != c]
+                m.d.comb += sel.eq(flags[c] & (Cat(*others).all() if others else 1))
+                onehot.append(sel)
+            index = Signal(n_max, name=f"{name}_idx")
+            for c in range(nc):
+                with m.If(onehot[c]):
+                    m.d.comb += index.eq(c)
+            return onehot, index
+
+        _, min_idx = pick(cfg_valid, beats_min, "cfg_min")
+        _, max_idx = pick(cfg_valid, beats_max, "cfg_max")
+        cfg_min_code = Signal(n_max)
+        cfg_max_code = Signal(n_max)
+        m.d.sync += [cfg_min_code.eq(min_idx), cfg_max_code.eq(max_idx)]
+
+        codes = []
+        for lane in range(L):
+            # Stage 5 (discrete): clamp specials, compare with every code value.
+            y = Signal(signed(y_bits), name=f"dy{lane}")
+            sticky = Signal(name=f"dsticky{lane}")
+            with m.If(s5_special[lane] & s5_isnan[lane]):
+                m.d.comb += [y.eq(0), sticky.eq(0)]
+            with m.Elif(s5_special[lane] | s5_big[lane]):
+                # Beyond every code value, so the outer code whatever the sticky bit.
+                m.d.comb += [y.eq(Mux(s5_neg[lane], -y_max, y_max)), sticky.eq(0)]
+            with m.Else():
+                m.d.comb += [y.eq(s5_y[lane]), sticky.eq(s5_sticky[lane])]
+            d5_le = Signal(nc, name=f"d5_le{lane}")
+            d5_y = Signal(signed(y_bits), name=f"d5_y{lane}")
+            d5_s = Signal(name=f"d5_s{lane}")
+            d5_r = Signal(G, name=f"d5_r{lane}")
+            with m.If(en):
+                m.d.sync += [d5_y.eq(y), d5_s.eq(sticky), d5_r.eq(s5_rand[lane])]
+                for c in range(nc):
+                    m.d.sync += d5_le[c].eq(cfg_valid[c] & (y >= (cfg_v[c] << G)))
+
+            # Stage 5b (discrete): the neighbours lo <= x < hi and their codes.
+            gt = Signal(nc, name=f"d5_gt{lane}")
+            m.d.comb += gt.eq(cfg_valid & ~d5_le)
+            lo_hot, lo_idx = pick(d5_le, beats_max, f"lo{lane}")
+            hi_hot, hi_idx = pick(gt, beats_min, f"hi{lane}")
+            lo_v = Signal(signed(_CODE_FRAC + 9), name=f"lo_v{lane}")
+            hi_v = Signal(signed(_CODE_FRAC + 9), name=f"hi_v{lane}")
+            for c in range(nc):
+                with m.If(lo_hot[c]):
+                    m.d.comb += lo_v.eq(cfg_v[c])
+                with m.If(hi_hot[c]):
+                    m.d.comb += hi_v.eq(cfg_v[c])
+            d6 = {name: Signal(shape, name=f"d6_{name}{lane}") for name, shape in [
+                ("y", signed(y_bits)), ("s", 1), ("r", G), ("lo", signed(_CODE_FRAC + 9)),
+                ("hi", signed(_CODE_FRAC + 9)), ("lo_idx", n_max), ("hi_idx", n_max),
+                ("below", 1), ("above", 1)]}
+            with m.If(en):
+                m.d.sync += [
+                    d6["y"].eq(d5_y), d6["s"].eq(d5_s), d6["r"].eq(d5_r),
+                    d6["lo"].eq(lo_v), d6["hi"].eq(hi_v),
+                    d6["lo_idx"].eq(lo_idx), d6["hi_idx"].eq(hi_idx),
+                    d6["below"].eq(d5_le == 0), d6["above"].eq(gt == 0),
+                ]
+
+            # Stage 6 (discrete): nearest or stochastic choice between lo and hi.
+            lo_scaled = d6["lo"] << G
+            diff = Signal(signed(y_bits + 2), name=f"ddiff{lane}")
+            gap = Signal(unsigned(_CODE_FRAC + 9), name=f"dgap{lane}")
+            z = Signal(signed(y_bits + 2), name=f"dz{lane}")
+            mid = Signal(signed(y_bits + 2), name=f"dmid{lane}")
+            m.d.comb += [
+                diff.eq(d6["y"] - lo_scaled + d6["s"]),
+                gap.eq(d6["hi"] - d6["lo"]),
+                z.eq((d6["y"] << 1) + d6["s"]),
+                mid.eq((d6["lo"] + d6["hi"]) << G),
+            ]
+            # The product r·(hi - lo) is registered before its comparison (stage 7), which keeps
+            # the hard multiplier's combinational delay on its own.
+            d7 = {name: Signal(shape, name=f"d7_{name}{lane}") for name, shape in [
+                ("prod", unsigned(G + _CODE_FRAC + 9)), ("diff", signed(y_bits + 2)),
+                ("near_hi", 1), ("lo_idx", n_max), ("hi_idx", n_max), ("below", 1),
+                ("above", 1)]}
+            with m.If(en):
+                m.d.sync += [
+                    d7["prod"].eq(d6["r"] * gap), d7["diff"].eq(diff),
+                    d7["near_hi"].eq((z > mid) | ((z == mid) & (d6["hi_idx"] < d6["lo_idx"]))),
+                    d7["lo_idx"].eq(d6["lo_idx"]), d7["hi_idx"].eq(d6["hi_idx"]),
+                    d7["below"].eq(d6["below"]), d7["above"].eq(d6["above"]),
+                ]
+
+            # Stage 7 (discrete): the stochastic comparison and the code.
+            stoch_hi = d7["prod"] < d7["diff"]
+            code = Signal(n_max, name=f"dcode{lane}")
+            with m.If(d7["below"]):
+                m.d.comb += code.eq(cfg_min_code)
+            with m.Elif(d7["above"]):
+                m.d.comb += code.eq(cfg_max_code)
+            with m.Elif(Mux(stoch, stoch_hi, d7["near_hi"])):
+                m.d.comb += code.eq(d7["hi_idx"])
+            with m.Else():
+                m.d.comb += code.eq(d7["lo_idx"])
+            codes.append(code)
+        return codes

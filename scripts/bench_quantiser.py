@@ -11,6 +11,7 @@ Usage::
     python scripts/bench_quantiser.py                     # up5k, hx8k, ecp5-25f; seeds 1 2 3
     python scripts/bench_quantiser.py --quick             # up5k only, seed 1
     python scripts/bench_quantiser.py --devices hx8k --seeds 1 2 3 --configs f16,2,12 fixed,2,0
+    python scripts/bench_quantiser.py --seeds 1 --configs f16,2,12,3 f16,2,12,0   # discrete cost
 """
 
 import argparse
@@ -57,13 +58,18 @@ class FlatPorts(wiring.Component):
 
 
 def parse_config(text):
-    """``fmt,lanes,mult_bits`` (fixed point is 32 bits with 16 fraction bits)."""
-    fmt, lanes, mult_bits = text.split(",")
-    return {"fmt": fmt, "lanes": int(lanes), "mult_bits": int(mult_bits)}
+    """``fmt,lanes,mult_bits[,code_bits]`` (fixed point is 32 bits with 16 fraction bits;
+    ``code_bits`` defaults to 3, the full discrete path; 0 leaves it out)."""
+    fields = text.split(",")
+    if len(fields) not in (3, 4):
+        raise argparse.ArgumentTypeError(f"expected fmt,lanes,mult_bits[,code_bits], not {text}")
+    fmt, lanes, mult_bits = fields[:3]
+    code_bits = int(fields[3]) if len(fields) == 4 else 3
+    return {"fmt": fmt, "lanes": int(lanes), "mult_bits": int(mult_bits), "code_bits": code_bits}
 
 
 def run_one(device, seed, config, build_root, attempts=2):
-    tag = f"{config['fmt']}-L{config['lanes']}-M{config['mult_bits']}"
+    tag = f"{config['fmt']}-L{config['lanes']}-M{config['mult_bits']}-C{config['code_bits']}"
     build_dir = (os.path.join(build_root, f"quantiser-{device}-{tag}-s{seed}") if build_root
                  else None)
     for attempt in range(attempts):
@@ -85,15 +91,16 @@ def run_one(device, seed, config, build_root, attempts=2):
 def summarise(runs):
     groups = {}
     for r in runs:
-        groups.setdefault((r["device"], r["fmt"], r["lanes"], r["mult_bits"]), []).append(r)
+        key = (r["device"], r["fmt"], r["lanes"], r["mult_bits"], r["code_bits"])
+        groups.setdefault(key, []).append(r)
     rows = []
-    for (device, fmt, lanes, mult_bits), rs in groups.items():
+    for (device, fmt, lanes, mult_bits, code_bits), rs in groups.items():
         fmax = round(statistics.median(r["fmax_mhz"] for r in rs), 2)
         lcs = statistics.median(r["lcs_block"] for r in rs)
         dev = toolchain.DEVICES[device]
         rows.append({
             "device": device, "fmt": fmt, "lanes": lanes, "mult_bits": mult_bits,
-            "seeds": [r["seed"] for r in rs],
+            "code_bits": code_bits, "seeds": [r["seed"] for r in rs],
             "lcs_block": lcs, "lcs_per_lane": round(lcs / lanes, 1),
             "lcs_pct": round(100 * statistics.median(r["lcs"] for r in rs) / dev["lcs"], 1),
             "rams": max(r["rams"] for r in rs), "dsps": max(r["dsps"] for r in rs),
@@ -111,7 +118,8 @@ def main(argv=None):
     ap.add_argument("--configs", nargs="+", type=parse_config,
                     default=[parse_config("f16,2,12"), parse_config("f16,2,0"),
                              parse_config("fixed,2,0")],
-                    help="fmt,lanes,mult_bits triples (default: f16,2,12 f16,2,0 fixed,2,0)")
+                    help="fmt,lanes,mult_bits[,code_bits] (default: f16,2,12 f16,2,0 "
+                         "fixed,2,0, all with code_bits 3)")
     ap.add_argument("--quick", action="store_true", help="up5k only, seed 1")
     ap.add_argument("--build-dir", help="keep build files under this directory")
     ap.add_argument("--json", default=str(Path(__file__).resolve().parent.parent
@@ -128,12 +136,13 @@ def main(argv=None):
                 runs.append(run_one(device, seed, config, args.build_dir))
     rows = summarise(runs)
 
-    head = (f"{'device':9} {'fmt':5} {'L':>2} {'M':>2} {'LCs':>6} {'LC/lane':>7} {'%dev':>5} "
-            f"{'RAM':>3} {'DSP':>3} {'Fmax MHz':>9} {'Melem/s':>8}")
+    head = (f"{'device':9} {'fmt':5} {'L':>2} {'M':>2} {'n':>1} {'LCs':>6} {'LC/lane':>7} "
+            f"{'%dev':>5} {'RAM':>3} {'DSP':>3} {'Fmax MHz':>9} {'Melem/s':>8}")
     print(head)
     print("-" * len(head))
     for r in rows:
         print(f"{r['device']:9} {r['fmt']:5} {r['lanes']:>2} {r['mult_bits']:>2} "
+              f"{r['code_bits']:>1} "
               f"{r['lcs_block']:>6} {r['lcs_per_lane']:>7} {r['lcs_pct']:>5} {r['rams']:>3} "
               f"{r['dsps']:>3} {r['fmax_mhz_median']:>9} {r['melem_s']:>8}")
     out = Path(args.json)
@@ -144,7 +153,8 @@ def main(argv=None):
             argv if argv is not None else sys.argv[1:]),
         "note": "lcs_block = nextpnr LCs/LUT4s minus the OOC wrapper estimate; Fmax = median "
                 "over seeds; melem_s = lanes x Fmax (elements per second, millions). Defaults: "
-                "block 16, w_max 8, exp_bits 8, rand_bits 8; fixed = 32 bits, 16 fraction bits.",
+                "block 16, w_max 8, exp_bits 8, rand_bits 8; n = code_bits (0 = no discrete "
+                "path); fixed = 32 bits, 16 fraction bits.",
         "rows": rows, "runs": runs}, indent=2) + "\n")
     print(f"wrote {out}", file=sys.stderr)
 

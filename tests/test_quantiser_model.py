@@ -237,3 +237,81 @@ def test_discrete_wrapper_and_f16_specials():
     rand = np.arange(8)
     st = mq.quantise_discrete(x, book, mode="stochastic", rand=rand, rand_bits=3)
     assert st[:4].tolist() == [3, 0, 3, 0] and st[7] == 2
+
+
+def discrete_fixed_reference(codes, book, *, mode, rand=None, rand_bits=8):
+    """The integer formulation the gateware uses, written independently of ``to_codes``.
+
+    ``y = floor(x · 2^(7+R))`` and a sticky bit ``s`` (bits lost); code values ``V`` in units of
+    2^-7. ``lo``/``hi`` are the largest value ``<= x`` and the smallest value ``> x``
+    (lowest code index among equal values); nearest takes ``hi`` iff ``2y + s > (lo + hi)·2^R``
+    or, on equality, hi's code index is lower; stochastic iff ``r·(hi - lo) < y - lo·2^R + s``.
+    Below every value: the lowest index of the smallest; at or above the largest: its lowest.
+    """
+    R = rand_bits
+    vals = [int(v * 128) for v in book.values()]            # exact: values are ±2^(-7..7)
+    out = []
+    for k, code in enumerate(int(c) for c in codes):
+        if (code >> 10) & 0x1F == 0x1F:
+            if code & 0x3FF:
+                y, s = 0, 0                                  # NaN converts as 0
+            else:
+                y, s = (-(1 << 40) if code >> 15 else 1 << 40), 0
+        else:
+            t = f16_fraction(code) * (1 << (7 + R))
+            y = t.numerator // t.denominator
+            s = int(t != y)
+        le = [c for c in range(len(vals)) if vals[c] << R <= y]
+        gt = [c for c in range(len(vals)) if vals[c] << R > y]
+        if not le:
+            out.append(min(range(len(vals)), key=lambda c: (vals[c], c)))
+            continue
+        if not gt:
+            out.append(min(range(len(vals)), key=lambda c: (-vals[c], c)))
+            continue
+        lo = min(le, key=lambda c: (-vals[c], c))
+        hi = min(gt, key=lambda c: (vals[c], c))
+        if mode == "nearest":
+            z, mid = 2 * y + s, (vals[lo] + vals[hi]) << R
+            take = z > mid or (z == mid and hi < lo)
+        else:
+            take = int(rand[k]) * (vals[hi] - vals[lo]) < y - (vals[lo] << R) + s
+        out.append(hi if take else lo)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "stochastic"])
+@pytest.mark.parametrize("book", [CodeBook.default(1), CodeBook.default(2), CodeBook.default(3),
+                                  CodeBook(3, [(0, 1, 7), (1, 0, 7), (0, 0, 2), (0, 0, 2),
+                                               (1, 1, 3), (0, 1, 0), (1, 0, 0), (0, 0, 7)])])
+def test_discrete_integer_formulation_every_f16_code(book, mode):
+    """The model equals the exact integer rule of the gateware on every f16 code (every 7th
+    code for the stochastic mode, with fresh random bits)."""
+    codes = ALL_F16 if mode == "nearest" else ALL_F16[::7]
+    rand = np.random.default_rng(1).integers(0, 1 << 5, codes.size)
+    kw = {"rand": rand, "rand_bits": 5} if mode == "stochastic" else {}
+    got = mq.quantise_discrete(mq.decode_f16(codes), book, mode=mode, **kw)
+    want = discrete_fixed_reference(codes, book, mode=mode, rand=rand, rand_bits=5)
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("rand_bits", [1, 3, 8])
+def test_discrete_stochastic_bias_bound_exact(rand_bits):
+    """Over all 2^R random values, the mean code value of y between two neighbours exceeds y
+    by less than 2^-R of the gap (P(hi) = ceil(frac · 2^R) / 2^R), and equals y when frac is a
+    multiple of 2^-R."""
+    book = CodeBook.default(3)
+    values = book.values()
+    ys = np.linspace(-1, 1, 301)
+    r = np.arange(1 << rand_bits)
+    for y in ys:
+        codes = mq.quantise_discrete(np.full(r.size, y), book, mode="stochastic", rand=r,
+                                     rand_bits=rand_bits)
+        mean = values[codes].mean()
+        uniq = np.unique(values)
+        i = min(np.searchsorted(uniq, y, side="right") - 1, uniq.size - 2)
+        gap = uniq[i + 1] - uniq[i]
+        assert 0 <= mean - y < gap * 2.0 ** -rand_bits
+        frac = (y - uniq[i]) / gap
+        if (frac * (1 << rand_bits)).is_integer():
+            assert mean == y

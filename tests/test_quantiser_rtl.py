@@ -8,6 +8,7 @@ from amaranth.sim import Simulator
 from hw.common import Rounding
 from hw.quantiser import Quantiser, QuantTarget
 from sim import quantiser as mq
+from sim.discrete import CodeBook
 from sim.harness import run_stream
 from sim.prng import Xoroshiro128aox
 
@@ -27,8 +28,11 @@ def prng_rand(n, rand_bits, seed=99):
     return (words >> np.uint64(64 - rand_bits)).astype(np.int64)
 
 
+TARGET = {"bfp": QuantTarget.BFP, "int8": QuantTarget.INT8, "discrete": QuantTarget.DISCRETE}
+
+
 def run_rtl(dut, elems, *, target="bfp", rounding="nearest", width=8, rule="floor", shift=0,
-            mult=1, zero=0, rand=None, valid_prob=1.0, ready_prob=1.0, seed=0):
+            mult=1, zero=0, rand=None, book=None, valid_prob=1.0, ready_prob=1.0, seed=0):
     """Stream the flat ``elems`` through ``dut``; return (flat outputs, exponent per beat)."""
     L = dut.lanes
     elems = np.asarray(elems, dtype=np.int64)
@@ -39,7 +43,7 @@ def run_rtl(dut, elems, *, target="bfp", rounding="nearest", width=8, rule="floo
         inputs["i_rand"] = [[int(v) for v in rand[i:i + L]] for i in range(0, elems.size, L)]
 
     async def setup(ctx):
-        ctx.set(dut.target, QuantTarget.BFP if target == "bfp" else QuantTarget.INT8)
+        ctx.set(dut.target, TARGET[target])
         ctx.set(dut.rounding, ROUND[rounding])
         ctx.set(dut.mant_width, width)
         ctx.set(dut.rule, int(rule == "ceil"))
@@ -47,6 +51,14 @@ def run_rtl(dut, elems, *, target="bfp", rounding="nearest", width=8, rule="floo
         ctx.set(dut.zero, zero)
         if dut.mult_bits:
             ctx.set(dut.mult, mult)
+        if book is not None:
+            # The book port may be wider than the book: unused entries get junk, which the
+            # quantiser must ignore.
+            words = book.words() + [0x1F] * ((1 << dut.code_bits) - len(book.entries))
+            ctx.set(dut.book, [{"shift": w & 7, "direction": (w >> 3) & 1, "sign": w >> 4}
+                               for w in words])
+            ctx.set(dut.code_width, book.n)
+            await ctx.tick().repeat(3)
 
     # The harness gives i and i_rand independent random valid gaps.
     out = run_stream(dut, inputs, {"o": len(beats)}, setup=setup, valid_prob=valid_prob,
@@ -57,13 +69,17 @@ def run_rtl(dut, elems, *, target="bfp", rounding="nearest", width=8, rule="floo
 
 
 def model(elems, dut, *, target="bfp", rounding="nearest", width=8, rule="floor", shift=0,
-          mult=1, zero=0, rand=None):
+          mult=1, zero=0, rand=None, book=None):
     """The golden model for the same stream: (flat outputs, exponent per beat)."""
     if dut.fmt == "f16":
         x = mq.decode_f16(elems)
     else:
         x = mq.decode_fixed(np.asarray(elems), dut.frac_bits, width=dut.width)
     kw = {} if rounding != "stochastic" else {"rand": rand, "rand_bits": dut.rand_bits}
+    if target == "discrete":
+        mode = "stochastic" if rounding == "stochastic" else "nearest"
+        q = mq.quantise_discrete(x, book, mode=mode, **kw)
+        return q.astype(np.int64), np.zeros(x.size // dut.lanes, dtype=np.int64)
     if target == "int8":
         q = mq.quantise_int8(x, shift=shift, mult=mult, zero=zero, rounding=rounding, **kw)
         return q, np.zeros(x.size // dut.lanes, dtype=np.int64)
@@ -108,6 +124,10 @@ def check(dut, elems, **kw):
     ({"rand_bits": 8.0}, TypeError, "Random bit count"),
     ({"mult_bits": 17}, ValueError, "Multiplier width"),
     ({"fmt": "fixed", "width": 48, "mult_bits": 6}, ValueError, "at most 53"),
+    ({"code_bits": 4}, ValueError, "Code width"),
+    ({"code_bits": -1}, ValueError, "Code width"),
+    ({"code_bits": 2.0}, TypeError, "Code width"),
+    ({"code_bits": False}, TypeError, "Code width"),
 ])
 def test_validation(kwargs, exc, match):
     with pytest.raises(exc, match=match):
@@ -121,6 +141,10 @@ def test_properties_and_signature():
             dut.rand_bits, dut.mult_bits, dut.out_bits) == ("fixed", 24, 10, 4, 32, 6, 7, 5, 0,
                                                             8)
     assert not hasattr(dut, "mult")
+    assert dut.code_bits == 3 and dut.book.shape().length == 8 and dut.code_width.init == 3
+    nodisc = Quantiser(code_bits=0)
+    assert nodisc.code_bits == 0 and not hasattr(nodisc, "book")
+    Fragment.get(nodisc, None)
     wide = Quantiser(w_max=12)
     assert wide.out_bits == 12
     for block in (dut, wide):
@@ -266,10 +290,13 @@ def test_block_of_one_beat():
     check(dut, codes, rounding="nearest", width=6, ready_prob=0.25, seed=1)
 
 
-def test_throughput_and_latency():
+@pytest.mark.parametrize("code_bits,latency", [(3, 12), (0, 11)])
+def test_throughput_and_latency(code_bits, latency):
     """One beat per cycle once a block is in; first output `latency` cycles after the block's
-    last input beat; i_rand is only read in stochastic mode."""
-    dut = Quantiser(lanes=2, block=8, mult_bits=0)
+    last input beat (one more with the discrete path); i_rand is only read in stochastic
+    mode."""
+    dut = Quantiser(lanes=2, block=8, mult_bits=0, code_bits=code_bits)
+    assert dut.latency == latency
     n_beats = 40
     beats = [[0x3C00 + i, 0xBC00 + i] for i in range(n_beats)]
     log = {}
@@ -302,3 +329,99 @@ def test_throughput_and_latency():
     sim.run()
     assert log["first_out"] - log["last_in"] == dut.latency
     assert log["cycles"] <= n_beats + dut.latency + 4 + 1
+
+
+# ---- discrete codes --------------------------------------------------------------------------
+
+def random_book(n, seed):
+    """A random book of width n: random signs, directions and shifts (duplicates likely)."""
+    rng = np.random.default_rng(seed)
+    return CodeBook(n, [(int(rng.integers(2)), int(rng.integers(2)), int(rng.integers(8)))
+                        for _ in range(1 << n)])
+
+
+def _near_book_values(book, rand_bits):
+    """f16 codes on, next to and midway between the code values, beyond them, and specials."""
+    vals = np.unique(book.values())
+    pts = list(vals) + list((vals[1:] + vals[:-1]) / 2) + [0.0, 300.0, -300.0, 1e4, -1e4]
+    pts += list(vals[:-1] + (vals[1:] - vals[:-1]) * (np.arange(1, len(vals)) / 2 ** rand_bits))
+    codes = np.array(pts, dtype=np.float16).view(np.uint16).astype(np.int64)
+    codes = np.concatenate([codes, codes + 1, codes - 1]) & 0xFFFF
+    return np.concatenate([codes, [0x7C00, 0xFC00, 0x7E00, 0xFE01, 0x8000, 0x0001, 0x8001]])
+
+
+DISCRETE_CASES = [
+    (1, "default", "nearest"), (1, "default", "stochastic"),
+    (2, "default", "nearest"), (2, "default", "stochastic"),
+    (3, "default", "nearest"), (3, "default", "stochastic"),
+    (1, 1, "stochastic"), (2, 2, "nearest"), (3, 3, "stochastic"), (3, 4, "nearest"),
+    (2, 5, "zero"),         # any non-stochastic mode converts to the nearest code
+]
+
+
+def _book(n, which):
+    return CodeBook.default(n) if which == "default" else random_book(n, which)
+
+
+@pytest.mark.parametrize("n,which,rounding", DISCRETE_CASES)
+def test_discrete_f16_codes(n, which, rounding):
+    """The strided f16 subset plus codes on, next to and between the book's values."""
+    book = _book(n, which)
+    dut = Quantiser(lanes=8, mult_bits=0, rand_bits=5)
+    codes = np.concatenate([SOME_F16, _near_book_values(book, dut.rand_bits)])
+    codes = np.concatenate([codes, np.zeros(-codes.size % 8, dtype=np.int64)])
+    check(dut, codes, target="discrete", rounding=rounding, book=book)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n,which,rounding", [(2, "default", "nearest"),
+                                              (2, "default", "stochastic"),
+                                              (3, 6, "stochastic"), (1, "default", "nearest")])
+def test_discrete_every_f16_code(n, which, rounding):
+    check(Quantiser(lanes=8, mult_bits=0), ALL_F16, target="discrete", rounding=rounding,
+          book=_book(n, which))
+
+
+def test_discrete_books_in_sequence():
+    """One quantiser, several books and widths loaded in turn (the configuration registers
+    follow the book; narrower books leave junk in the unused entries)."""
+    dut = Quantiser(lanes=4, mult_bits=0, code_bits=3, rand_bits=3)
+    rng = np.random.default_rng(3)
+    for k, n in enumerate((3, 1, 2)):
+        book = random_book(n, 40 + k)
+        codes = np.concatenate([_near_book_values(book, 3), rng.integers(0, 1 << 16, 64)])
+        codes = np.concatenate([codes, np.zeros(-codes.size % 4, dtype=np.int64)])
+        check(dut, codes, target="discrete", rounding="stochastic", book=book, seed=k)
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+def test_discrete_fixed_point(rounding):
+    """Fixed-point input with resolution finer than the stochastic threshold's, values
+    spread over every magnitude, and the 2-bit code port."""
+    dut = Quantiser(fmt="fixed", width=24, frac_bits=14, lanes=4, exp_bits=7, rand_bits=4,
+                    mult_bits=0, code_bits=2)
+    rng = np.random.default_rng(12)
+    lim = 1 << 23
+    mags = rng.integers(0, 24, 1024)
+    vals = (rng.integers(0, lim, 1024) >> (23 - mags)) * rng.choice([-1, 1], 1024)
+    for book in (CodeBook.default(2), random_book(2, 9), random_book(1, 10)):
+        near = np.round(_near_to_fixed(book, 14, dut.rand_bits)).astype(np.int64)
+        data = np.concatenate([vals, near, [-lim, lim - 1, 0, 1, -1]]).astype(np.int64)
+        data = np.concatenate([data, np.zeros(-data.size % 4, dtype=np.int64)])
+        check(dut, data, target="discrete", rounding=rounding, book=book, ready_prob=0.7)
+
+
+def _near_to_fixed(book, frac_bits, rand_bits):
+    vals = np.unique(book.values())
+    pts = np.concatenate([vals, (vals[1:] + vals[:-1]) / 2,
+                          vals[:-1] + (vals[1:] - vals[:-1]) / 2 ** rand_bits])
+    pts = np.ldexp(pts, frac_bits)
+    return np.concatenate([pts, pts + 1, pts - 1])
+
+
+def test_discrete_gaps_and_backpressure():
+    dut = Quantiser(lanes=2, block=8, code_bits=3)
+    codes = np.random.default_rng(6).integers(0, 1 << 16, 400)
+    codes[::3] = np.random.default_rng(7).integers(0x2000, 0x5000, 134)   # near the code values
+    check(dut, codes, target="discrete", rounding="stochastic", book=CodeBook.default(3),
+          valid_prob=0.6, ready_prob=0.5, seed=4)

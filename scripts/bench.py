@@ -39,8 +39,13 @@ def block_params(name, device):
         params = {k: v for k, v in profile.top.items() if k in accepted}
         if "clk_freq" in accepted:
             params["clk_freq"] = profile.clk_freq
-    elif "multiplier" in accepted:
-        params["multiplier"] = profile.top["multiplier"]
+    else:
+        for key in ("multiplier", "mult"):
+            if key in accepted:
+                params[key] = profile.top["multiplier"]
+        if "sim_model" in accepted:
+            # Vendor primitives (SB_MAC16, MULT18X18D) instead of behavioural models.
+            params["sim_model"] = False
     return params
 
 
@@ -50,7 +55,9 @@ def bench_one(name, device, seeds, say):
     for seed in seeds:
         comp = block_class(name)(**params)
         try:
-            runs.append(implement(comp, device, seed=seed, name=name))
+            # LUT multipliers mean LUT logic: keep synthesis from mapping them to DSPs.
+            lut_mult = params.get("mult", params.get("multiplier")) == "lut"
+            runs.append(implement(comp, device, seed=seed, name=name, dsp=not lut_mult))
         except ToolchainError as e:
             say(f"  {name} on {device} seed {seed}: {e}")
             return {"block": name, "device": device, "params": params, "error": str(e)}

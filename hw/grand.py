@@ -82,11 +82,18 @@ class GrandUnit(wiring.Component):
     raw; 2 for trunc-3σ; 3 for trunc-2σ; 12 for normal-144). Words are never skipped, so the
     output sequence is the model's sequence whatever the back-pressure.
 
-    Pipeline (all lanes in lockstep, one global stall ``adv = ~o.valid | o.ready``; every
-    stage has at most one carry chain, for Fmax on iCE40; no DSP or RAM is used):
+    Pipeline (all lanes in lockstep, one global stall; every stage has at most one carry
+    chain, for Fmax on iCE40; no DSP or RAM is used). The last stage feeds ``o`` through a
+    skid buffer: when ``o`` is offered a result but not ready, that result moves into a spare
+    register and ``o`` shows it from there, and the pipeline stalls from the next cycle until
+    it is taken. So the stall is a register ("the spare register is empty"), not a function
+    of ``o.ready``: no combinational path runs from ``o.ready`` into the clock enables of the
+    stages (``o.ready`` only reaches the stall register's input; ``o.payload`` is a 2:1
+    multiplexer of two registers). The spare register adds no latency and no bubbles.
 
     ====  =====================================================================================
     A     the PRNG word (bits [59:0]) and the mode sequencer (first / last word of a result)
+    B1    sums of two 5-bit fields (six of them); the first sums of the truncation fallbacks
     B     sums of four 5-bit fields (three of them); the truncation fallbacks' field sums
     C     ``n = S − 186``; the fallback numerator of the current mode
     D     the mode's signed result ``v · 2^-E`` (the normal-144 accumulator, the N1/N2
@@ -98,16 +105,16 @@ class GrandUnit(wiring.Component):
     G     one carry-save level and one adder: ``P``
     H1    fraction, round-up bit (nearest, ties to even; only normal-144 ever rounds) and
           exponent
-    H2    the rounding increment, f32 widening; the output register
+    H2    the rounding increment, f32 widening; the output register (and its spare)
     ====  =====================================================================================
 
     Raw results skip stages B to H1: the word in stage A goes straight to the output register.
     So that they cannot overtake results still in flight, the first raw word after other
-    modes waits until the pipeline is empty (at most 10 bubbles; no word is skipped, so the
+    modes waits until the pipeline is empty (at most 11 bubbles; no word is skipped, so the
     sequence is still the model's).
 
     Latency: the first result of a run is valid ``LATENCY + WORDS_PER_RESULT[mode]`` cycles
-    (``LATENCY`` = 11; ``RAW_LATENCY`` = 2 for raw) after the cycle of reset or of a seed
+    (``LATENCY`` = 12; ``RAW_LATENCY`` = 2 for raw) after the cycle of reset or of a seed
     load (stage A idles for one cycle so that the registered mode is valid). Throughput while
     ``o.ready`` is high: ``L`` results every cycle in the one-word modes (no bubbles), every
     2, 3 or 12 cycles in the others.
@@ -153,7 +160,7 @@ class GrandUnit(wiring.Component):
     """
 
     #: Cycles from reset or a seed load to the first result, less its words per result.
-    LATENCY = 11
+    LATENCY = 12
     #: The same for raw results, which bypass the arithmetic stages.
     RAW_LATENCY = 2
 
@@ -191,12 +198,22 @@ class GrandUnit(wiring.Component):
                                                    reset_seed=self._reset_seed)
         lanes = range(self._lanes)
         has = self._modes.__contains__
-        adv = Signal()          # every stage moves (the output register is free)
+        # Output skid buffer: the pipeline's last register (main: out_valid, out) feeds o
+        # unless the skid register (spare: ~adv, skid) holds the older result. The stall adv
+        # is then a register, "the skid register is empty", so no combinational path runs
+        # from o.ready to the pipeline's clock enables (it fans out to every stage).
+        adv = Signal(init=1)    # every stage moves (the skid register is empty)
         take = Signal()         # stage A takes a word (else it holds a bubble)
-        en_a = Signal()
+        en_a = Signal()         # adv & take, as its own register (stage A's clock enable)
+        out_valid = Signal()
+        out = Signal(self.o.payload.shape())
+        skid = Signal(self.o.payload.shape())
+        adv_n = Signal()
+        take_n = Signal()
         m.d.comb += [
-            adv.eq(~self.o.valid | self.o.ready),
-            en_a.eq(adv & take),
+            self.o.valid.eq(out_valid | ~adv),
+            self.o.payload.eq(Mux(adv, out, skid)),
+            adv_n.eq(Mux(adv, ~out_valid, 0) | self.o.ready),
             prng.seed.eq(self.seed),
             prng.seed_load.eq(self.seed_load),
             prng.o.ready.eq(en_a),
@@ -238,7 +255,7 @@ class GrandUnit(wiring.Component):
         ]
         # Per-stage copies of (first word of a result, mode); bubbles look like raw words.
         ctl = [(Signal(name=f"first_{c}"), Signal(GrandMode, name=f"mode_{c}"))
-               for c in "ABC"]
+               for c in ("A", "B1", "B", "C")]
         wa = [Signal(60, name=f"wa_{k}") for k in lanes]
         with m.If(en_a):
             m.d.sync += [first.eq(last), rem.eq(rem_cur - 1), rem_zero.eq(rem_cur == 1),
@@ -256,7 +273,8 @@ class GrandUnit(wiring.Component):
                 m.d.sync += [a.eq(b) for a, b in zip(ctl[i], ctl[i - 1], strict=True)]
             for i in range(1, len(valid)):
                 m.d.sync += valid[i].eq(valid[i - 1])
-            m.d.sync += self.o.valid.eq(valid[-1] | raw_valid)
+            m.d.sync += [out_valid.eq(valid[-1] | raw_valid), skid.eq(out)]
+        m.d.sync += [adv.eq(adv_n), en_a.eq(adv_n & take_n), take.eq(take_n)]
         # A raw result goes straight from stage A to the output register, so it must not
         # overtake results still in the pipeline: the first word of a raw result waits until
         # nothing is in flight. inflight_n may over-estimate by the word pending in stage A
@@ -267,18 +285,30 @@ class GrandUnit(wiring.Component):
         if has(GrandMode.RAW):
             inflight_n = Cat(*valid).any() | (last & ~is_raw)
             first_n = Mux(en_a, last, first)
-            m.d.sync += take.eq(~(first_n & (req == GrandMode.RAW) & inflight_n))
+            m.d.comb += take_n.eq(~(first_n & (req == GrandMode.RAW) & inflight_n))
         else:
-            m.d.sync += take.eq(1)
+            m.d.comb += take_n.eq(1)
 
-        first_c, mode_c = ctl[2]
-        t2_c = Signal()                          # registered decodes of mode_c
-        t3_c = Signal()
-        with m.If(adv):
-            m.d.sync += [t2_c.eq(ctl[1][1] == GrandMode.TRUNC_2SIGMA),
-                         t3_c.eq(ctl[1][1] == GrandMode.TRUNC_3SIGMA)]
-        # Stages B and C: n = S - 186 by an adder tree; the truncation fallbacks; the uniform's
-        # 11 bits.
+        # Registered decodes of stage C's (first, mode), one copy per lane: a shared mode
+        # register fanning out to every lane's stage-D multiplexers was the critical path.
+        dec = []
+        for k in lanes:
+            d = {name: Signal(name=f"{name}_c_{k}")
+                 for name in ("first", "u", "m", "t", "t2", "t3")}
+            mode_b = ctl[2][1]
+            with m.If(adv):
+                m.d.sync += [
+                    d["first"].eq(ctl[2][0]),
+                    d["u"].eq(mode_b == GrandMode.UNIFORM),
+                    d["m"].eq(mode_b == GrandMode.NORMAL_144),
+                    d["t"].eq((mode_b == GrandMode.TRUNC_2SIGMA)
+                              | (mode_b == GrandMode.TRUNC_3SIGMA)),
+                    d["t2"].eq(mode_b == GrandMode.TRUNC_2SIGMA),
+                    d["t3"].eq(mode_b == GrandMode.TRUNC_3SIGMA),
+                ]
+            dec.append(d)
+        # Stages B1, B and C: n = S - 186 by an adder tree (B1: sums of two fields, B: of four;
+        # one carry chain per stage); the truncation fallbacks; the uniform's 11 bits.
         nc = [Signal(signed(10), name=f"nc_{k}") for k in lanes]
         fc = [Signal(signed(12), name=f"fc_{k}") for k in lanes]
         uc = [Signal(11, name=f"uc_{k}") for k in lanes]
@@ -286,23 +316,29 @@ class GrandUnit(wiring.Component):
         for k in lanes:
             w = wa[k]
             f = [w[5 * i:5 * i + 5] for i in range(12)]
+            pb = [Signal(6, name=f"pb{j}_{k}") for j in range(6)]
             qb = [Signal(7, name=f"qb{j}_{k}") for j in range(3)]
+            ub1 = Signal(11, name=f"ub1_{k}")
             ub = Signal(11, name=f"ub_{k}")
             with m.If(adv):
-                m.d.sync += [q.eq((f[4 * j] + f[4 * j + 1]) + (f[4 * j + 2] + f[4 * j + 3]))
-                             for j, q in enumerate(qb)]
+                m.d.sync += [p.eq(f[2 * j] + f[2 * j + 1]) for j, p in enumerate(pb)]
+                m.d.sync += [q.eq(pb[2 * j] + pb[2 * j + 1]) for j, q in enumerate(qb)]
                 # n = q0 + q1 + q2 - 186.
                 m.d.sync += nc[k].eq((qb[0] + qb[1]) + (qb[2] - 186))
                 if has(GrandMode.UNIFORM):
-                    m.d.sync += [ub.eq(w[:11]), uc[k].eq(ub)]
+                    m.d.sync += [ub1.eq(w[:11]), ub.eq(ub1), uc[k].eq(ub)]
             if truncs:
                 # The fallbacks over 2^9 (see sim.grand).
+                fb2_1 = Signal(11, name=f"fb2_1_{k}")
+                fb3_1 = Signal(10, name=f"fb3_1_{k}")
+                w3_1 = Signal(9, name=f"w3_1_{k}")
                 fb2 = Signal(11, name=f"fb2_{k}")
                 fb3 = Signal(11, name=f"fb3_{k}")
                 with m.If(adv):
-                    m.d.sync += [fb2.eq(w[0:10] + w[10:20]),
-                                 fb3.eq((w[0:9] + w[9:18]) + w[18:27]),
-                                 fc[k].eq(Mux(ctl[1][1] == GrandMode.TRUNC_2SIGMA,
+                    m.d.sync += [fb2_1.eq(w[0:10] + w[10:20]),
+                                 fb3_1.eq(w[0:9] + w[9:18]), w3_1.eq(w[18:27]),
+                                 fb2.eq(fb2_1), fb3.eq(fb3_1 + w3_1),
+                                 fc[k].eq(Mux(ctl[2][1] == GrandMode.TRUNC_2SIGMA,
                                               fb2 + 1 - 1024, fb3.shift_left(1) + 3 - 1536))]
 
         # Stage D: the mode's result as a signed value v · 2^-E(kind), |v| < 2^12:
@@ -310,11 +346,12 @@ class GrandUnit(wiring.Component):
         # xd2 = {kind[1:0], neg, mag[11:0]}.
         xd = [Signal(16, name=f"xd_{k}") for k in lanes]
         xd2 = [Signal(15, name=f"xd2_{k}") for k in lanes]
-        is_m = Signal()                          # stage D2 holds a normal-144 result
-        with m.If(adv):
-            m.d.sync += is_m.eq(mode_c == GrandMode.NORMAL_144)
         for k in lanes:
             n = nc[k]
+            first_c, t2_c, t3_c = dec[k]["first"], dec[k]["t2"], dec[k]["t3"]
+            is_m = Signal(name=f"is_m_{k}")     # stage D2 holds a normal-144 result
+            with m.If(adv):
+                m.d.sync += is_m.eq(dec[k]["m"])
             acc = Signal(signed(14), name=f"acc_{k}")
             total = Signal(signed(14), name=f"total_{k}")
             m.d.comb += total.eq(Mux(first_c, 0, acc) + n)
@@ -324,28 +361,36 @@ class GrandUnit(wiring.Component):
             def put(v, kind, xd=xd[k]):
                 return xd.eq(Cat(_sext(v, 14), Const(kind, 2)))
 
+            # The modes' cases (mutually exclusive decodes; the rest, bubbles included, is
+            # NORMAL).
+            cases = []
+            if has(GrandMode.UNIFORM):
+                cases.append(dec[k]["u"])
+            if has(GrandMode.NORMAL_144):
+                cases.append(dec[k]["m"])
+            if truncs:
+                cases.append(dec[k]["t"])
             with m.If(adv):
-                with m.Switch(mode_c):
-                    if has(GrandMode.UNIFORM):
-                        with m.Case(GrandMode.UNIFORM):
-                            # 2i + 1 - 2048 in two's complement is {~i[10], i[9:0], 1}.
-                            u = uc[k]
-                            m.d.sync += put(Cat(1, u[0:10], ~u[10]).as_signed(), _KIND_U)
-                    if has(GrandMode.NORMAL_144):
-                        with m.Case(GrandMode.NORMAL_144):
-                            # D2 takes the total from acc (a shorter path than through xd).
-                            m.d.sync += [acc.eq(total), xd[k][14:16].eq(_KIND_M)]
-                    if truncs:
-                        in_range = Mux(t3_c, (n <= 96) & (n >= -96), (n <= 64) & (n >= -64))
-                        with m.Case(*truncs):
-                            with m.If(first_c | (~ok & t2_c)):
-                                m.d.sync += [sel.eq(n), ok.eq(in_range)]
-                            with m.If(ok):
-                                m.d.sync += put(sel, _KIND_N)
-                            with m.Else():
-                                m.d.sync += put(fc[k], _KIND_F)
-                    with m.Default():
-                        m.d.sync += put(n, _KIND_N)
+                if has(GrandMode.UNIFORM):
+                    with m.If(dec[k]["u"]):
+                        # 2i + 1 - 2048 in two's complement is {~i[10], i[9:0], 1}.
+                        u = uc[k]
+                        m.d.sync += put(Cat(1, u[0:10], ~u[10]).as_signed(), _KIND_U)
+                if has(GrandMode.NORMAL_144):
+                    with m.If(dec[k]["m"]):
+                        # D2 takes the total from acc (a shorter path than through xd).
+                        m.d.sync += [acc.eq(total), xd[k][14:16].eq(_KIND_M)]
+                if truncs:
+                    in_range = Mux(t3_c, (n <= 96) & (n >= -96), (n <= 64) & (n >= -64))
+                    with m.If(dec[k]["t"]):
+                        with m.If(first_c | (~ok & t2_c)):
+                            m.d.sync += [sel.eq(n), ok.eq(in_range)]
+                        with m.If(ok):
+                            m.d.sync += put(sel, _KIND_N)
+                        with m.Else():
+                            m.d.sync += put(fc[k], _KIND_F)
+                with m.If(~Cat(*cases).any() if cases else 1):
+                    m.d.sync += put(n, _KIND_N)
             v = Signal(signed(14), name=f"v_{k}")
             if has(GrandMode.NORMAL_144):
                 m.d.comb += v.eq(Mux(is_m, acc, xd[k][:14].as_signed()))
@@ -439,7 +484,7 @@ class GrandUnit(wiring.Component):
             # {e4, ~e4, ~e4, ~e4, e3..e0} (no subnormal, infinity or NaN ever occurs).
             wide = Mux(xh[16], Cat(Const(0, 13), em[:10], e[:4], ~e[4], ~e[4], ~e[4], e[4],
                                    xh[17]), 0)
-            lane = self.o.payload[k]
+            lane = out[k]
             with m.If(adv):
                 if has(GrandMode.RAW):
                     m.d.sync += [
@@ -450,6 +495,6 @@ class GrandUnit(wiring.Component):
                     m.d.sync += [lane.f16.eq(Cat(em, xh[17])), lane.f32.eq(wide)]
 
         with m.If(self.seed_load):
-            m.d.sync += [*(v.eq(0) for v in valid), raw_valid.eq(0), self.o.valid.eq(0),
-                         first.eq(1), take.eq(0)]
+            m.d.sync += [*(v.eq(0) for v in valid), raw_valid.eq(0), out_valid.eq(0),
+                         adv.eq(1), first.eq(1), take.eq(0), en_a.eq(0)]
         return m

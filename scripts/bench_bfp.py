@@ -39,39 +39,6 @@ PROFILES = {
 }
 
 
-def flat_ports(component):
-    """Wrap ``component`` so that every port is a plain bit vector.
-
-    ``boards.toolchain.OOCWrapper`` measures ports with ``len()``, which ``lib.data`` struct
-    views do not support; this adapter costs no logic.
-    """
-    from amaranth.hdl import Module, Value
-    from amaranth.lib import wiring
-    from amaranth.lib.wiring import In, Out
-
-    members = {}
-    conns = []
-    for path, member, value in component.signature.flatten(component):
-        name = "_".join(str(p) for p in path)
-        value = Value.cast(value)
-        members[name] = (In if member.flow == wiring.Flow.In else Out)(len(value))
-        conns.append((name, member.flow == wiring.Flow.In, value))
-
-    class Flat(wiring.Component):
-        def __init__(self):
-            super().__init__(members)
-
-        def elaborate(self, platform):
-            m = Module()
-            m.submodules.dut = component
-            for name, is_in, value in conns:
-                port = getattr(self, name)
-                m.d.comb += value.eq(port) if is_in else port.eq(value)
-            return m
-
-    return Flat()
-
-
 def sustained_macs_per_cycle(params, blocks, products=3):
     """Simulated MACs per cycle over ``products`` back-to-back products of ``blocks`` blocks."""
     from amaranth.sim import Simulator
@@ -118,7 +85,7 @@ def run(devices, seeds, build_dir=None, progress=print):
         runs = []
         for seed in seeds:
             col = BFPColumn(**params, sim_model=False)
-            res = implement(flat_ports(col), device, seed=seed, freq_mhz=prof["freq"], name="bfp",
+            res = implement(col, device, seed=seed, freq_mhz=prof["freq"], name="bfp",
                             build_dir=None if build_dir is None else f"{build_dir}/{device}-{seed}",
                             progress=progress)
             runs.append(res)

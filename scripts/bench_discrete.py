@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amaranth.hdl import Module, Mux, Signal, Value, signed, unsigned  # noqa: E402
+from amaranth.hdl import Module, Mux, Signal, signed  # noqa: E402
 from amaranth.lib import data, stream, wiring  # noqa: E402
 from amaranth.lib.wiring import In, Out  # noqa: E402
 
@@ -88,36 +88,6 @@ class LutMulMAC(wiring.Component):
         return m
 
 
-class FlatPorts(wiring.Component):
-    """The ports of ``dut`` as plain unsigned values, one per signature leaf.
-
-    :func:`boards.toolchain.OOCWrapper` takes ``len()`` of every port; enum and array views do
-    not give their bit width that way, so the benchmark hands it this flat shell instead.
-    """
-
-    def __init__(self, dut):
-        self._dut = dut
-        self._leaves = []
-        members = {}
-        for path, member, value in dut.signature.flatten(dut):
-            name = "__".join(str(p) for p in path)
-            members[name] = (In if member.flow == wiring.Flow.In else Out)(
-                unsigned(len(Value.cast(value))))
-            self._leaves.append((name, member.flow, value))
-        super().__init__(members)
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.dut = self._dut
-        for name, flow, value in self._leaves:
-            port = getattr(self, name)
-            if flow == wiring.Flow.In:
-                m.d.comb += Value.cast(value).eq(port)
-            else:
-                m.d.comb += port.eq(Value.cast(value))
-        return m
-
-
 def run_one(kind, device, seed, lanes, width, code_bits, build_root, synth_extra=""):
     if kind in ("discrete", "discrete-mac"):
         dut = DiscreteUnit(lanes=lanes, width=width, code_bits=code_bits,
@@ -136,7 +106,7 @@ def run_one(kind, device, seed, lanes, width, code_bits, build_root, synth_extra
     build_dir = None
     if build_root:
         build_dir = os.path.join(build_root, f"{kind}-{device}-L{lanes}-s{seed}")
-    res = toolchain.implement(FlatPorts(dut), dev, seed=seed, build_dir=build_dir, name=kind,
+    res = toolchain.implement(dut, dev, seed=seed, build_dir=build_dir, name=kind,
                               progress=lambda msg: print("  ..", msg, file=sys.stderr))
     return {"kind": kind, "device": device, "seed": seed, "lanes": lanes, "width": width,
             "code_bits": code_bits if kind != "lutmul" else None, "lcs": res["lcs"],

@@ -25,40 +25,6 @@ from hw.prng import Xoroshiro128aox  # noqa: E402
 BLOCKS = {"grand": GrandUnit, "prng": Xoroshiro128aox}
 
 
-def flat_ports(dut):
-    """``dut`` behind plain unsigned ports, one per signature member.
-
-    ``boards.toolchain.OOCWrapper`` takes ``len()`` of every port value, which fails for
-    ``lib.enum`` and ``lib.data`` views; this adapter costs no logic.
-    """
-    from amaranth.hdl import Module, Value
-    from amaranth.lib import wiring
-    from amaranth.lib.wiring import In, Out
-
-    members = list(dut.signature.flatten(dut))
-    sig = {}
-    for i, (_path, member, value) in enumerate(members):
-        width = len(Value.cast(value))
-        sig[f"p{i}"] = (In if member.flow == wiring.Flow.In else Out)(width)
-
-    class _Flat(wiring.Component):
-        def __init__(self):
-            super().__init__(sig)
-
-        def elaborate(self, platform):
-            m = Module()
-            m.submodules.dut = dut
-            for i, (_path, member, value) in enumerate(members):
-                port = getattr(self, f"p{i}")
-                if member.flow == wiring.Flow.In:
-                    m.d.comb += Value.cast(value).eq(port)
-                else:
-                    m.d.comb += port.eq(Value.cast(value))
-            return m
-
-    return _Flat()
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", nargs="+", default=["up5k", "hx8k", "ecp5-25f"],
@@ -92,7 +58,7 @@ def main(argv=None):
                         kwargs = {"lanes": lanes}
                         if block == "grand" and args.modes:
                             kwargs["modes"] = args.modes
-                        res = implement(flat_ports(BLOCKS[block](**kwargs)), device,
+                        res = implement(BLOCKS[block](**kwargs), device,
                                         seed=seed, name=f"{block}{lanes}")
                         runs.append(res)
                 except ToolchainError as e:

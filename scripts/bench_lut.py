@@ -22,38 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amaranth.hdl import Module, Value, unsigned  # noqa: E402
-from amaranth.lib import wiring  # noqa: E402
-from amaranth.lib.wiring import In, Out  # noqa: E402
 
 from boards import toolchain  # noqa: E402
 from hw.lut import TransferLUT  # noqa: E402
-
-
-class FlatPorts(wiring.Component):
-    """The ports of ``dut`` as plain unsigned values (the OOC wrapper takes ``len()`` of each)."""
-
-    def __init__(self, dut):
-        self._dut = dut
-        self._leaves = []
-        members = {}
-        for path, member, value in dut.signature.flatten(dut):
-            name = "__".join(str(p) for p in path)
-            members[name] = (In if member.flow == wiring.Flow.In else Out)(
-                unsigned(len(Value.cast(value))))
-            self._leaves.append((name, member.flow, value))
-        super().__init__(members)
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.dut = self._dut
-        for name, flow, value in self._leaves:
-            port = getattr(self, name)
-            if flow == wiring.Flow.In:
-                m.d.comb += Value.cast(value).eq(port)
-            else:
-                m.d.comb += port.eq(Value.cast(value))
-        return m
 
 
 def parse_config(text):
@@ -65,7 +36,7 @@ def run_one(device, seed, config, build_root):
     dut = TransferLUT(**config)
     tag = f"L{config['lanes']}-T{config['tables']}-W{config['wide_tables']}"
     build_dir = os.path.join(build_root, f"lut-{device}-{tag}-s{seed}") if build_root else None
-    res = toolchain.implement(FlatPorts(dut), device, seed=seed, build_dir=build_dir, name="lut",
+    res = toolchain.implement(dut, device, seed=seed, build_dir=build_dir, name="lut",
                               progress=lambda msg: print("  ..", msg, file=sys.stderr))
     return {**config, "device": device, "seed": seed, "lcs": res["lcs"],
             "lcs_block": res["lcs_block"], "dsps": res["dsps"], "rams": res["rams"],

@@ -76,6 +76,7 @@ class Opcode(enum.IntEnum):
     GRAND_SAMPLES = 0x41  #: payload: count u16, format u8 (0 f16, 1 f32); reply: samples
     LUT_WRITE = 0x48  #: payload: table u8, start u8, entries; reply: empty
     LUT_APPLY = 0x49  #: payload: table u8, codes; reply: table[code] per code
+    RUN = 0x50        #: payload: start byte address u32, instruction limit u32; reply: 12 bytes
 
 
 #: Opcodes reserved for engine commands (answered BAD_OPCODE until an engine claims them).
@@ -92,6 +93,7 @@ class Status(enum.IntEnum):
     TRUNCATED = 5    #: inter-byte timeout inside a frame; the frame was dropped
     READ_ONLY = 6    #: write to a read-only register; nothing written
     BUSY = 7         #: reserved for engine commands (engine cannot accept the command now)
+    LIMIT = 8        #: RUN stopped at its instruction limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +136,10 @@ REGISTERS = (
     Register("CODE_BOOK0", 0x17, 32, "rw", 0, "code book entries 0..3, one byte each"),
     Register("CODE_BOOK1", 0x18, 32, "rw", 0, "code book entries 4..7, one byte each"),
     Register("LUT_SELECT", 0x19, 4, "rw", 0, "transfer table selected for the LUT engine"),
+    Register("LUT_EXP", 0x1A, 8, "rw", 0, "exponent byte of the LUT instruction's output words"),
+    Register("DISC_SHIFT", 0x1B, 5, "rw", 0, "right shift of the discrete matvec requantiser"),
+    Register("QUANT_SHIFT", 0x1C, 8, "rw", 0, "int8 scale exponent of the quantiser (signed)"),
+    Register("QUANT_RULE", 0x1D, 1, "rw", 0, "BFP shared-exponent rule: 0 floor, 1 ceil"),
     Register("PRNG_SEED0", 0x20, 32, "rw", 0, "PRNG seed word 0 (s0[31:0])"),
     Register("PRNG_SEED1", 0x21, 32, "rw", 0, "PRNG seed word 1 (s0[63:32])"),
     Register("PRNG_SEED2", 0x22, 32, "rw", 0, "PRNG seed word 2 (s1[31:0])"),
@@ -143,7 +149,7 @@ REGISTER_BY_NAME = {r.name: r for r in REGISTERS}
 _REGISTER_BY_INDEX = {r.index: r for r in REGISTERS}
 
 #: Engine name -> bit of the IDENTIFY / ID_PARAMS engine bitmask.
-ENGINE_BITS = {"grand": 0, "bfp": 1, "discrete": 2, "quantiser": 3, "lut": 4}
+ENGINE_BITS = {"grand": 0, "bfp": 1, "discrete": 2, "quantiser": 3, "lut": 4, "sequencer": 5}
 
 
 @dataclasses.dataclass(frozen=True)

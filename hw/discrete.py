@@ -166,10 +166,13 @@ class DiscreteUnit(wiring.Component):
         # Stage 1: code book lookup, sign XOR and saturating barrel shift per lane (y1 may hold
         # a negative zero); the table read (LUT mode) happens in parallel in the memory's read
         # register.
-        v1, last1 = Signal(), Signal()
+        v1, last1, dot1 = Signal(), Signal(), Signal()
         y1 = [Signal(W, name=f"y1_{k}") for k in range(L)]
         with m.If(adv):
-            m.d.sync += [v1.eq(self.i.valid), last1.eq(self.i.payload.last)]
+            # ``dot1`` marks beats taken in DOT mode, so MUL/DIV/LUT beats still in the pipeline
+            # when ``op`` changes to DOT never reach the accumulator.
+            m.d.sync += [v1.eq(self.i.valid), last1.eq(self.i.payload.last),
+                         dot1.eq(op == DiscreteOp.DOT)]
         lut_data = []
         if self._tables:
             table = m.submodules.table = Memory(shape=unsigned(W), depth=4 << (2 * n), init=[])
@@ -212,7 +215,7 @@ class DiscreteUnit(wiring.Component):
         t2 = [Signal(signed(W), name=f"t2_{k}") for k in range(L)]
         sum3 = Signal(signed(sum_w))
         with m.If(adv):
-            m.d.sync += [v2.eq(v1), last2.eq(last1), v3.eq(v2), last3.eq(last2)]
+            m.d.sync += [v2.eq(v1 & dot1), last2.eq(last1), v3.eq(v2), last3.eq(last2)]
             for k in range(L):
                 mag = y1[k][:mw]
                 m.d.sync += t2[k].eq(Mux(y1[k][mw], -mag, mag))

@@ -301,3 +301,45 @@ def test_synthesis_uses_no_dsp(tmp_path):
                     "tee -o d.stat stat"], cwd=tmp_path, env=env, check=True)
     stat = (tmp_path / "d.stat").read_text()
     assert "SB_LUT4" in stat and "SB_MAC16" not in stat
+
+
+@pytest.mark.parametrize("prev", [DiscreteOp.MUL, DiscreteOp.DIV])
+def test_switch_to_dot_right_after_last_output(prev):
+    """Switching ``op`` to DOT in the cycle after the previous operation's last output beat was
+    taken: its beats, still in the DOT stages, must not reach the accumulator."""
+    from amaranth.sim import Simulator
+    dut = DiscreteUnit()
+    book = CodeBook.default(2)
+    res = []
+
+    async def bench(ctx):
+        for k, word in enumerate(book.words()):
+            ctx.set(dut.book[k].as_value(), word)
+        ctx.set(dut.op, prev)
+        ctx.set(dut.o.ready, 1)
+        for x in (100, 90):
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.payload, {"x": [x] * 4, "w": [3] * 4, "last": 0})
+            await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        got = 0
+        while got < 2:
+            _, _, v = await ctx.tick().sample(dut.o.valid)
+            got += v
+        ctx.set(dut.op, DiscreteOp.DOT)
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.i.payload, {"x": [1, 0, 0, 0], "w": [3] * 4, "last": 1})
+        await ctx.tick()
+        ctx.set(dut.i.valid, 0)
+        for _ in range(10):
+            _, _, v, p = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if v:
+                res.append(p.acc)
+                break
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    want = dot(np.array([[1, 0, 0, 0]]), np.array([[3] * 4]), book, SMFormat(8, 0), acc_width=16)
+    assert res == [int(want[0])]

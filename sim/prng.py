@@ -258,5 +258,7 @@ class Xoroshiro128aox:
             s0, s1 = starts[:, last_block, 0].copy(), starts[:, last_block, 1].copy()
             for _ in range(rem):
                 _, s0, s1 = _step_np(s0, s1)
+        else:
+            s0, s1 = s0[:, -1], s1[:, -1]     # n is a whole number of blocks: the last one's end
         self._state = np.stack([s0, s1], axis=1)
         return np.ascontiguousarray(words)

@@ -237,3 +237,14 @@ def test_rtl_properties_and_registry():
     from amaranth.back import verilog
     assert "module prng" in verilog.convert(dut, name="prng")
     assert "module prng" in verilog.convert(build_block("prng"), name="prng")
+
+
+@pytest.mark.parametrize("n", [64, 65, 128, 256, 4096, 5000])
+def test_take_then_take_equals_one_take(n):
+    """The state after ``take(n)`` is the state after n words, also when n is a whole number
+    of the vectorised path's blocks (a regression: 128 words left a malformed state)."""
+    a, b = Xoroshiro128aox(7, 2), Xoroshiro128aox(7, 2)
+    first = a.take(n)
+    assert np.array_equal(np.concatenate([first, a.take(3)]), b.take(n + 3))
+    assert np.array_equal(np.stack([b.next() for _ in range(2)]),
+                          np.stack([a.next() for _ in range(2)]))

@@ -19,27 +19,42 @@ Dataflow
    set, ``N`` bias beats from ``i_bias`` pass through the same pipeline (exponent subtractor,
    bias shifter, bias adder).
 3. **Output unit** (:class:`OutputUnit`): scans the finished bank for the largest
-   ``bitlen(|A|) + ea`` (output exponent selector), then emits one output mantissa per beat on
-   ``o`` with the output mantissa shifter, rounding and saturation. In stochastic mode it takes
-   one ``i_rand`` beat per output element. The next product is accumulated into the other bank
-   meanwhile.
+   ``bitlen(|A|) + ea``, selects ``e4`` (max rule, fixed, or predicted by the
+   :class:`ExponentPredictor` from the statistics of earlier products, with the max rule as the
+   fallback on overflow/underflow), then emits one output mantissa per beat through the output
+   mantissa shifter, rounding and saturation and an output FIFO onto ``o``. In stochastic mode
+   it takes one ``i_rand`` beat per output element. The next product is accumulated into the
+   other bank meanwhile.
 """
+
+from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .common import Rounding
 from .mult import MULT_STYLES, MultiplierArray
 
-__all__ = ["BFPColumn", "BFPLanes", "BlockCombiner", "OutputUnit", "ExpMode", "column_widths"]
+__all__ = ["BFPColumn", "BFPLanes", "BlockCombiner", "OutputUnit", "ExponentPredictor",
+           "ExpMode", "column_widths", "predictor_widths"]
 
 
 class ExpMode:
-    """Values of the ``cfg_exp_mode`` port (the golden model's ``exp_mode`` names)."""
+    """Values of the ``cfg_exp_mode`` port (the golden model's ``exp_mode`` names).
+
+    Code 3 behaves as ``MAX``.
+    """
     MAX = 0
     FIXED = 1
+    PREDICTED = 2
+
+
+#: Depth of the output unit's FIFO: covers the emit pipeline's round trip (issue -> FIFO ->
+#: accepted -> credit), so a ready consumer takes one element per cycle.
+_EMIT_FIFO_DEPTH = 16
 
 
 def _clog2(n):
@@ -67,6 +82,14 @@ def column_widths(*, block, width, max_blocks, frac_bits):
     """``(pw, aw)``: widths of the exact block sum and of the accumulator (as in the model)."""
     pw = 2 * width + _clog2(block)
     return pw, pw + frac_bits + _clog2(max_blocks + 2)
+
+
+def predictor_widths(*, width, exp_bits, stat_shift):
+    """``(fs, sw, (eu_min, eu_max))``: fraction bits and width of the statistics registers,
+    and the range of the predicted exponent register (see :class:`ExponentPredictor`)."""
+    fs = stat_shift + 2
+    e_max = (1 << (exp_bits - 1)) - 1
+    return fs, width - 1 + fs, (-e_max - (width - 2 + fs), e_max + width + 1)
 
 
 def _check_int(name, value, lo, hi):
@@ -170,14 +193,26 @@ class BFPLanes(wiring.Component):
         acc = [Signal(signed(pw), name=f"acc{i}") for i in range(n)]
         can_load = Signal()
         m.d.comb += [
-            hold.eq(p_valid & p_last & ~can_load),
             self.head.p.eq(d_p[0]), self.head.e.eq(d_e[0]), self.head.nan.eq(d_nan[0]),
         ]
         # A block may load while count <= 1 (count == 1 only happens mid-pass, when the last
         # lane is popped this cycle). Kept as a register: it gates the whole PE pipeline.
         low = Signal(init=1)
         m.d.comb += can_load.eq(low)
-        with m.If(self.pop & (self.count != 0)):
+        # `hold` (= p_valid & p_last & ~low) is computed one cycle ahead into a register: it
+        # fans out to every PE register's enable.
+        hold_r = Signal()
+        low_next = Signal()
+        m.d.comb += [
+            low_next.eq(low),
+            hold.eq(hold_r),
+        ]
+        with m.If(self.pop & self.nonempty):
+            m.d.comb += low_next.eq(self.count <= 2)
+        with m.If(p_valid & ~hold & p_last):
+            m.d.comb += low_next.eq(n <= 1)
+        m.d.sync += hold_r.eq((hold | (m_valid & m_last)) & ~low_next)
+        with m.If(self.pop & self.nonempty):
             m.d.sync += [self.count.eq(self.count - 1), self.nonempty.eq(self.count != 1),
                          low.eq(self.count <= 2)]
             for i in range(n - 1):
@@ -298,12 +333,14 @@ class BlockCombiner(wiring.Component):
 class OutputUnit(wiring.Component):
     """Output exponent selector and output mantissa shifter; one output element per beat.
 
-    A scan pass reads the bank's ``N`` accumulators (memory read, ``|A|``, leading-one
-    detector, ``+ ea``, running maximum) and selects and clamps ``e4`` in two more cycles. The
-    emit pass is a pipeline (memory read, shift amount, clamps, coarse and fine barrel shift
-    with sticky bits, rounding decision, increment, saturation) that accepts one element per
-    cycle and stalls as a whole while ``o`` is held or a stochastic rounding waits for
-    ``i_rand``.
+    A scan pass reads the bank's ``N`` accumulators (memory read, ``|A|``, two-stage
+    leading-one detector, ``+ ea``, running maximum); three more cycles select ``e4`` (max,
+    fixed, or the :class:`ExponentPredictor`'s prediction checked against the max rule's
+    overflow/underflow window) and clamp it. The emit pass is a pipeline (memory read, shift
+    amount, clamps, coarse and fine barrel shift with sticky bits, rounding decision,
+    increment, saturation) into an output FIFO; it never stalls: an element is issued only
+    with a FIFO credit (and, in stochastic rounding, an ``i_rand`` beat, which travels with
+    the element).
 
     Members
     -------
@@ -315,12 +352,14 @@ class OutputUnit(wiring.Component):
         One-cycle pulse when the last element of the bank was accepted.
     rd_addr / rd_en / rd_data
         Read port of the accumulator memory.
-    i_rand, o : streams; cfg_* : configuration (see :class:`BFPColumn`).
+    i_rand, o : streams; cfg_*, pred_clear : configuration (see :class:`BFPColumn`).
     """
 
-    def __init__(self, *, lanes, aw, width, exp_bits, frac_bits, rand_bits, acc_layout):
+    def __init__(self, *, lanes, aw, width, exp_bits, frac_bits, rand_bits, acc_layout,
+                 stat_shift=4, predictor=True):
         self._lanes, self._aw, self._w, self._eb = lanes, aw, width, exp_bits
-        self._f, self._r = frac_bits, rand_bits
+        self._f, self._r, self._stat_shift = frac_bits, rand_bits, stat_shift
+        self._predictor = predictor
         super().__init__({
             "start": In(1),
             "bank": In(1),
@@ -333,13 +372,33 @@ class OutputUnit(wiring.Component):
             "o": Out(stream.Signature(_elem_layout(width, exp_bits))),
             "cfg_width": In(range(width + 1)),
             "cfg_rounding": In(Rounding),
-            "cfg_exp_mode": In(1),
+            "cfg_exp_mode": In(2),
             "cfg_fixed_exp": In(signed(exp_bits)),
+            "cfg_pred_k": In(3, init=3),
+            "cfg_pred_margin": In(3, init=2),
+            "pred_clear": In(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         n, aw, w, eb, f, r = self._lanes, self._aw, self._w, self._eb, self._f, self._r
+        if self._predictor:
+            m.submodules.pred = pred = ExponentPredictor(width=w, exp_bits=eb,
+                                                         stat_shift=self._stat_shift)
+        else:
+            # No predictor: its outputs stay 0 (never usable, never busy), so the predicted
+            # mode is the max rule; its inputs are left unconnected.
+            pred = SimpleNamespace(**{name: Signal(shape, name=f"pred_{name}") for name, shape in (
+                ("clear", 1), ("begin", 1), ("restart", 1), ("e4", signed(eb)), ("width", 8),
+                ("k", 3), ("sample_valid", 1), ("sample", signed(w)), ("commit", 1),
+                ("busy", 1), ("usable", 1), ("unit_exp", signed(eb)))})
+        m.d.comb += [pred.sample_valid.eq(self.o.valid & self.o.ready),
+                     pred.sample.eq(self.o.payload.m)]
+        m.d.sync += pred.commit.eq(self.finish)
+        # A clear request waits for the next exponent selection.
+        clear_req = Signal()
+        with m.If(self.pred_clear):
+            m.d.sync += clear_req.eq(1)
         e_max = (1 << (eb - 1)) - 1
         nan_code = -(1 << (eb - 1))
         bank = Signal()
@@ -349,8 +408,9 @@ class OutputUnit(wiring.Component):
         # Configuration-only values, registered (the configuration is static during a product).
         mx = Signal(w)
         neg_mx = Signal(signed(w + 1))
+        fw = Signal(range(f + w + 1))   # F + W - 1: raw = top_max - fw
         m.d.sync += [mx.eq((Const(1, w + 1) << (self.cfg_width - 1).as_unsigned()) - 1),
-                     neg_mx.eq(-mx)]
+                     neg_mx.eq(-mx), fw.eq(f + self.cfg_width - 1)]
 
         # -- scan: |A| -> bitlen(|A|) + ea -> running maximum ------------------------------
         rv = Signal()
@@ -366,14 +426,24 @@ class OutputUnit(wiring.Component):
         any_nan = Signal()
         e4 = Signal(signed(eb))
         nan_blk = Signal()
+        # The leading-one detector in two stages: per 8-bit group (G), then across groups (T).
+        groups = [s_abs[i:i + 8] for i in range(0, aw, 8)]
+        gv = Signal()
+        g_nz = Signal(len(groups))
+        g_idx = [Signal(3, name=f"g_idx{j}") for j in range(len(groups))]
+        g_ea = Signal(signed(eb + 1))
+        for j, grp in enumerate(groups):
+            nz_j, idx_j = _leading_one(grp)
+            m.d.sync += [g_nz[j].eq(nz_j), g_idx[j].eq(idx_j)]
         bitlen = Signal(range(aw + 1))
-        nonzero, msb = _leading_one(s_abs)
-        m.d.comb += bitlen.eq(Mux(nonzero, msb + 1, 0))
+        for j in range(len(groups)):    # the highest non-zero group wins
+            with m.If(g_nz[j]):
+                m.d.comb += bitlen.eq(Cat(g_idx[j], Const(j, 8)) + 1)
         qv = Signal()
         q_a = Signal(signed(aw))
         q_ea = Signal(signed(eb + 1))
-        m.d.sync += [rv.eq(0), qv.eq(rv), sv.eq(qv), tv.eq(sv & (s_abs != 0)),
-                     t_len.eq(bitlen), t_ea.eq(s_ea)]
+        m.d.sync += [rv.eq(0), qv.eq(rv), sv.eq(qv), gv.eq(sv), g_ea.eq(s_ea),
+                     tv.eq(gv & (g_nz != 0)), t_len.eq(bitlen), t_ea.eq(g_ea)]
         with m.If(rv):
             m.d.sync += [q_a.eq(self.rd_data.a), q_ea.eq(self.rd_data.ea),
                          any_nan.eq(any_nan | self.rd_data.nan)]
@@ -381,19 +451,45 @@ class OutputUnit(wiring.Component):
             m.d.sync += [s_abs.eq(Mux(q_a < 0, -q_a, q_a)), s_ea.eq(q_ea)]
         uv = Signal()
         m.d.sync += [top.eq(t_len + t_ea), uv.eq(tv)]
+        # qv, sv, gv, tv and uv all clear (registered from their inputs).
+        scan_empty = Signal(init=1)
+        m.d.sync += scan_empty.eq(~(rv | qv | sv | gv | tv))
+        # top > top_max as the sign of a subtraction (a carry chain, not a LUT comparator).
+        top_gt = Signal(signed(eb + 4))
+        m.d.comb += top_gt.eq(top_max - top)
         with m.If(uv):
             m.d.sync += any_nz.eq(1)
-            with m.If(~any_nz | (top > top_max)):
+            with m.If(~any_nz | top_gt[-1]):
                 m.d.sync += top_max.eq(top)
 
         # -- emit pipeline ---------------------------------------------------------------------
-        en = Signal()
-        issuing = Signal()
-        stochastic = self.cfg_rounding == Rounding.STOCHASTIC
+        # The pipeline never stalls: an element is issued only when the output FIFO is sure to
+        # have room for it (credits = FIFO depth - elements in flight or queued), so no enable
+        # fans out to the pipeline registers. A stochastic rounding's random number is taken
+        # at issue and travels with its element.
+        more = Signal()          # elements of this product left to issue (EMIT only)
+        # Credits in thermometer code (bit i set: more than i credits), so the issue decision
+        # reads one flip-flop and an update is a one-bit shift.
+        credit = Signal(_EMIT_FIFO_DEPTH, init=(1 << _EMIT_FIFO_DEPTH) - 1)
+        stochastic = Signal()
+        m.d.sync += stochastic.eq(self.cfg_rounding == Rounding.STOCHASTIC)
+        base = more & credit[0]
+        issue = Signal()
+        pop = Signal()
+        m.d.comb += [
+            issue.eq(base & (~stochastic | self.i_rand.valid)),
+            self.i_rand.ready.eq(base & stochastic),
+            pop.eq(self.o.valid & self.o.ready),
+        ]
+        with m.If(issue & ~pop):
+            m.d.sync += credit.eq(credit >> 1)
+        with m.Elif(pop & ~issue):
+            m.d.sync += credit.eq(Cat(1, credit[:-1]))
         # Stages: A shift amount, B clamps, C1/C2 shifters, D rounding decision, E increment,
-        # then saturation into the output register.
+        # F saturation into the output FIFO.
         v0, va, vb, vc1, vc, vd, ve = (Signal(name=f"v{c}")
                                        for c in ("0", "a", "b", "c1", "c", "d", "e"))
+        r0, ra, rb, rc1, rc = (Signal(r, name=f"r{c}") for c in ("0", "a", "b", "c1", "c"))
         a_a = Signal(signed(aw))
         a_s = Signal(signed(eb + 4))
         b_a = Signal(signed(aw))
@@ -418,93 +514,91 @@ class OutputUnit(wiring.Component):
         e_val = Signal(signed(w + 3))
 
         max_right = aw + r
-        m.d.comb += self.rd_en.eq(en | ~issuing)
-        with m.If(self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
-        with m.If(en):
-            m.d.sync += [v0.eq(issuing & (idx < n)), va.eq(v0), vb.eq(va), vc1.eq(vb),
-                         vc.eq(vc1), vd.eq(vc)]
-            m.d.sync += [a_a.eq(self.rd_data.a), a_s.eq(e4 - self.rd_data.ea + f)]
-            m.d.sync += [
-                b_a.eq(a_a),
-                b_left.eq(a_s <= 0),
-                b_sr.eq(Mux(a_s >= max_right, max_right, a_s)),
-                b_sl.eq(Mux(-a_s >= w + 1, w + 1, -a_s)),
-            ]
-            # Stages C1/C2: the right shift by multiples of 8, then by 0..7, each with the
-            # sticky OR of the bits it drops.
-            x = Signal(signed(aw + r))
-            mask_hi = Signal(aw + r)
-            sr_hi = Cat(Const(0, 3), b_sr[3:])
-            m.d.comb += [x.eq(b_a << r),
-                         mask_hi.eq(~(Const(-1, signed(aw + r + 1)) << sr_hi))]
-            m.d.sync += [
-                c1_left.eq(b_left),
-                c1_lsh.eq(b_a << b_sl),
-                c1_x.eq(x >> sr_hi),
-                c1_lo.eq(b_sr[:3]),
-                c1_sticky.eq((x.as_unsigned() & mask_hi) != 0),
-                c1_neg.eq(b_a < 0),
-            ]
-            mask_lo = Signal(8)
-            m.d.comb += mask_lo.eq(~(Const(-1, signed(9)) << c1_lo))
-            m.d.sync += [
-                c_left.eq(c1_left),
-                c_lsh.eq(c1_lsh),
-                c_qext.eq(c1_x >> c1_lo),
-                c_sticky.eq(c1_sticky | ((c1_x.as_unsigned()[:8] & mask_lo) != 0)),
-                c_neg.eq(c1_neg),
-            ]
-            q = Signal(signed(aw + w + 2))
-            f_r = Signal(r)
-            up = Signal()
-            m.d.comb += [q.eq(c_qext >> r), f_r.eq(c_qext[:r])]
-            with m.Switch(self.cfg_rounding):
-                with m.Case(Rounding.NEAREST_EVEN):
-                    below = ((f_r[:r - 1] != 0) | c_sticky) if r > 1 else c_sticky
-                    m.d.comb += up.eq(f_r[r - 1] & (below | q[0]))
-                with m.Case(Rounding.TOWARD_ZERO):
-                    m.d.comb += up.eq(c_neg & ((f_r != 0) | c_sticky))
-                with m.Default():
-                    m.d.comb += up.eq((f_r + self.i_rand.payload)[r])
-            # Values beyond ±2^W saturate anyway: narrow them to [-2^W, 2^W] before the
-            # increment (sign and zero tests of the high bits, no comparator carry chain).
-            def narrow(v):
-                hi = v[w:]
-                big = ~hi[-1] & (hi != 0)
-                small = hi[-1] & ~hi.all()
-                return Mux(big, 1 << w, Mux(small, -(1 << w), v[:w + 1].as_signed()))
-            m.d.sync += [
-                d_left.eq(c_left), d_up.eq(up), d_q.eq(narrow(q)), d_lsh.eq(narrow(c_lsh)),
-            ]
-            # Stage E: rounding increment. Stage F: saturation into the output register.
-            m.d.sync += [e_val.eq(Mux(d_left, d_lsh, d_q + d_up)), ve.eq(vd)]
-            sat = Signal(signed(w))
-            with m.If(e_val > mx):
-                m.d.comb += sat.eq(mx)
-            with m.Elif(e_val < neg_mx):
-                m.d.comb += sat.eq(neg_mx)
-            with m.Else():
-                m.d.comb += sat.eq(e_val)
-            m.d.sync += [
-                self.o.valid.eq(ve),   # overrides the clear below when the pipeline moves
-                self.o.payload.m.eq(Mux(nan_blk, 0, sat)),
-                self.o.payload.e.eq(Mux(nan_blk, nan_code, e4)),
-            ]
-            with m.If(issuing & (idx < n)):
-                m.d.sync += idx.eq(idx + 1)
-        # The whole emit pipeline moves unless the output is held, or stage D waits for a
-        # random number.
-        need_rand = vc & stochastic
-        m.d.comb += [
-            en.eq((~self.o.valid | self.o.ready) & (~need_rand | self.i_rand.valid)),
-            self.i_rand.ready.eq(need_rand & (~self.o.valid | self.o.ready)),
+        m.d.comb += self.rd_en.eq(1)
+        m.d.sync += [v0.eq(issue), va.eq(v0), vb.eq(va), vc1.eq(vb), vc.eq(vc1), vd.eq(vc),
+                     r0.eq(self.i_rand.payload), ra.eq(r0), rb.eq(ra), rc1.eq(rb), rc.eq(rc1)]
+        m.d.sync += [a_a.eq(self.rd_data.a), a_s.eq(e4 - self.rd_data.ea + f)]
+        m.d.sync += [
+            b_a.eq(a_a),
+            b_left.eq(a_s <= 0),
+            b_sr.eq(Mux(a_s >= max_right, max_right, a_s)),
+            b_sl.eq(Mux(-a_s >= w + 1, w + 1, -a_s)),
         ]
+        # Stages C1/C2: the right shift by multiples of 8, then by 0..7, each with the sticky
+        # OR of the bits it drops.
+        x = Signal(signed(aw + r))
+        mask_hi = Signal(aw + r)
+        sr_hi = Cat(Const(0, 3), b_sr[3:])
+        m.d.comb += [x.eq(b_a << r),
+                     mask_hi.eq(~(Const(-1, signed(aw + r + 1)) << sr_hi))]
+        m.d.sync += [
+            c1_left.eq(b_left),
+            c1_lsh.eq(b_a << b_sl),
+            c1_x.eq(x >> sr_hi),
+            c1_lo.eq(b_sr[:3]),
+            c1_sticky.eq((x.as_unsigned() & mask_hi) != 0),
+            c1_neg.eq(b_a < 0),
+        ]
+        mask_lo = Signal(8)
+        m.d.comb += mask_lo.eq(~(Const(-1, signed(9)) << c1_lo))
+        m.d.sync += [
+            c_left.eq(c1_left),
+            c_lsh.eq(c1_lsh),
+            c_qext.eq(c1_x >> c1_lo),
+            c_sticky.eq(c1_sticky | ((c1_x.as_unsigned()[:8] & mask_lo) != 0)),
+            c_neg.eq(c1_neg),
+        ]
+        q = Signal(signed(aw + w + 2))
+        f_r = Signal(r)
+        up = Signal()
+        m.d.comb += [q.eq(c_qext >> r), f_r.eq(c_qext[:r])]
+        with m.Switch(self.cfg_rounding):
+            with m.Case(Rounding.NEAREST_EVEN):
+                below = ((f_r[:r - 1] != 0) | c_sticky) if r > 1 else c_sticky
+                m.d.comb += up.eq(f_r[r - 1] & (below | q[0]))
+            with m.Case(Rounding.TOWARD_ZERO):
+                m.d.comb += up.eq(c_neg & ((f_r != 0) | c_sticky))
+            with m.Default():
+                m.d.comb += up.eq((f_r + rc)[r])
+        # Values beyond ±2^W saturate anyway: narrow them to [-2^W, 2^W] before the
+        # increment (sign and zero tests of the high bits, no comparator carry chain).
+        def narrow(v):
+            hi = v[w:]
+            big = ~hi[-1] & (hi != 0)
+            small = hi[-1] & ~hi.all()
+            return Mux(big, 1 << w, Mux(small, -(1 << w), v[:w + 1].as_signed()))
+        m.d.sync += [
+            d_left.eq(c_left), d_up.eq(up), d_q.eq(narrow(q)), d_lsh.eq(narrow(c_lsh)),
+        ]
+        # Stage E: rounding increment. Stage F: saturation into the output FIFO.
+        m.d.sync += [e_val.eq(Mux(d_left, d_lsh, d_q + d_up)), ve.eq(vd)]
+        sat = Signal(signed(w))
+        with m.If(e_val > mx):
+            m.d.comb += sat.eq(mx)
+        with m.Elif(e_val < neg_mx):
+            m.d.comb += sat.eq(neg_mx)
+        with m.Else():
+            m.d.comb += sat.eq(e_val)
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=w + eb, depth=_EMIT_FIFO_DEPTH)
+        o_e = Signal(signed(eb))
+        m.d.comb += [
+            fifo.w_en.eq(ve),
+            fifo.w_data.eq(Cat(Mux(nan_blk, 0, sat), o_e)),
+            self.o.valid.eq(fifo.r_rdy),
+            self.o.payload.eq(fifo.r_data),
+            fifo.r_en.eq(self.o.ready),
+        ]
+        with m.If(issue):
+            m.d.sync += [idx.eq(idx + 1), more.eq(idx != n - 1)]
 
         raw = Signal(signed(eb + 4))
+        dwin = Signal(signed(max(len(raw), len(pred.unit_exp)) + 1))
+        in_window = Signal()
+        raw_c = Signal(signed(eb))
         accepted = Signal(range(n + 1))
+        acc_last = Signal()      # accepted == n - 1, as a register
         with m.If(self.o.valid & self.o.ready):
-            m.d.sync += accepted.eq(accepted + 1)
+            m.d.sync += [accepted.eq(accepted + 1), acc_last.eq(accepted == n - 2)]
 
         m.d.comb += self.busy.eq(1)
         with m.FSM():
@@ -518,29 +612,229 @@ class OutputUnit(wiring.Component):
                     m.next = "SCAN_TAIL"
                 m.d.sync += [idx.eq(idx + 1), rv.eq(1)]
             with m.State("SCAN_TAIL"):
-                with m.If(~rv & ~qv & ~sv & ~tv & ~uv):
+                # The predictor finishes the previous product's update first.
+                with m.If(~rv & scan_empty & ~pred.busy):
                     m.next = "SELECT"
             with m.State("SELECT"):
                 with m.If(self.cfg_exp_mode == ExpMode.FIXED):
                     m.d.sync += raw.eq(self.cfg_fixed_exp)
                 with m.Elif(any_nz):
-                    m.d.sync += raw.eq(top_max - f - (self.cfg_width - 1))
+                    m.d.sync += raw.eq(top_max - fw)
                 with m.Else():
                     m.d.sync += raw.eq(0)
+                m.next = "CHECK"
+            with m.State("CHECK"):
+                # Predicted mode: is the prediction within [raw, raw + u] (no overflow, no
+                # underflow)? A subtraction here, two small tests of it in WINDOW.
+                m.d.sync += dwin.eq(pred.unit_exp - raw)
+                m.next = "WINDOW"
+            with m.State("WINDOW"):
+                m.d.sync += [
+                    in_window.eq((dwin[3:] == 0) & (dwin[:3] <= self.cfg_pred_margin)),
+                    raw_c.eq(Mux(raw > e_max, e_max, Mux(raw < -e_max, -e_max, raw))),
+                ]
                 m.next = "CLAMP"
             with m.State("CLAMP"):
+                predicted = self.cfg_exp_mode == ExpMode.PREDICTED
+                usable = pred.usable & ~clear_req
+                use_pred = predicted & usable & (in_window | ~any_nz)
+                e4_sel = Mux(use_pred, pred.unit_exp, raw_c)
                 m.d.sync += [
-                    e4.eq(Mux(raw > e_max, e_max, Mux(raw < -e_max, -e_max, raw))),
+                    e4.eq(e4_sel),
+                    o_e.eq(Mux(any_nan, nan_code, e4_sel)),
                     nan_blk.eq(any_nan),
                     idx.eq(0),
+                    more.eq(1),
                     accepted.eq(0),
+                    acc_last.eq(0),
+                    clear_req.eq(self.pred_clear),
+                ]
+                m.d.comb += [
+                    pred.clear.eq(clear_req | ~predicted),
+                    pred.begin.eq(predicted & any_nz & ~any_nan),
+                    pred.restart.eq(~(usable & in_window)),
+                    pred.e4.eq(raw_c),
+                    pred.width.eq(self.cfg_width),
+                    pred.k.eq(self.cfg_pred_k),
                 ]
                 m.next = "EMIT"
             with m.State("EMIT"):
-                m.d.comb += issuing.eq(1)
-                with m.If((accepted == n - 1) & self.o.valid & self.o.ready):
+                with m.If(acc_last & self.o.valid & self.o.ready):
                     m.d.comb += self.finish.eq(1)
                     m.next = "IDLE"
+        return m
+
+
+class ExponentPredictor(wiring.Component):
+    """History and update engine of the predicted output exponent selector.
+
+    Implements :class:`sim.bfp_column.ExponentPredictor` (which states the rules): the state
+    ``count``, ``mu``, ``dev`` (``W_max - 1 + FS`` bits, ``FS = stat_shift + 2`` fraction
+    bits) and ``unit_exp``, the largest output mantissa magnitude of the product in flight,
+    and a small sequential engine that adds the sample and renormalises after the product's
+    last output. The engine shifts one bit per cycle (the weight ``2^-s`` of the sample, then
+    the renormalisation ``δ``) and adds ``dev`` ``k`` times: about ``s + k + |δ| + 13`` cycles
+    per product, which overlap the next product's scan pass (iterated floor shifts equal one
+    floor shift).
+
+    Members
+    -------
+    clear : In(1)
+        Empty the history (only while ``busy`` is low).
+    begin : In(1)
+        Pulse at the exponent selection of a product whose sample is to be added: latches
+        ``restart``, ``e4``, ``width`` and ``k`` and clears the running maximum.
+    restart, e4, width, k : In
+        The sample starts a new history; the product's exponent, runtime width and spread
+        multiple (0 behaves as 1).
+    sample_valid, sample : In
+        The product's output mantissas, as they are accepted.
+    commit : In(1)
+        Pulse: the product's last output was accepted (after ``begin``; at most one cycle
+        later).
+    busy : Out(1)
+    usable : Out(1)
+        The history is not empty and ``unit_exp`` is a finite exponent (registered; valid while
+        ``busy`` is low).
+    unit_exp : Out(signed)
+        The predicted exponent.
+    """
+
+    def __init__(self, *, width, exp_bits, stat_shift):
+        self._w, self._eb, self._a = width, exp_bits, stat_shift
+        self._fs, self._sw, self._eu_range = predictor_widths(
+            width=width, exp_bits=exp_bits, stat_shift=stat_shift)
+        super().__init__({
+            "clear": In(1),
+            "begin": In(1),
+            "restart": In(1),
+            "e4": In(signed(exp_bits)),
+            "width": In(range(width + 1)),
+            "k": In(3),
+            "sample_valid": In(1),
+            "sample": In(signed(width)),
+            "commit": In(1),
+            "busy": Out(1),
+            "usable": Out(1),
+            "unit_exp": Out(range(self._eu_range[0], self._eu_range[1] + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        w, a, fs, sw = self._w, self._a, self._fs, self._sw
+        e_max = (1 << (self._eb - 1)) - 1
+        count = Signal(range((1 << a) + 1))
+        mu = Signal(sw)
+        dev = Signal(sw)
+        eu = self.unit_exp
+        busy = Signal()          # the engine is running (a register, for the selector's timing)
+
+        # Latched at `begin`: the product's parameters.
+        restart = Signal()
+        e4 = Signal(signed(self._eb))
+        wref = Signal(range(w + fs))     # W - 2 + FS: delta = bitlen(P) - 1 - wref
+        k = Signal(3)
+        active = Signal()
+        m.d.comb += self.busy.eq(busy | (self.commit & active))
+        with m.If(self.begin):
+            m.d.sync += [restart.eq(self.restart), e4.eq(self.e4),
+                         wref.eq(self.width - 2 + fs),
+                         k.eq(Mux(self.k == 0, 1, self.k)), active.eq(1)]
+
+        # The running maximum of |m| (two stages, off the output path).
+        sv = Signal()
+        am = Signal(w)
+        xmax = Signal(w - 1)
+        m.d.sync += [sv.eq(self.sample_valid),
+                     am.eq(Mux(self.sample < 0, -self.sample, self.sample))]
+        gt = Signal(signed(w + 1))
+        m.d.comb += gt.eq(xmax - am)
+        with m.If(self.begin):
+            m.d.sync += xmax.eq(0)
+        with m.Elif(sv & gt[-1]):
+            m.d.sync += xmax.eq(am)
+
+        diff = Signal(signed(sw + 1))
+        g = Signal(signed(sw + 2))
+        sh = Signal(range(max(a, 1) + 1))
+        kc = Signal(3)
+        p = Signal(sw + 3)
+        delta = Signal(signed(_clog2(sw + 4) + 2))
+        nz, msb = _leading_one(p)
+        p_nz = Signal()
+        p_msb = Signal.like(msb)
+        fresh = Signal()                 # the sample starts a new history
+        count_inc = Signal.like(count)   # min(count + 1, 2^a)
+        # s = min(a, floor(log2(count + 1))) for the sample about to be added.
+        n_next = Signal(range((1 << a) + 2))
+        s = Signal(range(max(a, 1) + 1))
+        _, lg = _leading_one(n_next)
+        m.d.comb += [n_next.eq(count + 1), s.eq(Mux(lg > a, a, lg))]
+        in_range = (eu >= -e_max) & (eu <= e_max)
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(self.clear):
+                    m.d.sync += [count.eq(0), self.usable.eq(0)]
+                with m.If(self.commit & active):
+                    m.d.sync += [active.eq(0), busy.eq(1)]
+                    m.next = "SETTLE"
+            with m.State("SETTLE"):
+                m.d.sync += [fresh.eq(restart | (count == 0)),
+                             count_inc.eq(Mux(count == 1 << a, count, count + 1))]
+                m.next = "LOAD"
+            with m.State("LOAD"):
+                x = Cat(Const(0, fs), xmax)
+                with m.If(fresh):
+                    m.d.sync += [mu.eq(x), dev.eq(0), eu.eq(e4), count.eq(1)]
+                    m.next = "PRED"
+                with m.Else():
+                    m.d.sync += diff.eq(x - mu)
+                    m.next = "ABS"
+            with m.State("ABS"):
+                m.d.sync += [g.eq(Mux(diff < 0, -diff, diff)), sh.eq(s)]
+                m.next = "DEV"
+            with m.State("DEV"):
+                m.d.sync += g.eq(g - dev)
+                m.next = "WEIGH"
+            with m.State("WEIGH"):
+                with m.If(sh != 0):
+                    m.d.sync += [diff.eq(diff >> 1), g.eq(g >> 1), sh.eq(sh - 1)]
+                with m.Else():
+                    m.d.sync += [mu.eq(mu + diff), dev.eq(dev + g), count.eq(count_inc)]
+                    m.next = "PRED"
+            with m.State("PRED"):
+                m.d.sync += [p.eq(mu), kc.eq(k)]
+                m.next = "PSUM"
+            with m.State("PSUM"):
+                # P = mu + k·dev by k additions of dev (one small adder).
+                with m.If(kc != 0):
+                    m.d.sync += [p.eq(p + dev), kc.eq(kc - 1)]
+                with m.Else():
+                    m.next = "NORM"
+            with m.State("NORM"):
+                m.d.sync += [p_msb.eq(msb), p_nz.eq(nz)]
+                m.next = "DELTA"
+            with m.State("DELTA"):
+                m.d.sync += delta.eq(p_msb - wref)
+                with m.If(~p_nz):
+                    m.d.sync += [count.eq(0), self.usable.eq(0), busy.eq(0)]
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "ADJUST"
+            with m.State("ADJUST"):
+                m.d.sync += eu.eq(eu + delta)
+                m.next = "SHIFT"
+            with m.State("SHIFT"):
+                with m.If(delta > 0):
+                    m.d.sync += [mu.eq(mu >> 1), dev.eq(dev >> 1), delta.eq(delta - 1)]
+                with m.Elif(delta < 0):
+                    m.d.sync += [mu.eq(mu << 1), dev.eq(dev << 1), delta.eq(delta + 1)]
+                with m.Else():
+                    m.next = "RANGE"
+            with m.State("RANGE"):
+                m.d.sync += [self.usable.eq(in_range), busy.eq(0)]
+                m.next = "IDLE"
         return m
 
 
@@ -568,6 +862,12 @@ class BFPColumn(wiring.Component):
     sim_model : bool
         Use the multipliers' behavioural model (needed for simulation; ``False`` for synthesis
         of the hard-block styles).
+    stat_shift : int
+        Averaging shift ``a`` of the predicted exponent selector (0..8): its statistics average
+        over about ``2^a`` products.
+    predictor : bool
+        Build the predicted exponent selector (≈ 420 iCE40 LUTs). Without it, ``cfg_exp_mode``
+        2 is the max rule.
 
     Members
     -------
@@ -585,9 +885,18 @@ class BFPColumn(wiring.Component):
     cfg_width : In(range(W_max + 1))
         Runtime output mantissa width ``W`` (2..W_max).
     cfg_rounding : In(Rounding)
-    cfg_exp_mode : In(1)
-        :class:`ExpMode`: 0 = max over the output vector, 1 = fixed.
+    cfg_exp_mode : In(2)
+        :class:`ExpMode`: 0 = max over the output vector, 1 = fixed, 2 = predicted from the
+        statistics of earlier products (:class:`ExponentPredictor`; products in the other
+        modes clear its history), 3 = as 0.
     cfg_fixed_exp : In(signed(E))
+    cfg_pred_k : In(3), init 3
+        Predicted mode: spread multiple ``k`` (1..7; 0 acts as 1) of the prediction
+        ``μ + k·dev``.
+    cfg_pred_margin : In(3), init 2
+        Predicted mode: underflow margin ``u``.
+    pred_clear : In(1)
+        Pulse: clear the predicted mode's history at the next product's exponent selection.
     cfg_bias_en : In(1)
     cfg_blocks : In(range(max_blocks + 1))
         Blocks per product ``nb`` (1..max_blocks); ``K = nb · B`` beats per product.
@@ -601,16 +910,17 @@ class BFPColumn(wiring.Component):
     """
 
     def __init__(self, *, lanes=16, block=16, width=8, exp_bits=8, max_blocks=16, frac_bits=3,
-                 rand_bits=8, mult="lut", sim_model=True):
+                 rand_bits=8, mult="lut", sim_model=True, stat_shift=4, predictor=True):
         try:
             self._validate(lanes, block, width, exp_bits, max_blocks, frac_bits, rand_bits,
-                           mult, sim_model)
+                           mult, sim_model, stat_shift, predictor)
         except (TypeError, ValueError):
             self._MustUse__silence = True    # a rejected component is not "unused"
             raise
         self._lanes, self._block, self._width, self._exp_bits = lanes, block, width, exp_bits
         self._max_blocks, self._frac_bits, self._rand_bits = max_blocks, frac_bits, rand_bits
-        self._mult, self._sim_model = mult, sim_model
+        self._mult, self._sim_model, self._stat_shift = mult, sim_model, stat_shift
+        self._predictor = predictor
         self._pw, self._aw = column_widths(block=block, width=width, max_blocks=max_blocks,
                                            frac_bits=frac_bits)
         elem = _elem_layout(width, exp_bits)
@@ -624,15 +934,18 @@ class BFPColumn(wiring.Component):
             "o": Out(stream.Signature(elem)),
             "cfg_width": In(range(width + 1), init=width),
             "cfg_rounding": In(Rounding),
-            "cfg_exp_mode": In(1),
+            "cfg_exp_mode": In(2),
             "cfg_fixed_exp": In(signed(exp_bits)),
+            "cfg_pred_k": In(3, init=3),
+            "cfg_pred_margin": In(3, init=2),
+            "pred_clear": In(1),
             "cfg_bias_en": In(1),
             "cfg_blocks": In(range(max_blocks + 1), init=1),
         })
 
     @staticmethod
     def _validate(lanes, block, width, exp_bits, max_blocks, frac_bits, rand_bits, mult,
-                  sim_model):
+                  sim_model, stat_shift, predictor):
         _check_int("Lane count", lanes, 4, 256)
         _check_int("Block size", block, 2, 256)
         _check_int("Mantissa width", width, 2, 16)
@@ -651,6 +964,9 @@ class BFPColumn(wiring.Component):
                              f"multiplier style {mult!r}, not {width}")
         if not isinstance(sim_model, bool):
             raise TypeError(f"sim_model must be a bool, not {sim_model!r}")
+        _check_int("Statistics shift", stat_shift, 0, 8)
+        if not isinstance(predictor, bool):
+            raise TypeError(f"predictor must be a bool, not {predictor!r}")
 
     lanes = property(lambda self: self._lanes)
     block = property(lambda self: self._block)
@@ -661,6 +977,8 @@ class BFPColumn(wiring.Component):
     rand_bits = property(lambda self: self._rand_bits)
     mult = property(lambda self: self._mult)
     sim_model = property(lambda self: self._sim_model)
+    stat_shift = property(lambda self: self._stat_shift)
+    predictor = property(lambda self: self._predictor)
     #: Width of the exact block sum.
     pw = property(lambda self: self._pw)
     #: Width of the accumulator.
@@ -676,7 +994,9 @@ class BFPColumn(wiring.Component):
         m.submodules.out = out = OutputUnit(lanes=n, aw=self._aw, width=self._width,
                                             exp_bits=eb, frac_bits=self._frac_bits,
                                             rand_bits=self._rand_bits,
-                                            acc_layout=comb.acc_layout)
+                                            acc_layout=comb.acc_layout,
+                                            stat_shift=self._stat_shift,
+                                            predictor=self._predictor)
         m.submodules.acc = acc = Memory(shape=comb.acc_layout, depth=2 << _clog2(n), init=[])
         wr = acc.write_port()
         rd_c = acc.read_port(transparent_for=(wr,))
@@ -693,6 +1013,8 @@ class BFPColumn(wiring.Component):
         m.d.comb += [
             out.cfg_width.eq(self.cfg_width), out.cfg_rounding.eq(self.cfg_rounding),
             out.cfg_exp_mode.eq(self.cfg_exp_mode), out.cfg_fixed_exp.eq(self.cfg_fixed_exp),
+            out.cfg_pred_k.eq(self.cfg_pred_k), out.cfg_pred_margin.eq(self.cfg_pred_margin),
+            out.pred_clear.eq(self.pred_clear),
         ]
 
         # Pass controller: which contribution enters the combiner, and the two banks. `pop`

@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 from amaranth.back import rtlil
+from amaranth.hdl import Array, Module, Mux, Signal
+from amaranth.lib import wiring
 
-from hw.bfp import BFPColumn, column_widths
+from hw.bfp import BFPColumn, ExpMode, column_widths
 from hw.common import ROUNDING_NAMES, Rounding
 from hw.registry import build_block
 from sim.bfp import nan_exponent, quantise
@@ -12,6 +14,53 @@ from sim.bfp_column import ColumnModel
 from sim.harness import run_stream
 
 ROUNDING = {name: member for member, name in ROUNDING_NAMES.items()}
+EXP_MODE = {"max": ExpMode.MAX, "fixed": ExpMode.FIXED, "predicted": ExpMode.PREDICTED}
+
+
+class Scheduled(wiring.Component):
+    """Test fixture: a column whose exponent-selector settings change from product to product.
+
+    ``schedule[j]`` is a dict with ``exp_mode``, ``pred_k``, ``pred_margin`` and ``clear`` for
+    product ``j``. The settings switch when the previous product's last output is accepted
+    (before the next exponent selection); ``clear`` pulses ``pred_clear`` at that moment.
+    """
+
+    OWN = ("cfg_exp_mode", "cfg_pred_k", "cfg_pred_margin", "pred_clear")
+
+    def __init__(self, col, schedule):
+        self.col, self.schedule = col, schedule
+        self.lanes, self.block, self.width = col.lanes, col.block, col.width
+        super().__init__({name: member for name, member in col.signature.members.items()
+                          if name not in self.OWN})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.col = col = self.col
+        for name, member in self.signature.members.items():
+            outer, inner = getattr(self, name), getattr(col, name)
+            if member.is_signature and member.flow == wiring.In:
+                wiring.connect(m, wiring.flipped(outer), inner)
+            elif member.is_signature:
+                wiring.connect(m, inner, wiring.flipped(outer))
+            else:
+                m.d.comb += inner.eq(outer)
+        sched = self.schedule
+        prod = Signal(range(len(sched) + 1))
+        cnt = Signal(range(self.lanes))
+        last = Signal()
+        m.d.comb += last.eq(col.o.valid & col.o.ready & (cnt == self.lanes - 1))
+        with m.If(col.o.valid & col.o.ready):
+            m.d.sync += cnt.eq(Mux(last, 0, cnt + 1))
+            with m.If(last):
+                m.d.sync += prod.eq(prod + 1)
+        rows = sched + [sched[-1]]
+        m.d.comb += [
+            col.cfg_exp_mode.eq(Array(EXP_MODE[r["exp_mode"]] for r in rows)[prod]),
+            col.cfg_pred_k.eq(Array(r["pred_k"] for r in rows)[prod]),
+            col.cfg_pred_margin.eq(Array(r["pred_margin"] for r in rows)[prod]),
+            col.pred_clear.eq(last & Array(int(r["clear"]) for r in rows[1:] + [rows[-1]])[prod]),
+        ]
+        return m
 
 
 def make_job(rng, n, nb, block, *, kind="gauss", width=8, exp_bits=8, bias=False):
@@ -39,8 +88,11 @@ def make_job(rng, n, nb, block, *, kind="gauss", width=8, exp_bits=8, bias=False
 
 
 def run_rtl(col, jobs, *, width=None, rounding="nearest", exp_mode="max", fixed_exp=0,
-            bias=False, seed=0, valid_prob=1.0, ready_prob=1.0):
-    """Stream ``jobs`` (same block count) through ``col``; returns [(mantissas, exponent)]."""
+            bias=False, seed=0, valid_prob=1.0, ready_prob=1.0, pred_k=3, pred_margin=2):
+    """Stream ``jobs`` (same block count) through ``col``; returns [(mantissas, exponent)].
+
+    ``col`` may be a :class:`Scheduled` column, which sets the exponent selector itself.
+    """
     n, b = col.lanes, col.block
     ws, xs, bs, rs = [], [], [], []
     nbs = {len(job["x_e"]) for job in jobs}
@@ -60,7 +112,10 @@ def run_rtl(col, jobs, *, width=None, rounding="nearest", exp_mode="max", fixed_
     async def setup(ctx):
         ctx.set(col.cfg_width, width or col.width)
         ctx.set(col.cfg_rounding, ROUNDING[rounding])
-        ctx.set(col.cfg_exp_mode, {"max": 0, "fixed": 1}[exp_mode])
+        if not isinstance(col, Scheduled):
+            ctx.set(col.cfg_exp_mode, EXP_MODE[exp_mode])
+            ctx.set(col.cfg_pred_k, pred_k)
+            ctx.set(col.cfg_pred_margin, pred_margin)
         ctx.set(col.cfg_fixed_exp, fixed_exp)
         ctx.set(col.cfg_bias_en, int(bias))
         ctx.set(col.cfg_blocks, nb)
@@ -122,6 +177,9 @@ SMALL = {"lanes": 4, "block": 4, "max_blocks": 4}
     ({"mult": 1}, TypeError, "Multiplier style"),
     ({"mult": "sb_mac16", "width": 9}, ValueError, "at most 8 with multiplier style"),
     ({"sim_model": 1}, TypeError, "sim_model must be a bool"),
+    ({"stat_shift": 9}, ValueError, "Statistics shift must be an integer between 0 and 8, not 9"),
+    ({"stat_shift": None}, TypeError, "Statistics shift"),
+    ({"predictor": 1}, TypeError, "predictor must be a bool, not 1"),
 ])
 def test_validation(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
@@ -248,6 +306,111 @@ def test_narrow_exponent_and_mantissa():
     check(params, jobs, rounding="zero", valid_prob=0.8)
 
 
+# -- the predicted exponent selector: state carried across products ----------------------------
+
+
+def make_stationary_job(rng, n, nb, block, *, shift=0, width=8, exp_bits=8):
+    """Gaussian weights and vector (the vector scaled by 2^shift): a stationary output scale."""
+    k = nb * block
+    w_m, w_e = quantise(rng.standard_normal((n, k)), block=block, width=width, exp_bits=exp_bits)
+    x_m, x_e = quantise(rng.standard_normal(k), block=block, width=width, exp_bits=exp_bits)
+    return {"w_m": w_m.reshape(n, k), "w_e": w_e, "x_m": x_m.reshape(k), "x_e": x_e + shift,
+            "rand": rng.integers(0, 1 << 8, n)}
+
+
+def predicted_events(model, jobs, **kwargs):
+    """The model's results and predictor events over ``jobs`` in predicted mode."""
+    res, events = [], []
+    for job in jobs:
+        res += run_model(model, [job], exp_mode="predicted", **kwargs)
+        events.append(model.predictor.event)
+    return res, events
+
+
+PRED = {"lanes": 4, "block": 4, "max_blocks": 2, "stat_shift": 2}
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "zero", "stochastic"])
+def test_predicted_sequence_with_scale_jumps(rounding):
+    rng = np.random.default_rng(31)
+    shifts = [0] * 10 + [7] * 8 + [-2] * 8
+    jobs = [make_stationary_job(rng, 4, 2, 4, shift=s) for s in shifts]
+    got = check(PRED, jobs, rounding=rounding, exp_mode="predicted", valid_prob=0.8,
+                ready_prob=0.7, seed=2)
+    # The run exercises prediction, both resets and the warm-up, and the result differs from
+    # the max rule (so the gateware's history matters).
+    _, events = predicted_events(ColumnModel(**PRED), jobs, rounding=rounding)
+    assert events[0] == "max" and events[10] == "overflow" and events[18] == "underflow"
+    assert events.count("predicted") >= 18
+    assert got != run_model(ColumnModel(**PRED), jobs, rounding=rounding, exp_mode="max")
+
+
+def test_predicted_k_margin_width_and_long_history():
+    rng = np.random.default_rng(32)
+    params = {**PRED, "stat_shift": 0}
+    jobs = [make_stationary_job(rng, 4, 1, 4, shift=int(s))
+            for s in np.cumsum(rng.integers(-1, 2, 16))]
+    for k, margin, width in ((1, 0, 8), (7, 3, 8), (3, 1, 3)):
+        check({**params, "max_blocks": 1}, jobs, exp_mode="predicted", pred_k=k,
+              pred_margin=margin, width=width, rounding="nearest")
+    params = {**PRED, "stat_shift": 5, "max_blocks": 1}
+    check(params, jobs + jobs, exp_mode="predicted", pred_k=2, ready_prob=0.5, seed=3)
+
+
+def test_predicted_schedule_clear_modes_zero_and_nan():
+    rng = np.random.default_rng(33)
+    jobs = [make_stationary_job(rng, 4, 2, 4, shift=int(s)) for s in [0] * 6 + [1] * 10]
+    jobs[3]["x_m"][:] = 0                      # an all-zero product keeps the history
+    jobs[4]["x_e"][1] = nan_exponent(8)        # so does a NaN product
+    sched = [{"exp_mode": "predicted", "pred_k": 3, "pred_margin": 2, "clear": False}
+             for _ in jobs]
+    sched[7]["clear"] = True                   # pred_clear before product 7
+    sched[10]["exp_mode"] = "max"              # other modes clear the history
+    sched[11]["exp_mode"] = "fixed"
+    sched[13]["pred_k"] = 6
+    sched[14]["pred_margin"] = 0
+    col = Scheduled(BFPColumn(**PRED), sched)
+    got = run_rtl(col, jobs, fixed_exp=-3, valid_prob=0.9, ready_prob=0.8, seed=5)
+    model = ColumnModel(**PRED)
+    want, events = [], []
+    for job, row in zip(jobs, sched, strict=True):
+        if row["clear"]:
+            model.clear_history()
+        want += run_model(model, [job], exp_mode=row["exp_mode"], pred_k=row["pred_k"],
+                          pred_margin=row["pred_margin"], fixed_exp=-3)
+        events.append(model.predictor.event)
+    assert got == want
+    assert events[3:5] == ["zero", "nan"] and events[7] == "max" and events[12] == "max"
+    # The history survived the all-zero and the NaN product (product 5 is not the max rule).
+    assert events[5] != "max" and "predicted" in events[13:]
+
+
+def test_without_predictor_predicted_mode_is_the_max_rule():
+    rng = np.random.default_rng(35)
+    jobs = [make_stationary_job(rng, 4, 1, 4, shift=s) for s in [0] * 6 + [6] * 3]
+    params = {**PRED, "max_blocks": 1, "predictor": False}
+    got = check(params, jobs, exp_mode="predicted", ready_prob=0.7)
+    assert got == run_model(ColumnModel(**params), jobs, exp_mode="max")
+    assert got != run_model(ColumnModel(**{**params, "predictor": True}), jobs,
+                            exp_mode="predicted")
+    assert "module \\top.out.pred" in rtlil.convert(BFPColumn(**{**params, "predictor": True}))
+    assert "module \\top.out.pred" not in rtlil.convert(BFPColumn(**params))
+
+
+def test_predicted_clamped_exponents_and_odd_lanes():
+    rng = np.random.default_rng(34)
+    params = {"lanes": 5, "block": 16, "max_blocks": 1, "exp_bits": 5, "rand_bits": 3,
+              "stat_shift": 1}
+    jobs = [make_stationary_job(rng, 5, 1, 16, exp_bits=5) for _ in range(10)]
+    for i, job in enumerate(jobs):
+        # Output exponents near, at and beyond both ends of the 5-bit range.
+        job["w_e"][:] = [14, 14, -15, -15, 0, 0, 9, 9, -8, 3][i]
+        job["x_e"][:] = [1, 1, -15, -15, 0, 0, 9, 9, -8, -3][i]
+        job["rand"] %= 8
+    check(params, jobs, exp_mode="predicted", rounding="stochastic", valid_prob=0.5,
+          ready_prob=0.3, seed=4)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("rounding", ["nearest", "zero", "stochastic"])
 def test_default_size_column(rounding):
@@ -256,6 +419,17 @@ def test_default_size_column(rounding):
     jobs = [make_job(rng, 16, 4, 16, kind=kind, bias=True)
             for kind in ("gauss", "uniform", "heavy", "gauss")]
     check(params, jobs, rounding=rounding, bias=True, valid_prob=0.9, ready_prob=0.8)
+
+
+@pytest.mark.slow
+def test_default_size_predicted_sequence():
+    rng = np.random.default_rng(101)
+    params = {"lanes": 16, "block": 16, "max_blocks": 2}
+    jobs = [make_stationary_job(rng, 16, 2, 16, shift=s) for s in [0] * 12 + [5] * 6 + [-3] * 6]
+    check(params, jobs, exp_mode="predicted", rounding="stochastic", valid_prob=0.9,
+          ready_prob=0.8)
+    _, events = predicted_events(ColumnModel(**params), jobs, rounding="stochastic")
+    assert events[12] == "overflow" and events[18] == "underflow"
 
 
 def test_rounding_names_cover_enum():

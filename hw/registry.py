@@ -25,6 +25,8 @@ BLOCKS = {
                   "stochastic quantiser to BFP, int8 or discrete codes"),
     "lut": ("hw.lut", "TransferLUT",
             "transfer lookup tables (int8 256-entry, int16 interpolated)"),
+    "floatmac": ("hw.floatmac", "FloatMAC",
+                 "IEEE f16/f32 multiply-accumulate lanes: the float baseline of the BFP column"),
     "uart": ("hw.uart", "UART", "8N1 UART transmitter and receiver"),
     "link": ("hw.link", "HostLink", "framed host link: length, CRC-16, status replies"),
     "top": ("hw.top", "Accelerator", "the accelerator top"),

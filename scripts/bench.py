@@ -7,9 +7,15 @@ accelerator top with the profile of the board that carries the device. Writes
 samples/s, lookups/s) come from the block scripts ``scripts/bench_<block>.py``; this suite
 gives the common resource / Fmax table.
 
-    python scripts/bench.py                      # all blocks, 4 devices, seeds 1 2 3
+It also builds the IEEE float MAC baseline (issue #10, ``scripts/bench_float.py``): f16 and
+f32 with 16 lanes and the BFP column's multiplier style per device, and writes the BFP/float
+ratios (LC per MAC, Fmax, MAC/s) against the BFP column of the same run (or, when ``bfp`` is
+not among the blocks, ``docs/bench/bfp.json``).
+
+    python scripts/bench.py                      # all blocks + float baseline, 4 devices, 3 seeds
     python scripts/bench.py --quick              # UP5K only, seed 1
     python scripts/bench.py --blocks grand lut --devices up5k hx8k --seeds 1 2 3 4 5
+    python scripts/bench.py --no-float           # blocks only
 """
 
 import argparse
@@ -22,6 +28,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import bench_float  # noqa: E402
 
 from boards.profiles import BOARDS  # noqa: E402
 from boards.toolchain import DEVICES, ToolchainError, implement  # noqa: E402
@@ -77,6 +86,21 @@ def bench_one(name, device, seeds, say):
     }
 
 
+def render_float(float_rows, ratio_rows, commands):
+    """Markdown section of the float baseline and the BFP/float ratios."""
+    lines = ["", "## IEEE float MAC baseline and BFP/float ratios (issue #10)", "",
+             "Float rows: " + "; ".join(f"`{c}`" for c in commands), "",
+             "`hw.floatmac.FloatMAC` (docs/float_baseline.md): N lanes of "
+             "`acc = round(acc + round(w·x))` in binary16 / binary32, one beat per cycle, the "
+             "shape of the BFP column's PE array, with the BFP column's multiplier style on the "
+             "device. Ratios are BFP column / float MAC of the same lane count on the same "
+             "device, or, where that float MAC does not fit, the largest float MAC that does "
+             "(> 1: BFP larger or faster). MAC/s = lanes × median Fmax.", "",
+             bench_float.float_markdown(float_rows)]
+    lines += ["", bench_float.ratio_markdown(ratio_rows)]
+    return "\n".join(lines)
+
+
 def render_markdown(rows, command):
     lines = ["# Performance", "",
              "Out-of-context builds of every block with the YoWASP toolchain, median Fmax over "
@@ -108,31 +132,73 @@ def main(argv=None):
     ap.add_argument("--devices", nargs="+", default=list(DEVICES), choices=list(DEVICES))
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--quick", action="store_true", help="UP5K only, seed 1")
+    ap.add_argument("--no-float", action="store_true",
+                    help="skip the IEEE float MAC baseline and the BFP/float ratios")
+    ap.add_argument("--float-fmts", nargs="+", choices=["f16", "f32"], default=["f16", "f32"])
+    ap.add_argument("--float-json", default=None,
+                    help="take the float rows and the BFP columns built with them "
+                         "from this scripts/bench_float.py output instead of building them")
+    ap.add_argument("--keep-blocks", action="store_true",
+                    help="do not build the blocks: keep the block rows of the existing --json "
+                         "(to refresh only the float section)")
     ap.add_argument("--json", default=str(ROOT / "docs" / "bench" / "all.json"))
     ap.add_argument("--markdown", default=str(ROOT / "docs" / "PERFORMANCE.md"))
     args = ap.parse_args(argv)
     if args.quick:
         args.devices, args.seeds = ["up5k"], [1]
-    blocks = args.blocks or [b for b in available_blocks() if b not in ("uart",)]
+    # The float baseline is built by its own section below, in both formats.
+    blocks = args.blocks or [b for b in available_blocks() if b not in ("uart", "floatmac")]
 
     def say(msg):
         print(msg, file=sys.stderr, flush=True)
 
     t0 = time.monotonic()
-    rows = []
-    for device in args.devices:
-        for name in blocks:
-            try:
-                rows.append(bench_one(name, device, args.seeds, say))
-            except (TypeError, ValueError) as e:
-                say(f"  {name} on {device}: not buildable with this profile: {e}")
-                rows.append({"block": name, "device": device, "error": str(e)})
     command = "python scripts/bench.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = command.strip()
+    rows = []
+    block_command = command
+    if args.keep_blocks:
+        if Path(args.json).exists():
+            kept = json.loads(Path(args.json).read_text())
+            rows, block_command = kept.get("rows", []), kept.get("command", command)
+    else:
+        for device in args.devices:
+            for name in blocks:
+                try:
+                    rows.append(bench_one(name, device, args.seeds, say))
+                except (TypeError, ValueError) as e:
+                    say(f"  {name} on {device}: not buildable with this profile: {e}")
+                    rows.append({"block": name, "device": device, "error": str(e)})
+    float_rows, ratio_rows, float_commands = [], [], [command]
+    if not args.no_float:
+        bfp = {d: bench_float.bfp_summary(r)
+               for d, r in bench_float.load_bfp(ROOT / "docs" / "bench" / "bfp.json").items()}
+        if not args.keep_blocks:
+            for r in rows:
+                if r["block"] == "bfp" and "error" not in r:
+                    bfp[r["device"]] = {**bench_float.bfp_summary(r), "source": "this run"}
+        if args.float_json:
+            saved = json.loads(Path(args.float_json).read_text())
+            float_commands = saved.get("commands", [saved.get("command", "?")])
+            float_rows = [r for r in saved.get("results", [])
+                          if r["device"] in args.devices and r["params"]["fmt"] in args.float_fmts]
+            for b in saved.get("bfp", []):
+                if b.get("source") == "bench_float --with-bfp":
+                    bfp[b["device"]] = b
+        else:
+            float_rows = bench_float.run(args.devices, args.float_fmts, args.seeds,
+                                         lanes=[16], progress=say)
+        ratio_rows = bench_float.ratios(float_rows, bfp)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"command": command.strip(), "rows": rows},
+    Path(args.json).write_text(json.dumps({"command": block_command, "rows": rows,
+                                           "float_commands": float_commands,
+                                           "float": float_rows, "ratios": ratio_rows},
                                           indent=2) + "\n")
-    Path(args.markdown).write_text(render_markdown(rows, command.strip()) + "\n")
-    print(render_markdown(rows, command.strip()))
+    markdown = render_markdown(rows, block_command)
+    if float_rows:
+        markdown += render_float(float_rows, ratio_rows, float_commands) + "\n"
+    Path(args.markdown).write_text(markdown + "\n")
+    print(markdown)
     say(f"done in {time.monotonic() - t0:.0f} s; wrote {args.json} and {args.markdown}")
     return 0
 

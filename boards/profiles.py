@@ -61,23 +61,32 @@ BOARDS = {
     "icebreaker": BoardProfile(
         name="icebreaker", title="1BitSquared iCEBreaker (iCE40UP5K-SG48)",
         platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=12e6,
-        top=dict(lanes=2, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
-                 baud=1_000_000),
-        notes="8 SB_MAC16 DSPs, 4 SPRAM; UART over the FTDI's second channel at 1 Mbaud",
+        top=dict(lanes=1, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
+                 baud=1_000_000, lut_tables=4, grand=False, sequencer=True, matrix_lanes=4,
+                 weight_depth=1024, bfp=False, quantiser=False, discrete=True, code_bits=3),
+        notes="8 SB_MAC16 DSPs, 4 SPRAM; UART over the FTDI's second channel at 1 Mbaud. "
+              "5280 LCs hold the link, the sequencer, the LUT engine and the discrete unit; "
+              "the BFP column (about 2700 LCs even at 4 lanes), the quantiser and the grand "
+              "unit do not fit beside them (docs/sequencer.md)",
     ),
     "hx8k": BoardProfile(
         name="hx8k", title="Lattice iCE40-HX8K Breakout (iCE40HX8K-CT256)",
         platform="amaranth_boards.ice40_hx8k_b_evn:ICE40HX8KBEVNPlatform", device="hx8k",
         clk_freq=12e6,
-        top=dict(lanes=2, multiplier="lut", use_spram=False, scratch_bytes=4096,
-                 baud=1_000_000),
-        notes="no DSPs and no SPRAM: LUT multipliers, scratchpad in EBR",
+        top=dict(lanes=1, multiplier="lut", use_spram=False, scratch_bytes=4096,
+                 baud=1_000_000, lut_tables=4, grand=True, grand_modes=(), sequencer=True,
+                 matrix_lanes=4, weight_depth=1024, bfp=False, quantiser=False, discrete=True,
+                 code_bits=3),
+        notes="no DSPs and no SPRAM: scratchpad in EBR; the sequencer with the discrete unit, "
+              "the LUT engine and a one-lane normal-only grand unit (the BFP column and the "
+              "quantiser do not fit beside them, docs/sequencer.md)",
     ),
     "ulx3s": BoardProfile(
         name="ulx3s", title="Radiona ULX3S (ECP5 LFE5U-85F)",
         platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", device="ecp5-85f", clk_freq=25e6,
         top=dict(lanes=8, multiplier="mult18x18d", use_spram=False, scratch_bytes=65536,
-                 baud=1_000_000),
+                 baud=1_000_000, sequencer=True, matrix_lanes=16, block=16, max_blocks=16,
+                 weight_depth=1024, bfp=True, quantiser=True, discrete=True, code_bits=3),
         programmer="openFPGALoader", programmer_env="OPENFPGALOADER", bitstream="bit",
         notes="156 MULT18X18D, 208 DP16KD; UART over the FTDI",
     ),
@@ -86,7 +95,8 @@ BOARDS = {
         platform="amaranth_boards.orangecrab_r0_2:OrangeCrabR0_2_25FPlatform",
         device="ecp5-25f", clk_freq=48e6,
         top=dict(lanes=4, multiplier="mult18x18d", use_spram=False, scratch_bytes=16384,
-                 baud=1_000_000),
+                 baud=1_000_000, sequencer=True, matrix_lanes=16, block=16, max_blocks=16,
+                 weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3),
         programmer="dfu-util", programmer_env="DFU_UTIL", bitstream="bit",
         uart=("0", "1", ("io", 0)),
         notes="no on-board UART: connect a 3.3 V USB-serial adapter to feather pins 0 (RX) "

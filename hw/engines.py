@@ -9,14 +9,15 @@ The protocol of each command is in ``docs/protocol.md`` and modelled by
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
 
 from sim.link import Opcode, Status
 
 from .grand import GrandUnit
 from .link import CommandSignature, _check_int
 from .lut import TransferLUT
+from .sequencer import LUTPortSignature
 from .uart import quiet_on_error
 
 __all__ = ["LUTHandler", "GrandHandler"]
@@ -42,9 +43,17 @@ class LUTHandler(wiring.Component):
     tables : int
         Resident byte tables, 1..64.
 
+    The layer sequencer's LUT instruction uses the same engine (so a table written over the link
+    is the one a program reads): while ``seq_en`` is high, ``seq`` drives the engine's lane 0
+    (the handler is idle then, because the link is stop-and-wait).
+
     Members
     -------
     command : In(CommandSignature())
+    seq : In(hw.sequencer.LUTPortSignature())
+        One-code lookups of the sequencer.
+    seq_en : In(1)
+        The sequencer owns the engine.
     """
 
     @quiet_on_error
@@ -53,7 +62,8 @@ class LUTHandler(wiring.Component):
         _check_int("LUT table count", tables, 1, 64)
         self._lanes = lanes
         self._tables = tables
-        super().__init__({"command": In(CommandSignature())})
+        super().__init__({"command": In(CommandSignature()), "seq": In(LUTPortSignature()),
+                          "seq_en": In(1)})
 
     lanes = property(lambda self: self._lanes)
     tables = property(lambda self: self._tables)
@@ -166,6 +176,14 @@ class LUTHandler(wiring.Component):
                         m.next = "GATHER"
                         with m.If(left == 1):
                             m.next = "IDLE"
+        with m.If(self.seq_en):
+            m.d.comb += [lut.i.valid.eq(self.seq.i.valid),
+                         lut.i.payload.table.eq(self.seq.i.payload.table),
+                         lut.i.payload.code[0].eq(self.seq.i.payload.code),
+                         self.seq.i.ready.eq(lut.i.ready),
+                         self.seq.o.valid.eq(lut.o.valid),
+                         self.seq.o.payload.eq(lut.o.payload[0]),
+                         lut.o.ready.eq(self.seq.o.ready)]
         return m
 
 
@@ -194,20 +212,39 @@ class GrandHandler(wiring.Component):
     frame_bytes : int
         Largest reply payload.
 
+    The layer sequencer's GRAND instruction reads the same sequence: while ``seq_en`` is high,
+    ``seq`` offers the next sample (f16) of the sequence, so programs and ``GRAND_SAMPLES``
+    share one unbroken stream (and the mode latched at ``GRAND_SEED``).
+
+    Parameters
+    ----------
+    lanes : int
+        Generator lanes, 1..32.
+    frame_bytes : int
+        Largest reply payload.
+    modes : iterable of str or GrandMode, optional
+        Modes of the unit (:class:`hw.grand.GrandUnit`; default all).
+
     Members
     -------
     command : In(CommandSignature())
     mode : In(3)
         The mode latched at GRAND_SEED.
+    seq : Out(stream.Signature(16))
+        f16 samples for the sequencer.
+    seq_en : In(1)
+        The sequencer owns the sample stream.
     """
 
     @quiet_on_error
-    def __init__(self, *, lanes=2, frame_bytes=512):
+    def __init__(self, *, lanes=2, frame_bytes=512, modes=None):
         _check_int("Lane count", lanes, 1, 32)
         _check_int("Frame buffer size", frame_bytes, 16, 4096)
         self._lanes = lanes
         self._frame_bytes = frame_bytes
-        super().__init__({"command": In(CommandSignature()), "mode": In(3)})
+        self._modes = modes
+        super().__init__({"command": In(CommandSignature()), "mode": In(3),
+                          "seq": Out(stream.Signature(16)), "seq_en": In(1)})
 
     lanes = property(lambda self: self._lanes)
 
@@ -215,7 +252,7 @@ class GrandHandler(wiring.Component):
         m = Module()
         c = self.command
         lanes = self._lanes
-        m.submodules.grand = grand = GrandUnit(lanes=lanes)
+        m.submodules.grand = grand = GrandUnit(lanes=lanes, modes=self._modes)
 
         mode = Signal(3)
         # Codes 6 and 7 are not modes; the unit itself treats them as NORMAL.
@@ -233,6 +270,8 @@ class GrandHandler(wiring.Component):
         pos = Signal(range(lanes))
         byte = Signal(2)
         nbytes = Signal(19)
+        want = Signal()
+        consume = Signal()
 
         m.d.comb += grand.seed.eq(state)
         with m.FSM():
@@ -289,11 +328,8 @@ class GrandHandler(wiring.Component):
                     with m.If(reply & (left != 0)):
                         m.next = "SEND"
             with m.State("SEND"):
-                with m.If(avail == 0):
-                    m.d.comb += grand.o.ready.eq(1)
-                    with m.If(grand.o.valid):
-                        m.d.sync += [beat.eq(grand.o.payload), avail.eq(lanes), pos.eq(0)]
-                with m.Else():
+                m.d.comb += want.eq(1)
+                with m.If(avail != 0):
                     sample = beat[pos]
                     word = Mux(fmt, sample.f32, sample.f16)
                     last_byte = byte == Mux(fmt, 3, 1)
@@ -301,8 +337,20 @@ class GrandHandler(wiring.Component):
                     with m.If(c.data.ready):
                         m.d.sync += byte.eq(byte + 1)
                         with m.If(last_byte):
-                            m.d.sync += [byte.eq(0), pos.eq(pos + 1), avail.eq(avail - 1),
-                                         left.eq(left - 1)]
+                            m.d.comb += consume.eq(1)
+                            m.d.sync += [byte.eq(0), left.eq(left - 1)]
                             with m.If(left == 1):
                                 m.next = "IDLE"
+        # The sample buffer: one result of the unit, handed out a sample at a time to the
+        # GRAND_SAMPLES reply or to the sequencer.
+        with m.If(self.seq_en):
+            m.d.comb += [want.eq(1), self.seq.valid.eq(avail != 0),
+                         self.seq.payload.eq(beat[pos].f16),
+                         consume.eq(self.seq.ready & (avail != 0))]
+        with m.If(consume):
+            m.d.sync += [pos.eq(pos + 1), avail.eq(avail - 1)]
+        with m.If(want & (avail == 0)):
+            m.d.comb += grand.o.ready.eq(1)
+            with m.If(grand.o.valid):
+                m.d.sync += [beat.eq(grand.o.payload), avail.eq(lanes), pos.eq(0)]
         return m

@@ -1,11 +1,18 @@
-"""The accelerator top: UART, host link, command handlers, registers and scratchpad.
+"""The accelerator top: UART, host link, command handlers, registers, scratchpad, sequencer.
 
-This first top is the communication backbone the engines plug into::
+The communication backbone the engines plug into::
 
     rx -> UARTReceiver -> HostLink -> Dispatcher -+-> PingHandler
     tx <- UARTTransmitter <-'                     +-> IdentifyHandler
                                                   +-> RegisterHandler (configuration registers)
-                                                  +-> MemoryHandler -> Scratchpad
+                                                  +-> MemoryHandler -> Scratchpad <-+
+                                                  +-> LUTHandler, GrandHandler      |
+                                                  +-> Sequencer (RUN) --------------+
+
+With ``sequencer=True`` the layer sequencer (:mod:`hw.sequencer`, ``docs/sequencer.md``) runs
+programs from the scratchpad; while it runs (``busy``) it owns the scratchpad port, the LUT
+engine and the grand unit's sample stream, and writes registers through the register
+handler's second port (CONFIG).
 
 Engine commands are added as one more handler on the :class:`hw.link.Dispatcher` (a row of
 :meth:`Accelerator.dispatch_table` with opcodes from :data:`sim.link.ENGINE_OPCODES`); the
@@ -25,6 +32,7 @@ from sim.link import (
     IDENTITY_BYTES,
     MAGIC,
     PROTOCOL_VERSION,
+    REGISTER_BY_NAME,
     REGISTERS,
     Identity,
     Opcode,
@@ -34,6 +42,7 @@ from sim.link import (
 
 from .engines import GrandHandler, LUTHandler
 from .link import CommandSignature, Dispatcher, HostLink, PingHandler, _check_int
+from .sequencer import SEQ_REGISTERS, Sequencer
 from .uart import UARTReceiver, UARTTransmitter, quiet_on_error, uart_divisor
 
 __all__ = ["Accelerator", "Scratchpad", "SPRAM256KA", "ScratchPortSignature", "IdentifyHandler",
@@ -187,6 +196,39 @@ class Scratchpad(wiring.Component):
         return m
 
 
+def _check_pow2(name, value, lo, hi):
+    _check_int(name, value, lo, hi)
+    if value & (value - 1):
+        raise ValueError(f"{name} must be a power of two between {lo} and {hi}, not {value}")
+    return value
+
+
+def _check_mult(style):
+    from .mult import MULT_STYLES
+    if not isinstance(style, str):
+        raise TypeError(f"Multiplier style must be one of {', '.join(MULT_STYLES)}, "
+                        f"not {style!r}")
+    if style not in MULT_STYLES:
+        raise ValueError(f"Multiplier style must be one of {', '.join(MULT_STYLES)}, "
+                         f"not {style!r}")
+    return style
+
+
+def _check_grand_modes(modes):
+    from sim.grand import MODES
+    if modes is None:
+        return None
+    if isinstance(modes, str) or not hasattr(modes, "__iter__"):
+        raise TypeError(f"Grand modes must be an iterable of mode names, not {modes!r}")
+    modes = tuple(modes)
+    for mode in modes:
+        if not isinstance(mode, str):
+            raise TypeError(f"Grand modes must be mode names, not {mode!r}")
+        if mode not in MODES:
+            raise ValueError(f"Grand mode must be one of {', '.join(MODES)}, not {mode!r}")
+    return modes
+
+
 def _check_scratch_bytes(size, use_spram):
     if not isinstance(size, int) or isinstance(size, bool):
         raise TypeError(f"Scratchpad size must be an integer, not {size!r}")
@@ -290,9 +332,21 @@ class RegisterHandler(wiring.Component):
     to a read-only register -> ``READ_ONLY`` (nothing written); else ``OK`` with the 4-byte
     little-endian value (read) or no payload (write; bits above the width are dropped).
 
+    A second write port, ``cfg`` (:class:`hw.sequencer.ConfigPortSignature`, the sequencer's
+    CONFIG), writes read-write registers; its ``ok`` says combinationally whether ``index`` is
+    one. The host and the sequencer never write in the same cycle (the link is stop-and-wait and
+    ``RUN`` answers at the end). ``prng_load`` pulses in the cycle after ``PRNG_SEED3`` was
+    written by either port, when the four seed registers hold the new seed.
+
     Parameters
     ----------
     identity : sim.link.Identity
+
+    Members
+    -------
+    command : In(CommandSignature())
+    cfg : In(hw.sequencer.ConfigPortSignature())
+    prng_load : Out(1)
     """
 
     DYNAMIC = ("LINK_SKIPPED", "LINK_ERRORS", "UART_ERRORS")
@@ -302,7 +356,9 @@ class RegisterHandler(wiring.Component):
         if not isinstance(identity, Identity):
             raise TypeError(f"Identity must be a sim.link.Identity, not {identity!r}")
         self._constants = identity_registers(identity)
-        members = {"command": In(CommandSignature())}
+        from .sequencer import ConfigPortSignature
+        members = {"command": In(CommandSignature()), "cfg": In(ConfigPortSignature()),
+                   "prng_load": Out(1)}
         for r in REGISTERS:
             if r.access == "rw":
                 members[r.name.lower()] = Out(r.width, init=r.reset)
@@ -322,6 +378,18 @@ class RegisterHandler(wiring.Component):
 
         index = args.value[0:16]
         wvalue = args.value[16:48]
+
+        seed3 = REGISTER_BY_NAME["PRNG_SEED3"].index
+        load = Signal()
+        m.d.sync += self.prng_load.eq(load)
+        m.d.comb += load.eq(self.cfg.we & self.cfg.ok & (self.cfg.index == seed3))
+        with m.Switch(self.cfg.index):
+            for r in REGISTERS:
+                if r.access == "rw":
+                    with m.Case(r.index):
+                        m.d.comb += self.cfg.ok.eq(1)
+                        with m.If(self.cfg.we):
+                            m.d.sync += getattr(self, r.name.lower()).eq(self.cfg.value[:r.width])
 
         with m.FSM():
             with m.State("IDLE"):
@@ -350,6 +418,8 @@ class RegisterHandler(wiring.Component):
                                 m.d.sync += [value.eq(reg), status.eq(Status.OK)]
                                 with m.If(opcode == Opcode.REG_WRITE):
                                     m.d.sync += reg.eq(wvalue[:r.width])
+                                    if r.name == "PRNG_SEED3":
+                                        m.d.comb += load.eq(1)
                             else:
                                 if r.name in self.DYNAMIC:
                                     m.d.sync += value.eq(getattr(self, r.name.lower()))
@@ -484,7 +554,7 @@ class MemoryHandler(wiring.Component):
 
 
 class Accelerator(wiring.Component):
-    """The accelerator top (first version: host link, registers, scratchpad).
+    """The accelerator top: host link, registers, scratchpad, engines and the layer sequencer.
 
     Parameters
     ----------
@@ -508,6 +578,27 @@ class Accelerator(wiring.Component):
         the engine out.
     grand : bool
         Include the Irwin-Hall grand unit (GRAND_SEED / GRAND_SAMPLES), ``lanes`` lanes.
+    grand_modes : iterable of str, optional
+        Modes built into the grand unit (names of :data:`sim.grand.MODES`; default all; a
+        mode left out acts as normal). For area.
+    sequencer : bool
+        Include the layer sequencer (host command ``RUN``, :mod:`hw.sequencer`) and the weight
+        memory; the engines below exist only with it. Default ``False``.
+    matrix_lanes : int
+        Matrix lanes ``N``: weight banks, BFP column lanes, discrete terms per beat; a power of
+        two, 4 to 32.
+    block : int
+        BFP block size ``B`` of the column and the quantiser, a power of two, 2 to 256.
+    max_blocks : int
+        Largest MATVEC block count, 1 to 256.
+    weight_depth : int
+        Entries (16-bit words) per weight bank, a power of two, 16 to 16384.
+    bfp, quantiser, discrete : bool
+        Build the BFP column (MATVEC), the quantiser (QUANT), the discrete unit (DMATVEC).
+    code_bits : int
+        Largest discrete code width of the discrete unit and the quantiser, 1 to 3.
+    multiplier : {"lut", "sb_mac16", "mult18x18d"}
+        Multiplier style of the BFP column.
     uart : bool
         With ``True`` (default) the ports are ``rx`` / ``tx``. With ``False`` the UART is left
         out and the link's byte streams are the ports ``i`` / ``o`` (the simulation shortcut:
@@ -539,7 +630,9 @@ class Accelerator(wiring.Component):
     @quiet_on_error
     def __init__(self, *, clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None,
                  use_spram=False, frame_bytes=512, timeout_bits=10_000, lut_tables=4, grand=True,
-                 uart=True, simulation=False):
+                 grand_modes=None, sequencer=False, matrix_lanes=8, block=16, max_blocks=16,
+                 weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
+                 multiplier="lut", uart=True, simulation=False):
         self._divisor = uart_divisor(clk_freq, baud)
         self._clk_freq = clk_freq
         self._baud = baud
@@ -554,8 +647,26 @@ class Accelerator(wiring.Component):
         self._simulation = _check_bool("simulation", simulation)
         self._lut_tables = _check_int("LUT table count", lut_tables, 0, 64)
         self._grand = _check_bool("grand", grand)
+        self._grand_modes = _check_grand_modes(grand_modes)
+        self._sequencer = _check_bool("sequencer", sequencer)
+        self._seq_params = dict(
+            lanes=_check_pow2("Matrix lane count", matrix_lanes, 4, 32),
+            block=_check_pow2("Block size", block, 2, 256),
+            max_blocks=_check_int("Maximum block count", max_blocks, 1, 256),
+            weight_depth=_check_pow2("Weight memory depth", weight_depth, 16, 16384),
+            bfp=_check_bool("bfp", bfp), quantiser=_check_bool("quantiser", quantiser),
+            discrete=_check_bool("discrete", discrete),
+            code_bits=_check_int("Code width", code_bits, 1, 3),
+            mult=_check_mult(multiplier))
+        if sequencer and bfp and multiplier == "sb_mac16" and matrix_lanes % 2:
+            raise ValueError("Matrix lane count must be even with sb_mac16")
         self._engines = (((1 << ENGINE_BITS["lut"]) if lut_tables else 0)
                          | ((1 << ENGINE_BITS["grand"]) if grand else 0))
+        if sequencer:
+            self._engines |= 1 << ENGINE_BITS["sequencer"]
+            for name in ("bfp", "quantiser", "discrete"):
+                if self._seq_params[name]:
+                    self._engines |= 1 << ENGINE_BITS[name]
         self._identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, self._lanes,
                                   self._scratch_bytes, self._frame_bytes, self._engines,
                                   self._use_spram)
@@ -579,6 +690,31 @@ class Accelerator(wiring.Component):
     identity = property(lambda self: self._identity)
     lut_tables = property(lambda self: self._lut_tables)
 
+    grand = property(lambda self: self._grand)
+    grand_modes = property(lambda self: self._grand_modes)
+    sequencer = property(lambda self: self._sequencer)
+    matrix_lanes = property(lambda self: self._seq_params["lanes"])
+    block = property(lambda self: self._seq_params["block"])
+    max_blocks = property(lambda self: self._seq_params["max_blocks"])
+    weight_depth = property(lambda self: self._seq_params["weight_depth"])
+    multiplier = property(lambda self: self._seq_params["mult"])
+
+    def sequencer_params(self):
+        """Keyword parameters of the :class:`hw.sequencer.Sequencer` of this design."""
+        return dict(self._seq_params, scratch_bytes=self._scratch_bytes,
+                    addr_width=max((self._scratch_bytes // 2 - 1).bit_length(), 1),
+                    lut=bool(self._lut_tables), lut_tables=max(self._lut_tables, 1),
+                    grand=self._grand, simulation=self._simulation)
+
+    def column_model(self):
+        """The golden :class:`sim.bfp_column.ColumnModel` of the sequencer's BFP column."""
+        from sim.bfp_column import ColumnModel
+
+        from .sequencer import Sequencer
+        seq = Sequencer(**self.sequencer_params())
+        seq._MustUse__silence = True
+        return ColumnModel(**seq.column_params())
+
     @property
     def engine_names(self):
         return [n for n, b in ENGINE_BITS.items() if self._engines >> b & 1]
@@ -591,6 +727,8 @@ class Accelerator(wiring.Component):
             table.append((Opcode.LUT_WRITE, Opcode.LUT_APPLY))
         if self._grand:
             table.append((Opcode.GRAND_SEED, Opcode.GRAND_SAMPLES))
+        if self._sequencer:
+            table.append((Opcode.RUN,))
         return table
 
     def elaborate(self, platform):
@@ -615,13 +753,40 @@ class Accelerator(wiring.Component):
             handlers.append(lut)
         if self._grand:
             m.submodules.grand = grand = GrandHandler(lanes=self._lanes,
-                                                      frame_bytes=self._frame_bytes)
+                                                      frame_bytes=self._frame_bytes,
+                                                      modes=self._grand_modes)
             m.d.comb += grand.mode.eq(regs.grand_mode)
             handlers.append(grand)
+        if self._sequencer:
+            m.submodules.sequencer = seq = Sequencer(**self.sequencer_params())
+            handlers.append(seq)
+            wiring.connect(m, seq.cfg, regs.cfg)
+            m.d.comb += seq.prng_load.eq(regs.prng_load)
+            for name in SEQ_REGISTERS:
+                m.d.comb += getattr(seq, name).eq(getattr(regs, name))
+            if self._lut_tables:
+                wiring.connect(m, seq.lut, lut.seq)
+                m.d.comb += lut.seq_en.eq(seq.busy)
+            if self._grand:
+                wiring.connect(m, grand.seq, seq.grand)
+                m.d.comb += grand.seq_en.eq(seq.busy)
         wiring.connect(m, link.command, dispatch.command)
         for k, handler in enumerate(handlers):
             wiring.connect(m, getattr(dispatch, f"handler_{k}"), handler.command)
-        wiring.connect(m, mem.mem, scratch.port)
+        if self._sequencer:
+            # The host's MemoryHandler and the sequencer never run at the same time (the link
+            # is stop-and-wait and RUN replies only at the end), so a mux on ``busy`` arbitrates.
+            with m.If(seq.busy):
+                m.d.comb += [scratch.port.addr.eq(seq.mem.addr), scratch.port.we.eq(seq.mem.we),
+                             scratch.port.wmask.eq(seq.mem.wmask),
+                             scratch.port.wdata.eq(seq.mem.wdata)]
+            with m.Else():
+                m.d.comb += [scratch.port.addr.eq(mem.mem.addr), scratch.port.we.eq(mem.mem.we),
+                             scratch.port.wmask.eq(mem.mem.wmask),
+                             scratch.port.wdata.eq(mem.mem.wdata)]
+            m.d.comb += [seq.mem.rdata.eq(scratch.port.rdata), mem.mem.rdata.eq(scratch.port.rdata)]
+        else:
+            wiring.connect(m, mem.mem, scratch.port)
 
         framing = Signal(8)
         overrun = Signal(8)

@@ -283,3 +283,35 @@ def test_uart_level_commands(baud_error):
     exchange(port, model, rq(L.Opcode.MEM_WRITE, L.mem_write_payload(3, b"\x80\x01")))
     exchange(port, model, b"\x13\x37" + rq(L.Opcode.MEM_READ, L.mem_read_payload(2, 4)))
     exchange(port, model, rq(L.Opcode.REG_READ, L.reg_read_payload(0x07)))  # no UART errors
+
+
+def test_register_config_port_and_prng_load():
+    """The second write port (the sequencer's CONFIG): ``ok`` only for read-write registers,
+    bits above the width dropped, and ``prng_load`` one cycle after PRNG_SEED3 is written."""
+    from amaranth.sim import Simulator
+
+    ident = Accelerator().identity
+    dut = RegisterHandler(ident)
+    seen = []
+
+    async def bench(ctx):
+        for name, value, ok in [("MANT_WIDTH", 0x1235, 1), ("ID_MAGIC", 7, 0), (0x99, 7, 0),
+                                ("PRNG_SEED3", 0xCAFE, 1)]:
+            index = name if isinstance(name, int) else L.REGISTER_BY_NAME[name].index
+            ctx.set(dut.cfg.index, index)
+            ctx.set(dut.cfg.value, value)
+            assert ctx.get(dut.cfg.ok) == ok
+            ctx.set(dut.cfg.we, 1)
+            await ctx.tick()
+            ctx.set(dut.cfg.we, 0)
+            seen.append(ctx.get(dut.prng_load))
+            await ctx.tick()
+            seen.append(ctx.get(dut.prng_load))
+        assert ctx.get(dut.mant_width) == 0x5
+        assert ctx.get(dut.prng_seed3) == 0xCAFE
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [0, 0, 0, 0, 0, 0, 1, 0]

@@ -1,0 +1,777 @@
+"""The layer-program sequencer of the accelerator top (DESIGN §3.6, issue #8).
+
+The sequencer executes the instruction set of :mod:`sim.program` (its module docstring is the
+normative specification) from the scratchpad, on behalf of the host command ``RUN``. It owns the
+weight memory, the BFP column, the quantiser, the discrete unit and the rounding PRNG; it
+borrows the scratchpad port, the transfer-LUT engine and the grand unit's sample stream from the
+host-command handlers while it runs (``busy``). ``docs/sequencer.md`` describes the design.
+
+Datapath
+--------
+Every data instruction uses one scratchpad port (one read or one write per cycle, one cycle of
+read latency) through two shared pieces:
+
+* a **reader stage**: a read is issued when the stage is empty or its word is being taken; the
+  word then sits in the memory's output register, and while it waits the stage keeps re-reading
+  the same address (write cycles do not disturb the read register), so no skid buffer is needed;
+* a **write register**: a result offered by an engine is written on the next cycle, and writes
+  win the port over reads. Engines' output streams are therefore always ready.
+
+Weights live in ``lanes`` banks (``lib.memory.Memory``, 16 bits x ``weight_depth``) read at one
+entry per cycle, in step with the reader stage (the banks' read enable holds their output while
+the stage waits).
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from sim.link import REGISTERS, Status
+from sim.program import F_BIAS, F_OFS_DST, F_OFS_SRC, Op
+
+from .bfp import BFPColumn, ExpMode
+from .discrete import CodeEntry, DiscreteOp, DiscreteUnit
+from .link import CommandSignature
+from .mult import MULT_STYLES
+from .prng import Xoroshiro128aox
+from .quantiser import Quantiser, QuantTarget
+from .uart import quiet_on_error
+
+__all__ = ["Sequencer", "ConfigPortSignature", "LUTPortSignature", "SEQ_REGISTERS",
+           "COLUMN_FRAC_BITS", "RAND_BITS", "DISCRETE_ACC_WIDTH"]
+
+#: Fraction guard bits of the sequencer's BFP column (:class:`sim.bfp_column.ColumnModel`).
+COLUMN_FRAC_BITS = 3
+#: Random bits per element of stochastic rounding (column and quantiser): the low bits of a
+#: rounding-PRNG word.
+RAND_BITS = 8
+#: Accumulator width of the discrete unit (:class:`sim.network.DiscreteDense` ``acc_width``).
+DISCRETE_ACC_WIDTH = 16
+
+#: Read-write registers the sequencer reads (lower-case names of :data:`sim.link.REGISTERS`).
+SEQ_REGISTERS = ("mant_width", "rounding", "exp_select", "fixed_exp", "quant_format",
+                 "code_width", "code_book0", "code_book1", "lut_select", "lut_exp", "disc_shift",
+                 "quant_shift", "quant_rule", "prng_seed0", "prng_seed1", "prng_seed2",
+                 "prng_seed3")
+_REG_WIDTH = {r.name.lower(): r.width for r in REGISTERS}
+
+
+class ConfigPortSignature(wiring.Signature):
+    """Second write port of the configuration registers, seen from the writer (CONFIG).
+
+    Members
+    -------
+    we : Out(1)
+        Write ``value`` to register ``index`` this cycle (ignored unless ``ok``).
+    index : Out(16)
+    value : Out(32)
+    ok : In(1)
+        ``index`` is a read-write register (combinational).
+    """
+
+    def __init__(self):
+        super().__init__({"we": Out(1), "index": Out(16), "value": Out(32), "ok": In(1)})
+
+
+class LUTPortSignature(wiring.Signature):
+    """One-element lookups in the shared transfer-LUT engine, seen from the user.
+
+    Members
+    -------
+    i : Out(stream.Signature(StructLayout({"table": 6, "code": 8})))
+    o : In(stream.Signature(8))
+    """
+
+    def __init__(self):
+        super().__init__({
+            "i": Out(stream.Signature(data.StructLayout({"table": 6, "code": 8}))),
+            "o": In(stream.Signature(8)),
+        })
+
+
+def _check_int(name, value, lo, hi):
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value}")
+    return value
+
+
+def _check_pow2(name, value, lo, hi):
+    _check_int(name, value, lo, hi)
+    if value & (value - 1):
+        raise ValueError(f"{name} must be a power of two between {lo} and {hi}, not {value}")
+    return value
+
+
+def _check_bool(name, value):
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {value!r}")
+    return value
+
+
+def _log2(n):
+    return n.bit_length() - 1
+
+
+class Sequencer(wiring.Component):
+    """Run layer programs (:mod:`sim.program`) for the host command ``RUN``.
+
+    ``RUN`` payload: start byte address u32, instruction limit u32. Checks, in order: length
+    ``!= 8`` -> ``BAD_LENGTH``; start odd or ``start + 16 > scratch_bytes`` -> ``BAD_ADDRESS``;
+    limit 0 -> ``BAD_LENGTH`` (all with an empty reply). Otherwise the program runs and the reply
+    carries 12 bytes, ``pc`` (byte address of the instruction that halted or failed, or that
+    would have run next at the limit), ``executed`` (instructions completed, HALT included) and
+    ``cycles`` (clock cycles of the execution), all u32; status ``OK`` (HALT), ``LIMIT`` or the
+    failing instruction's error (``docs/sequencer.md`` lists the checks of every instruction).
+
+    Parameters
+    ----------
+    scratch_bytes : int
+        Scratchpad size in bytes (even).
+    addr_width : int
+        Word address width of the scratchpad port.
+    lanes : int
+        Matrix lanes ``N``: weight banks, BFP column lanes and discrete terms per beat; a power
+        of two, 4..32.
+    block : int
+        BFP block size ``B`` (column and quantiser), a power of two, 2..256.
+    max_blocks : int
+        Largest MATVEC block count ``nb``, 1..256.
+    weight_depth : int
+        Entries per weight bank, a power of two, 16..16384.
+    bfp, quantiser, discrete : bool
+        Build the BFP column (MATVEC), the quantiser (QUANT), the discrete unit (DMATVEC).
+    code_bits : int
+        Largest discrete code width of the discrete unit and quantiser, 1..3.
+    quant_mult_bits : int
+        Width of the quantiser's int8 multiplier (0..16; driven with 1).
+    lut : bool
+        A transfer-LUT engine is attached to ``lut`` (LUT instruction).
+    lut_tables : int
+        Its byte tables (``LUT_SELECT`` must be below), 1..64.
+    grand : bool
+        A grand unit is attached to ``grand`` (GRAND instruction).
+    mult : {"lut", "sb_mac16", "mult18x18d"}
+        Multiplier style of the BFP column.
+    simulation : bool
+        Behavioural multiplier models (for Amaranth's simulator).
+
+    Members
+    -------
+    command : In(hw.link.CommandSignature())
+        The ``RUN`` row of the dispatcher.
+    busy : Out(1)
+        A program runs: the sequencer owns ``mem``, ``lut`` and ``grand``.
+    mem : Out(hw.top.ScratchPortSignature(addr_width))
+    cfg : Out(ConfigPortSignature())
+        CONFIG's register write port.
+    lut : Out(LUTPortSignature())
+    grand : In(stream.Signature(16))
+        f16 grand samples in ``GRAND_SAMPLES`` order.
+    prng_load : In(1)
+        Load the rounding PRNG from ``prng_seed0..3`` (one cycle after ``PRNG_SEED3`` was
+        written).
+    <register> : In(width)
+        The registers of :data:`SEQ_REGISTERS`.
+    """
+
+    @quiet_on_error
+    def __init__(self, *, scratch_bytes=4096, addr_width=11, lanes=8, block=16, max_blocks=16,
+                 weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
+                 quant_mult_bits=0, lut=True, lut_tables=4, grand=True, mult="lut",
+                 simulation=True):
+        _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
+        _check_int("Address width", addr_width, 1, 16)
+        self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
+        self._lanes = _check_pow2("Matrix lane count", lanes, 4, 32)
+        self._block = _check_pow2("Block size", block, 2, 256)
+        self._max_blocks = _check_int("Maximum block count", max_blocks, 1, 256)
+        self._weight_depth = _check_pow2("Weight memory depth", weight_depth, 16, 16384)
+        self._bfp = _check_bool("bfp", bfp)
+        self._quantiser = _check_bool("quantiser", quantiser)
+        self._discrete = _check_bool("discrete", discrete)
+        self._code_bits = _check_int("Code width", code_bits, 1, 3)
+        self._quant_mult_bits = _check_int("Multiplier width", quant_mult_bits, 0, 16)
+        self._lut = _check_bool("lut", lut)
+        self._lut_tables = _check_int("LUT table count", lut_tables, 1, 64)
+        self._grand = _check_bool("grand", grand)
+        if not isinstance(mult, str):
+            raise TypeError(f"Multiplier style must be one of {', '.join(MULT_STYLES)}, "
+                            f"not {mult!r}")
+        if mult not in MULT_STYLES:
+            raise ValueError(f"Multiplier style must be one of {', '.join(MULT_STYLES)}, "
+                             f"not {mult!r}")
+        self._mult = mult
+        self._simulation = _check_bool("simulation", simulation)
+        from .top import ScratchPortSignature
+        members = {
+            "command": In(CommandSignature()),
+            "busy": Out(1),
+            "mem": Out(ScratchPortSignature(addr_width)),
+            "cfg": Out(ConfigPortSignature()),
+            "lut": Out(LUTPortSignature()),
+            "grand": In(stream.Signature(16)),
+            "prng_load": In(1),
+        }
+        for name in SEQ_REGISTERS:
+            members[name] = In(_REG_WIDTH[name])
+        super().__init__(members)
+
+    lanes = property(lambda self: self._lanes)
+    block = property(lambda self: self._block)
+    max_blocks = property(lambda self: self._max_blocks)
+    weight_depth = property(lambda self: self._weight_depth)
+
+    def column_params(self):
+        """Keyword parameters of the BFP column (also those of its golden
+        :class:`sim.bfp_column.ColumnModel`, less ``mult`` and ``sim_model``)."""
+        return dict(lanes=self._lanes, block=self._block, width=8, exp_bits=8,
+                    max_blocks=self._max_blocks, frac_bits=COLUMN_FRAC_BITS,
+                    rand_bits=RAND_BITS)
+
+    def elaborate(self, platform):
+        m = Module()
+        N, B = self._lanes, self._block
+        lgN, lgB = _log2(N), _log2(B)
+        words = self._scratch_bytes // 2
+        depth = self._weight_depth
+        c = self.command
+        p = self.mem
+
+        # ---- Rounding PRNG -------------------------------------------------------------------
+        # Only the column and the quantiser round stochastically; without them there is no PRNG.
+        rand = Signal(RAND_BITS)
+        rand_ready = []
+        if self._bfp or self._quantiser:
+            m.submodules.prng = prng = Xoroshiro128aox(lanes=1)
+            m.d.comb += [prng.seed[0].s0.eq(Cat(self.prng_seed0, self.prng_seed1)),
+                         prng.seed[0].s1.eq(Cat(self.prng_seed2, self.prng_seed3)),
+                         prng.seed_load.eq(self.prng_load), rand.eq(prng.o.payload[0])]
+
+        # ---- Weight memory ---------------------------------------------------------------------
+        banks = []
+        w_wr_addr = Signal(range(depth))
+        w_wr_data = Signal(16)
+        w_wr_lane = Signal(range(N))
+        w_wr_en = Signal()
+        w_rd_addr = Signal(range(depth))
+        w_rd_en = Signal()
+        for k in range(N):
+            mem = Memory(shape=16, depth=depth, init=[])
+            m.submodules[f"weights{k}"] = mem
+            wp = mem.write_port()
+            rp = mem.read_port(transparent_for=())
+            m.d.comb += [wp.addr.eq(w_wr_addr), wp.data.eq(w_wr_data),
+                         wp.en.eq(w_wr_en & (w_wr_lane == k)),
+                         rp.addr.eq(w_rd_addr), rp.en.eq(w_rd_en)]
+            banks.append(rp.data)
+
+        # ---- Engines -------------------------------------------------------------------------
+        code_book = Cat(self.code_book0, self.code_book1)
+        # Register values the ISA leaves open, decoded as sim.program.Machine does: ROUNDING 3
+        # is nearest, EXP_SELECT other than 0 is fixed, MANT_WIDTH is clamped to 2..8.
+        rounding = Signal(2)
+        mant_width = Signal(4)
+        m.d.comb += [
+            rounding.eq(Mux(self.rounding == 3, 0, self.rounding)),
+            mant_width.eq(Mux(self.mant_width < 2, 2,
+                              Mux(self.mant_width > 8, 8, self.mant_width))),
+        ]
+        if self._bfp:
+            col = BFPColumn(**self.column_params(), mult=self._mult, sim_model=self._simulation)
+            m.submodules.column = col
+            m.d.comb += [
+                col.cfg_width.eq(mant_width), col.cfg_rounding.eq(rounding),
+                col.cfg_exp_mode.eq(Mux(self.exp_select != 0, ExpMode.FIXED, ExpMode.MAX)),
+                col.cfg_fixed_exp.eq(self.fixed_exp),
+                col.i_rand.valid.eq(1), col.i_rand.payload.eq(rand),
+            ]
+            rand_ready.append(col.i_rand.ready)
+        if self._quantiser:
+            qu = Quantiser(fmt="f16", lanes=1, block=B, w_max=8, exp_bits=8,
+                           rand_bits=RAND_BITS, mult_bits=self._quant_mult_bits,
+                           code_bits=self._code_bits)
+            m.submodules.quantiser = qu
+            m.d.comb += [
+                qu.target.eq(self.quant_format), qu.rounding.eq(rounding),
+                qu.mant_width.eq(mant_width), qu.rule.eq(self.quant_rule),
+                qu.shift.eq(self.quant_shift), qu.zero.eq(0),
+                qu.i_rand.valid.eq(1), qu.i_rand.payload[0].eq(rand),
+            ]
+            if self._quant_mult_bits:
+                m.d.comb += qu.mult.eq(1)
+            m.d.comb += qu.code_width.eq(self.code_width)
+            for k in range(1 << self._code_bits):
+                m.d.comb += qu.book[k].eq(code_book.word_select(k, 8)[:CodeEntry.size])
+            rand_ready.append(qu.i_rand.ready)
+        if self._discrete:
+            du = DiscreteUnit(lanes=N, width=8, code_bits=self._code_bits,
+                              acc_width=DISCRETE_ACC_WIDTH, tables=False)
+            m.submodules.discrete = du
+            m.d.comb += du.op.eq(DiscreteOp.DOT)
+            for k in range(1 << self._code_bits):
+                m.d.comb += du.book[k].eq(code_book.word_select(k, 8)[:CodeEntry.size])
+        if rand_ready:
+            m.d.comb += prng.o.ready.eq(Cat(*rand_ready).any())
+
+        # ---- Run state -------------------------------------------------------------------------
+        start = Signal(32)
+        limit = Signal(32)
+        nargs = Signal(4)
+        status = Signal(8)
+        pc = Signal(17)               # word address of the current instruction
+        executed = Signal(32)
+        cycles = Signal(32)
+        sidx = Signal(4)
+        cnt = Signal(16)
+        ofs_a = Signal(16)
+        ofs_b = Signal(16)
+        w = [Signal(16, name=f"w{k}") for k in range(7)]
+        fidx = Signal(4)
+        op = w[0][:8]
+        flags = w[0][8:]
+        halt = Signal()
+        running = Signal()
+        m.d.comb += self.busy.eq(running)
+        with m.If(running):
+            m.d.sync += cycles.eq(cycles + 1)
+
+        # Effective operands.
+        src = Signal(16)
+        dst = Signal(16)
+        m.d.comb += [src.eq(w[1] + Mux(flags[0], ofs_a, 0)), dst.eq(w[2] + Mux(flags[1], ofs_b, 0))]
+        assert F_OFS_SRC == 1 and F_OFS_DST == 2 and F_BIAS == 4
+        bias_en = flags[2]
+
+        # Weight-range check of MATVEC / DMATVEC (entry + T·K, entry + R·ceil(K/N)) by repeated
+        # addition, stopping as soon as the end passes the weight depth (no multiplier).
+        mul_acc = Signal(18)
+        mul_step = Signal(17)
+        mul_cnt = Signal(16)
+
+        # ---- Reader stage and write register (module docstring) --------------------------------
+        rd_valid = Signal()
+        rd_ptr = Signal(16)
+        rd_left = Signal(17)
+        rd_addr = Signal(16)
+        take = Signal()
+        reading = Signal()            # the current state lets the reader issue
+        wr_valid = Signal()
+        wr_data = Signal(16)
+        wr_ptr = Signal(16)
+        wr_left = Signal(17)
+        wr_in_valid = Signal()
+        wr_in_data = Signal(16)
+        issue = Signal()
+        rdata = p.rdata
+        m.d.comb += issue.eq(reading & (rd_left != 0) & (~rd_valid | take) & ~wr_valid)
+        m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
+        m.d.sync += rd_valid.eq(issue | (rd_valid & ~take))
+        m.d.comb += p.wmask.eq(0b11)
+        with m.If(wr_valid):
+            m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data)]
+            m.d.sync += [wr_ptr.eq(wr_ptr + 1), wr_left.eq(wr_left - 1)]
+        with m.Elif(issue):
+            m.d.comb += p.addr.eq(rd_ptr)
+            m.d.sync += [rd_ptr.eq(rd_ptr + 1), rd_left.eq(rd_left - 1), rd_addr.eq(rd_ptr)]
+        with m.Else():
+            m.d.comb += p.addr.eq(rd_addr)
+
+        # Instruction-specific state.
+        tiles_left = Signal(16)       # MATVEC tiles / DMATVEC rows still to feed
+        x_base = Signal(16)
+        w_base = Signal(range(depth + 1))    # weight entry of the current tile / row
+        w_ptr = Signal(range(depth + 1))
+        k_words = Signal(17)          # K of MATVEC / DMATVEC
+        bias_ptr = Signal(16)
+        lw_valid = Signal()
+        lw_lane = Signal(range(N))
+        lw_entry = Signal(range(depth + 1))
+        nb_d = Signal(16)             # DMATVEC entries per row
+        gather = Signal(8 * N)
+        g_lane = Signal(range(N))
+        g_full = Signal()
+        g_last = Signal()
+        bias_q = Signal(signed(16))
+        acc_q = Signal(signed(DISCRETE_ACC_WIDTH + 1))
+        v_q = Signal(signed(DISCRETE_ACC_WIDTH + 2))
+
+        # ---- Control ---------------------------------------------------------------------------
+        npc = Signal(17)
+        count = w[3]
+        nb_dec = Signal(17)
+        m.d.comb += nb_dec.eq((w[4] + (N - 1)) >> lgN)
+        mv_phase = Signal(2)          # MATVEC reader: 0 next tile, 1 x and weights, 2 bias
+        x_sm = Signal(8)
+        mag = Signal(8)
+        m.d.comb += [mag.eq(Mux(rdata[7], -rdata[:8].as_signed(), rdata[:8])),
+                     x_sm.eq(Cat(Mux(mag[7], 127, mag[:7]), rdata[7]))]
+
+        def finish():
+            m.d.sync += executed.eq(executed + 1)
+            m.next = "NEXT"
+
+        def fail(code):
+            m.d.sync += status.eq(code)
+            m.next = "DONE"
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += c.cmd.ready.eq(1)
+                with m.If(c.cmd.valid):
+                    m.d.sync += nargs.eq(0)
+                    with m.If(c.cmd.payload.length == 8):
+                        m.next = "ARGS"
+                    with m.Else():
+                        m.d.sync += status.eq(Status.BAD_LENGTH)
+                        m.next = "RESP_EMPTY"
+            with m.State("ARGS"):
+                with m.If(nargs == 8):
+                    m.next = "CHECK"
+                with m.Else():
+                    m.d.comb += c.arg.ready.eq(1)
+                    with m.If(c.arg.valid):
+                        m.d.sync += [nargs.eq(nargs + 1),
+                                     Cat(start, limit).eq(Cat(start, limit, c.arg.payload)[8:])]
+            with m.State("CHECK"):
+                m.d.sync += [pc.eq(start[1:18]), executed.eq(0), cycles.eq(0), cnt.eq(0),
+                             ofs_a.eq(0), ofs_b.eq(0), status.eq(Status.OK)]
+                with m.If(start[0] | (start + 16 > self._scratch_bytes)):
+                    m.d.sync += status.eq(Status.BAD_ADDRESS)
+                    m.next = "RESP_EMPTY"
+                with m.Elif(limit == 0):
+                    m.d.sync += status.eq(Status.BAD_LENGTH)
+                    m.next = "RESP_EMPTY"
+                with m.Else():
+                    m.d.sync += running.eq(1)
+                    m.next = "FETCH"
+            with m.State("RESP_EMPTY"):
+                m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
+                             c.resp.payload.length.eq(0)]
+                with m.If(c.resp.ready):
+                    m.next = "IDLE"
+
+            # -- fetch and decode ------------------------------------------------------------
+            with m.State("FETCH"):
+                m.d.sync += [fidx.eq(0), halt.eq(0)]
+                with m.If(pc + 8 > words):
+                    fail(Status.BAD_ADDRESS)
+                with m.Else():
+                    m.next = "FETCH_WORDS"
+            with m.State("FETCH_WORDS"):
+                m.d.comb += p.addr.eq(pc + fidx)
+                m.d.sync += fidx.eq(fidx + 1)
+                with m.Switch(fidx):
+                    for k in range(1, 8):          # w7 is unused by every instruction
+                        with m.Case(k):
+                            m.d.sync += w[k - 1].eq(rdata)
+                with m.If(fidx == 8):
+                    m.next = "DECODE"
+            with m.State("DECODE"):
+                m.d.sync += npc.eq(pc + 8)
+                with m.Switch(op):
+                    with m.Case(Op.NOP):
+                        finish()
+                    with m.Case(Op.HALT):
+                        m.d.sync += halt.eq(1)
+                        finish()
+                    with m.Case(Op.CONFIG):
+                        m.next = "CONFIG"
+                    with m.Case(Op.JUMP):
+                        m.d.sync += npc.eq(w[1])
+                        finish()
+                    with m.Case(Op.LOOP):
+                        m.d.sync += cnt.eq(w[1])
+                        finish()
+                    with m.Case(Op.DJNZ):
+                        with m.If(cnt > 1):
+                            m.d.sync += [cnt.eq(cnt - 1), npc.eq(w[1])]
+                        with m.Else():
+                            m.d.sync += cnt.eq(0)
+                        finish()
+                    with m.Case(Op.SETOFS):
+                        m.d.sync += [ofs_a.eq(w[1]), ofs_b.eq(w[2])]
+                        finish()
+                    with m.Case(Op.ADDOFS):
+                        m.d.sync += [ofs_a.eq(ofs_a + w[1]), ofs_b.eq(ofs_b + w[2])]
+                        finish()
+                    # Data instructions: counts here (BAD_LENGTH), ranges in RANGE.
+                    simple = [Op.MOVE, Op.LOADW] + [Op.LUT] * self._lut + [Op.GRAND] * self._grand
+                    with m.Case(*simple):
+                        with m.If(count == 0):
+                            fail(Status.BAD_LENGTH)
+                        with m.Else():
+                            m.next = "RANGE"
+                    if self._quantiser:
+                        with m.Case(Op.QUANT):
+                            fmt = self.quant_format
+                            with m.If((count == 0) | ((fmt == QuantTarget.BFP) & (count[:lgB] != 0))
+                                      | (fmt == 3)
+                                      | ((fmt == QuantTarget.DISCRETE) & (self.code_width == 0))):
+                                fail(Status.BAD_LENGTH)
+                            with m.Else():
+                                m.next = "RANGE"
+                    if self._bfp:
+                        with m.Case(Op.MATVEC):
+                            m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
+                                         mul_step.eq(w[4] << lgB)]
+                            with m.If((w[4] == 0) | (w[4] > self._max_blocks) | (w[5] == 0)):
+                                fail(Status.BAD_LENGTH)
+                            with m.Else():
+                                m.next = "MUL"
+                    if self._discrete:
+                        with m.Case(Op.DMATVEC):
+                            m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
+                                         mul_step.eq(nb_dec), nb_d.eq(nb_dec)]
+                            with m.If((w[4] == 0) | (w[5] == 0) | (self.code_width == 0)):
+                                fail(Status.BAD_LENGTH)
+                            with m.Else():
+                                m.next = "MUL"
+                    with m.Default():
+                        fail(Status.BAD_OPCODE)
+            with m.State("MUL"):
+                with m.If((mul_cnt == 0) | (mul_acc > depth)):
+                    m.next = "RANGE"
+                with m.Else():
+                    m.d.sync += [mul_acc.eq(mul_acc + mul_step), mul_cnt.eq(mul_cnt - 1)]
+            with m.State("RANGE"):
+                # One shared checker: source range, destination range (scratchpad, or weight
+                # entries for LOADW), bias range, weight range (MUL), LUT table.
+                is_mv = op == Op.MATVEC
+                is_dmv = op == Op.DMATVEC
+                is_mat = is_mv | is_dmv
+                len_src = Signal(22)
+                len_dst = Signal(22)
+                with m.Switch(op):
+                    with m.Case(Op.LOADW):
+                        m.d.comb += [len_src.eq(count << lgN), len_dst.eq(count)]
+                    with m.Case(Op.GRAND):
+                        m.d.comb += [len_src.eq(0), len_dst.eq(count)]
+                    with m.Case(Op.MATVEC):
+                        m.d.comb += [len_src.eq(w[4] << lgB), len_dst.eq(w[5] << lgN)]
+                    with m.Case(Op.DMATVEC):
+                        m.d.comb += [len_src.eq(w[4]), len_dst.eq(w[5])]
+                    with m.Default():
+                        m.d.comb += [len_src.eq(count), len_dst.eq(count)]
+                bad = ((src + len_src > words)
+                       | (dst + len_dst > Mux(op == Op.LOADW, depth, words))
+                       | (is_mat & bias_en & (w[6] + len_dst > words))
+                       | (is_mat & (mul_acc > depth)))
+                if self._lut:
+                    bad = bad | ((op == Op.LUT) & (self.lut_select >= self._lut_tables))
+                m.d.sync += [rd_ptr.eq(src), rd_left.eq(len_src), wr_ptr.eq(dst),
+                             wr_left.eq(len_dst), lw_lane.eq(0), lw_entry.eq(dst),
+                             lw_valid.eq(0), x_base.eq(src), w_base.eq(w[3]),
+                             bias_ptr.eq(w[6]), mv_phase.eq(0), k_words.eq(len_src),
+                             tiles_left.eq(w[5])]
+                with m.If(op == Op.GRAND):
+                    m.d.sync += rd_left.eq(count)
+                with m.If(is_mat):
+                    m.d.sync += rd_left.eq(0)
+                with m.If(bad):
+                    fail(Status.BAD_ADDRESS)
+                with m.Else():
+                    with m.Switch(op):
+                        with m.Case(Op.MOVE):
+                            m.next = "MOVE_RD"
+                        with m.Case(Op.LOADW):
+                            m.next = "LOADW"
+                        for name in ("QUANT", "LUT", "GRAND", "MATVEC"):
+                            with m.Case(getattr(Op, name)):
+                                m.next = name
+                        if self._discrete:
+                            with m.Case(Op.DMATVEC):
+                                m.next = "DM_ROW"
+
+            # -- control instructions -------------------------------------------------------
+            with m.State("CONFIG"):
+                m.d.comb += [self.cfg.index.eq(w[1]), self.cfg.value.eq(Cat(w[2], w[3]))]
+                with m.If(self.cfg.ok):
+                    m.d.comb += self.cfg.we.eq(1)
+                    finish()
+                with m.Else():
+                    fail(Status.BAD_ADDRESS)
+
+            # -- data instructions ----------------------------------------------------------
+            with m.State("MOVE_RD"):
+                m.d.comb += p.addr.eq(rd_ptr)
+                m.next = "MOVE_WR"
+            with m.State("MOVE_WR"):
+                m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
+                m.d.sync += [rd_ptr.eq(rd_ptr + 1), wr_ptr.eq(wr_ptr + 1),
+                             wr_left.eq(wr_left - 1)]
+                m.next = "MOVE_RD"
+                with m.If(wr_left == 1):
+                    finish()
+            with m.State("LOADW"):
+                m.d.comb += [reading.eq(1), take.eq(1)]
+                m.d.sync += lw_valid.eq(issue)
+                with m.If(lw_valid):
+                    m.d.sync += lw_lane.eq(lw_lane + 1)
+                    with m.If(lw_lane == N - 1):
+                        m.d.sync += lw_entry.eq(lw_entry + 1)
+                m.d.comb += [w_wr_en.eq(lw_valid), w_wr_data.eq(rdata), w_wr_lane.eq(lw_lane),
+                             w_wr_addr.eq(lw_entry)]
+                with m.If((rd_left == 0) & ~lw_valid):
+                    finish()
+            with m.State("GRAND"):
+                if self._grand:
+                    more = rd_left != 0
+                    m.d.comb += [self.grand.ready.eq(more),
+                                 wr_in_valid.eq(self.grand.valid & more),
+                                 wr_in_data.eq(self.grand.payload)]
+                    with m.If(self.grand.valid & more):
+                        m.d.sync += rd_left.eq(rd_left - 1)
+                with m.If(wr_left == 0):
+                    finish()
+            with m.State("LUT"):
+                if self._lut:
+                    li, lo = self.lut.i, self.lut.o
+                    m.d.comb += [reading.eq(1), li.valid.eq(rd_valid),
+                                 li.payload.table.eq(self.lut_select),
+                                 li.payload.code.eq(rdata[:8]),
+                                 take.eq(rd_valid & li.ready), lo.ready.eq(1),
+                                 wr_in_valid.eq(lo.valid),
+                                 wr_in_data.eq(Cat(lo.payload, self.lut_exp))]
+                with m.If(wr_left == 0):
+                    finish()
+            with m.State("QUANT"):
+                if self._quantiser:
+                    m.d.comb += [reading.eq(1), qu.i.valid.eq(rd_valid),
+                                 qu.i.payload[0].eq(rdata),
+                                 take.eq(rd_valid & qu.i.ready), qu.o.ready.eq(1),
+                                 wr_in_valid.eq(qu.o.valid),
+                                 wr_in_data.eq(Cat(qu.o.payload.q[0][:8], qu.o.payload.e[:8]))]
+                with m.If(wr_left == 0):
+                    finish()
+            with m.State("MATVEC"):
+                if self._bfp:
+                    stage_free = ~rd_valid | take
+                    m.d.comb += [
+                        col.cfg_blocks.eq(w[4]), col.cfg_bias_en.eq(bias_en),
+                        col.i_x.payload.eq(rdata), col.i_bias.payload.eq(rdata),
+                        w_rd_addr.eq(w_ptr), w_rd_en.eq(issue),
+                        col.o.ready.eq(1), wr_in_valid.eq(col.o.valid),
+                        wr_in_data.eq(Cat(col.o.payload.m[:8], col.o.payload.e[:8])),
+                    ]
+                    for k in range(N):
+                        m.d.comb += [col.i_w.payload.m[k].eq(banks[k][:8]),
+                                     col.i_w.payload.e[k].eq(banks[k][8:])]
+                    with m.Switch(mv_phase):
+                        with m.Case(0):
+                            with m.If(tiles_left != 0):
+                                m.d.sync += [rd_ptr.eq(x_base), rd_left.eq(k_words),
+                                             w_ptr.eq(w_base), tiles_left.eq(tiles_left - 1),
+                                             mv_phase.eq(1)]
+                        with m.Case(1):
+                            m.d.comb += [reading.eq(1), col.i_x.valid.eq(rd_valid),
+                                         col.i_w.valid.eq(rd_valid),
+                                         take.eq(rd_valid & col.i_x.ready)]
+                            with m.If(issue):
+                                m.d.sync += w_ptr.eq(w_ptr + 1)
+                            with m.If((rd_left == 0) & stage_free):
+                                m.d.sync += [w_base.eq(w_base + k_words), mv_phase.eq(0)]
+                                with m.If(bias_en):
+                                    m.d.sync += [rd_ptr.eq(bias_ptr), rd_left.eq(N),
+                                                 bias_ptr.eq(bias_ptr + N), mv_phase.eq(2)]
+                        with m.Case(2):
+                            m.d.comb += [reading.eq(1), col.i_bias.valid.eq(rd_valid),
+                                         take.eq(rd_valid & col.i_bias.ready)]
+                            with m.If((rd_left == 0) & stage_free):
+                                m.d.sync += mv_phase.eq(0)
+                with m.If(wr_left == 0):
+                    finish()
+            if self._discrete:
+                with m.State("DM_ROW"):
+                    # Per row: the bias word (if any), then the beats, then the requantiser.
+                    m.d.sync += [g_lane.eq(0), g_full.eq(0), gather.eq(0),
+                                 rd_ptr.eq(x_base), rd_left.eq(k_words), w_ptr.eq(w_base),
+                                 bias_q.eq(0)]
+                    with m.If(tiles_left == 0):
+                        finish()
+                    with m.Elif(bias_en):
+                        m.next = "DM_BIAS"
+                    with m.Else():
+                        m.next = "DM_RUN"
+                with m.State("DM_BIAS"):
+                    m.d.comb += p.addr.eq(bias_ptr)
+                    m.next = "DM_BIAS2"
+                with m.State("DM_BIAS2"):
+                    m.d.sync += [bias_q.eq(rdata), bias_ptr.eq(bias_ptr + 1)]
+                    m.next = "DM_RUN"
+                with m.State("DM_RUN"):
+                    # The stage holds one word at a time, so with nothing left to issue the word
+                    # taken is the row's last.
+                    last_take = rd_left == 0
+                    m.d.comb += [reading.eq(1), take.eq(rd_valid & ~g_full),
+                                 w_rd_addr.eq(w_ptr), w_rd_en.eq(1),
+                                 du.i.valid.eq(g_full), du.i.payload.last.eq(g_last)]
+                    code_mask = Signal(self._code_bits)
+                    m.d.comb += code_mask.eq((Const(1, 4) << self.code_width) - 1)
+                    for k in range(N):
+                        m.d.comb += [du.i.payload.x[k].eq(gather.word_select(k, 8)),
+                                     du.i.payload.w[k].eq(banks[k][:self._code_bits]
+                                                          & code_mask)]
+                    with m.If(take):
+                        m.d.sync += [gather.word_select(g_lane, 8).eq(x_sm),
+                                     g_lane.eq(g_lane + 1)]
+                        with m.If((g_lane == N - 1) | last_take):
+                            m.d.sync += [g_full.eq(1), g_last.eq(last_take)]
+                    with m.If(du.i.valid & du.i.ready):
+                        m.d.sync += [g_full.eq(0), gather.eq(0), g_lane.eq(0),
+                                     w_ptr.eq(w_ptr + 1)]
+                        with m.If(g_last):
+                            m.next = "DM_WAIT"
+                with m.State("DM_WAIT"):
+                    acc = du.o.payload.acc
+                    amag = acc[:DISCRETE_ACC_WIDTH - 1]
+                    m.d.comb += du.o.ready.eq(1)
+                    with m.If(du.o.valid):
+                        m.d.sync += acc_q.eq(Mux(acc[-1], -amag, amag))
+                        m.next = "DM_SUM"
+                with m.State("DM_SUM"):
+                    lim = (1 << (DISCRETE_ACC_WIDTH - 1)) - 1
+                    s = acc_q + bias_q
+                    m.d.sync += v_q.eq(Mux(s > lim, lim, Mux(s < -lim, -lim, s)))
+                    m.next = "DM_POST"
+                with m.State("DM_POST"):
+                    # |v| <= 2^15 - 1, so every shift from 16 up gives 0: a 4-bit shifter.
+                    sh = self.disc_shift[:4]
+                    rnd = (Const(1, 17) << sh)[1:]
+                    y = (v_q + rnd.as_signed()) >> sh
+                    yc = Mux(self.disc_shift[4], 0, Mux(y > 127, 127, Mux(y < -127, -127, y)))
+                    m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1),
+                                 p.wdata.eq(Cat(yc[:8], self.fixed_exp))]
+                    m.d.sync += [wr_ptr.eq(wr_ptr + 1), tiles_left.eq(tiles_left - 1),
+                                 w_base.eq(w_base + nb_d)]
+                    m.next = "DM_ROW"
+
+            # -- end of instruction ---------------------------------------------------------
+            with m.State("NEXT"):
+                with m.If(halt):
+                    m.next = "DONE"
+                with m.Else():
+                    m.d.sync += pc.eq(npc)
+                    with m.If(executed == limit):
+                        m.d.sync += status.eq(Status.LIMIT)
+                        m.next = "DONE"
+                    with m.Else():
+                        m.next = "FETCH"
+            with m.State("DONE"):
+                m.d.sync += [running.eq(0), sidx.eq(0)]
+                m.next = "RESP"
+            with m.State("RESP"):
+                m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
+                             c.resp.payload.length.eq(12)]
+                with m.If(c.resp.ready):
+                    m.next = "SEND"
+            with m.State("SEND"):
+                reply = Cat(Const(0, 1), pc, Const(0, 14), executed, cycles)
+                m.d.comb += [c.data.valid.eq(1), c.data.payload.eq(reply.word_select(sidx, 8))]
+                with m.If(c.data.ready):
+                    m.d.sync += sidx.eq(sidx + 1)
+                    with m.If(sidx == 11):
+                        m.next = "IDLE"
+        return m

@@ -1,0 +1,537 @@
+"""The layer sequencer (hw.sequencer) inside the accelerator top, through the byte link.
+
+Programs are ``sim.program.assemble`` bytes written with MEM_WRITE and run with RUN; results
+are read back with MEM_READ and compared bit for bit with the golden models (sim.network,
+sim.quantiser, sim.lut, sim.grand, sim.prng).
+"""
+
+import struct
+
+import numpy as np
+import pytest
+
+from hw.sequencer import DISCRETE_ACC_WIDTH, RAND_BITS, Sequencer
+from hw.top import Accelerator
+from sim import link as L
+from sim.discrete import CodeBook
+from sim.grand import GrandModel
+from sim.lut import lookup
+from sim.network import (
+    BFPDense,
+    DiscreteDense,
+    bfp_dense,
+    discrete_dense,
+    pack_elements,
+    unpack_elements,
+)
+from sim.prng import Xoroshiro128aox, load_state
+from sim.program import Instruction as I
+from sim.program import assemble
+from sim.quantiser import decode_f16, quantise_bfp, quantise_int8
+from sim.transport import SimulatedSerial
+
+N, B = 4, 4
+BASE = dict(scratch_bytes=2048, frame_bytes=512, timeout_bits=20, sequencer=True,
+            matrix_lanes=N, block=B, max_blocks=4, weight_depth=64, lanes=2, lut_tables=2)
+WORDS = BASE["scratch_bytes"] // 2
+REG = {r.name: r.index for r in L.REGISTERS}
+ROUND = {"nearest": 0, "zero": 1, "stochastic": 2}
+
+
+class Device:
+    """The simulated top with helpers for memory, registers and RUN."""
+
+    def __init__(self, **kw):
+        self.params = {**BASE, **kw}
+        self.port = SimulatedSerial(level="byte", **self.params)
+        self.top = self.port.top
+
+    def send(self, opcode, payload=b""):
+        self.port.write(L.encode_request(opcode, payload))
+        head = self.port.read(4, timeout_cycles=400_000)
+        assert len(head) == 4, "no reply"
+        n = int.from_bytes(head[2:4], "little")
+        return L.decode_reply(head + self.port.read(n + 2, timeout_cycles=10_000))
+
+    def ok(self, opcode, payload=b""):
+        status, body = self.send(opcode, payload)
+        assert status == L.Status.OK, L.Status(status)
+        return body
+
+    def write(self, word_addr, data):
+        data = bytes(data)
+        step = self.params["frame_bytes"] - 4
+        for k in range(0, len(data), step):
+            self.ok(L.Opcode.MEM_WRITE, L.mem_write_payload(2 * word_addr + k, data[k:k + step]))
+
+    def put(self, word_addr, words):
+        self.write(word_addr, np.asarray(words, dtype="<u2").tobytes())
+
+    def read(self, byte_addr, n):
+        out = bytearray()
+        step = self.params["frame_bytes"]
+        for k in range(0, n, step):
+            out += self.ok(L.Opcode.MEM_READ, L.mem_read_payload(byte_addr + k,
+                                                                  min(step, n - k)))
+        return bytes(out)
+
+    def get(self, word_addr, n):
+        return np.frombuffer(self.read(2 * word_addr, 2 * n), dtype="<u2").astype(np.int64)
+
+    def reg(self, name, value):
+        self.ok(L.Opcode.REG_WRITE, L.reg_write_payload(REG[name], value & 0xFFFFFFFF))
+
+    def run(self, program, at=0, limit=10_000):
+        """Write ``program`` at word ``at`` and RUN it: ``(status, pc_byte, executed, cycles)``."""
+        self.write(at, assemble(program))
+        status, body = self.send(L.Opcode.RUN, struct.pack("<II", 2 * at, limit))
+        assert len(body) == 12
+        return (status, *struct.unpack("<III", body))
+
+    def run_ok(self, program, at=0):
+        status, pc, executed, cycles = self.run(program, at)
+        assert status == L.Status.OK, (L.Status(status), pc, executed)
+        return cycles
+
+    def seed_rounding(self, s0, s1):
+        self.reg("PRNG_SEED0", s0 & 0xFFFFFFFF)
+        self.reg("PRNG_SEED1", s0 >> 32)
+        self.reg("PRNG_SEED2", s1 & 0xFFFFFFFF)
+        self.reg("PRNG_SEED3", s1 >> 32)
+        return Xoroshiro128aox.from_state(load_state([[s0, s1]]))
+
+
+@pytest.fixture(scope="module")
+def dev():
+    return Device()
+
+
+def weight_words(w_m, w_e, block):
+    """LOADW source words of a weight matrix ``(R, K)``: tile ``t``, beat ``j``, bank ``l``."""
+    r, k = w_m.shape
+    tiles = -(-r // N)
+    m = np.zeros((tiles * N, k), dtype=np.int64)
+    e = np.zeros((tiles * N, k), dtype=np.int64)
+    m[:r] = w_m
+    e[:r] = np.repeat(w_e, block, axis=1)
+    words = pack_elements(m, e)                               # (tiles*N, K)
+    return words.reshape(tiles, N, k).transpose(0, 2, 1).reshape(-1)   # entry-major, bank
+
+
+def rand_rows(gen, tiles):
+    return (gen.take(tiles * N)[:, 0] & ((1 << RAND_BITS) - 1)).astype(np.int64).reshape(tiles, N)
+
+
+def random_layer(rng, rows, cols, *, bias, exp_mode, rounding, width=8, out_exp=-3):
+    nb = cols // B
+    return BFPDense(w_m=rng.integers(-128, 128, (rows, cols)), w_e=rng.integers(-6, 2, (rows, nb)),
+                    bias_m=rng.integers(-128, 128, rows) if bias else None,
+                    bias_e=rng.integers(-4, 3, rows) if bias else None,
+                    width=width, rounding=rounding, exp_mode=exp_mode, out_exp=out_exp)
+
+
+# Word addresses of the data regions used by the tests.
+PROG, WSRC, XA, BA, YA, ZA = 0, 128, 320, 400, 480, 560
+
+
+@pytest.mark.parametrize("bias,exp_mode,rounding", [
+    (True, "fixed", "nearest"), (False, "max", "nearest"), (True, "max", "stochastic"),
+    (False, "fixed", "zero"),
+])
+def test_matvec(dev, bias, exp_mode, rounding):
+    """MATVEC of a 10 x 12 layer (3 tiles, R not a multiple of N) against sim.network."""
+    rng = np.random.default_rng(hash((bias, exp_mode, rounding)) & 0xFFFF)
+    rows, cols = 10, 12
+    layer = random_layer(rng, rows, cols, bias=bias, exp_mode=exp_mode, rounding=rounding,
+                         width=7)
+    x_m, x_e = rng.integers(-128, 128, cols), rng.integers(-5, 3, cols // B)
+    tiles = -(-rows // N)
+    dev.put(WSRC, weight_words(layer.w_m, layer.w_e, B))
+    dev.put(XA, pack_elements(x_m, np.repeat(x_e, B)))
+    if bias:
+        dev.put(BA, pack_elements(np.pad(layer.bias_m, (0, tiles * N - rows)),
+                                  np.pad(layer.bias_e, (0, tiles * N - rows))))
+    dev.reg("MANT_WIDTH", 7)
+    dev.reg("ROUNDING", ROUND[rounding])
+    dev.reg("EXP_SELECT", 1 if exp_mode == "fixed" else 0)
+    dev.reg("FIXED_EXP", layer.out_exp & 0xFF)
+    gen = dev.seed_rounding(0x0123456789ABCDEF, 0xFEDCBA9876543210)
+    dev.put(YA, np.full(tiles * N + 2, 0xBEEF))
+    dev.run_ok([I.loadw(WSRC, 3, tiles * cols),
+                I.matvec(XA, YA, 3, cols // B, tiles, bias=BA if bias else None), I.halt()])
+    rand = rand_rows(gen, tiles) if rounding == "stochastic" else None
+    m, e = bfp_dense(layer, x_m, x_e, dev.top.column_model(), rand=rand)
+    got = dev.get(YA, tiles * N + 2)
+    gm, ge = unpack_elements(got[:rows])
+    assert gm.tolist() == m.tolist()
+    assert ge.tolist() == e.tolist()
+    assert got[tiles * N:].tolist() == [0xBEEF] * 2      # nothing written past the tiles
+
+
+def f16_codes(values):
+    return np.asarray(values, dtype=np.float16).view(np.uint16).astype(np.int64)
+
+
+def test_two_layer_network(dev):
+    """QUANT (f16) -> MATVEC+bias -> LUT -> MATVEC+bias from one program, vs sim.network."""
+    rng = np.random.default_rng(7)
+    k1, r1, r2 = 8, 8, 6
+    x = rng.normal(0, 2, k1)
+    codes = f16_codes(x)
+    table = rng.integers(-128, 128, 256)
+    l1 = BFPDense(w_m=rng.integers(-128, 128, (r1, k1)), w_e=rng.integers(-8, -4, (r1, k1 // B)),
+                  bias_m=rng.integers(-128, 128, r1), bias_e=rng.integers(-6, -3, r1),
+                  exp_mode="fixed", out_exp=-2, table=table, table_exp=-5)
+    l2 = random_layer(rng, r2, r1, bias=True, exp_mode="fixed", rounding="nearest", out_exp=-4)
+    dev.reg("MANT_WIDTH", 8)
+    dev.reg("ROUNDING", 0)
+    dev.reg("QUANT_FORMAT", 0)
+    dev.reg("QUANT_RULE", 0)
+    dev.reg("EXP_SELECT", 1)
+    dev.reg("LUT_SELECT", 1)
+    dev.ok(L.Opcode.LUT_WRITE, bytes([1, 0]) + bytes(int(v) & 0xFF for v in table))
+    w1 = weight_words(l1.w_m, l1.w_e, B)
+    w2 = weight_words(l2.w_m, l2.w_e, B)
+    dev.put(WSRC, np.concatenate([w1, w2]))
+    dev.put(XA, codes)
+    dev.put(BA, np.concatenate([pack_elements(l1.bias_m, l1.bias_e),
+                                pack_elements(np.pad(l2.bias_m, (0, 2)),
+                                              np.pad(l2.bias_e, (0, 2)))]))
+    e1, e2 = 0, len(w1) // N
+    program = [
+        I.loadw(WSRC, 0, (len(w1) + len(w2)) // N),
+        I.quant(XA, XA + 16, k1),
+        I.config(REG["FIXED_EXP"], l1.out_exp & 0xFF),
+        I.matvec(XA + 16, YA, e1, k1 // B, r1 // N, bias=BA),
+        I.config(REG["LUT_EXP"], l1.table_exp & 0xFF),
+        I.lut(YA, YA, r1),
+        I.config(REG["FIXED_EXP"], l2.out_exp & 0xFF),
+        I.matvec(YA, ZA, e2, r1 // B, 2, bias=BA + r1),
+        I.halt(),
+    ]
+    dev.run_ok(program)
+    xm, xe = quantise_bfp(decode_f16(codes), block=B, width=8)
+    assert unpack_elements(dev.get(XA + 16, k1))[0].tolist() == xm.reshape(-1).tolist()
+    col = dev.top.column_model()
+    h_m, h_e = bfp_dense(l1, xm.reshape(-1), xe, col)
+    y_m, y_e = bfp_dense(l2, h_m, h_e[::B], col)
+    gm, ge = unpack_elements(dev.get(ZA, r2))
+    assert gm.tolist() == y_m.tolist()
+    assert ge.tolist() == y_e.tolist()
+
+
+@pytest.mark.parametrize("fmt,rounding", [("bfp", "stochastic"), ("int8", "nearest"),
+                                          ("int8", "stochastic")])
+def test_quant(dev, fmt, rounding):
+    rng = np.random.default_rng(3)
+    codes = f16_codes(rng.normal(0, 3, 12))
+    codes[5] = 0x7C00                                     # +Inf
+    dev.put(XA, codes)
+    dev.reg("QUANT_FORMAT", 0 if fmt == "bfp" else 1)
+    dev.reg("ROUNDING", ROUND[rounding])
+    dev.reg("MANT_WIDTH", 6)
+    dev.reg("QUANT_RULE", 1)
+    dev.reg("QUANT_SHIFT", -3 & 0xFF)
+    gen = dev.seed_rounding(99, 12345)
+    dev.run_ok([I.quant(XA, YA, 12), I.halt()])
+    x = decode_f16(codes)
+    rand = (gen.take(12)[:, 0] & 0xFF).astype(np.int64) if rounding == "stochastic" else None
+    got = dev.get(YA, 12)
+    if fmt == "bfp":
+        m, e = quantise_bfp(x, block=B, width=6, rule="ceil", rounding=rounding, rand=rand)
+        assert got.tolist() == pack_elements(m.reshape(-1), np.repeat(e, B)).tolist()
+    else:
+        q = quantise_int8(x, shift=-3, rounding=rounding, rand=rand)
+        assert got.tolist() == (q & 0xFF).tolist()
+
+
+def test_lut_grand_move_config(dev):
+    """LUT (same table as LUT_WRITE), GRAND (continues GRAND_SAMPLES' sequence), MOVE, CONFIG."""
+    rng = np.random.default_rng(11)
+    table = rng.integers(0, 256, 256)
+    dev.ok(L.Opcode.LUT_WRITE, bytes([0, 0]) + bytes(int(v) for v in table))
+    src = rng.integers(0, 1 << 16, 9)
+    dev.put(XA, src)
+    lanes = dev.top.lanes
+    seed_state = np.array([[0x1111, 0x2223], [0x3333, 0x4445]], dtype=np.uint64)
+    dev.ok(L.Opcode.GRAND_SEED, b"".join(struct.pack("<QQ", *map(int, s)) for s in seed_state))
+    first = dev.ok(L.Opcode.GRAND_SAMPLES, struct.pack("<HB", 3, 0))
+    dev.run_ok([I.config(REG["LUT_SELECT"], 0), I.config(REG["LUT_EXP"], 0x85),
+                I.lut(XA, YA, 9), I.grand(ZA, 7), I.move(XA, XA + 20, 9),
+                I.config(REG["FIXED_EXP"], 0x1234567F), I.halt()])
+    assert dev.get(YA, 9).tolist() == [int(lookup(table, [v & 0xFF])[0]) | 0x8500 for v in src]
+    gen = GrandModel(0, lanes)
+    gen.prng.state = load_state(seed_state)
+    f16, _ = gen.generate("normal", 5)
+    seq = f16.reshape(-1).astype(np.int64)
+    assert list(struct.unpack("<3H", first)) == seq[:3].tolist()
+    assert dev.get(ZA, 7).tolist() == seq[3:10].tolist()
+    assert dev.get(XA + 20, 9).tolist() == src.tolist()
+    reg = dev.ok(L.Opcode.REG_READ, L.reg_read_payload(REG["FIXED_EXP"]))
+    assert int.from_bytes(reg, "little") == 0x7F
+
+
+def test_move_overlapping(dev):
+    dev.put(XA, range(1, 11))
+    dev.run_ok([I.move(XA, XA + 1, 9), I.halt()])       # word by word: a fill
+    assert dev.get(XA, 10).tolist() == [1] * 10
+    dev.put(XA, range(1, 11))
+    dev.run_ok([I.move(XA + 1, XA, 9), I.halt()])
+    assert dev.get(XA, 10).tolist() == [2, 3, 4, 5, 6, 7, 8, 9, 10, 10]
+
+
+def test_batch_loop(dev):
+    """LOOP/DJNZ/SETOFS/ADDOFS/JUMP: one MATVEC per input of a batch of three."""
+    rng = np.random.default_rng(5)
+    layer = random_layer(rng, 4, 8, bias=False, exp_mode="fixed", rounding="nearest")
+    xs = rng.integers(-128, 128, (3, 8))
+    xe = rng.integers(-3, 2, (3, 2))
+    dev.put(WSRC, weight_words(layer.w_m, layer.w_e, B))
+    for b in range(3):
+        dev.put(XA + 8 * b, pack_elements(xs[b], np.repeat(xe[b], B)))
+    dev.reg("ROUNDING", 0)
+    dev.reg("MANT_WIDTH", 8)
+    dev.reg("EXP_SELECT", 1)
+    dev.reg("FIXED_EXP", layer.out_exp & 0xFF)
+    body = 8 * 4                                           # word address of the loop body
+    program = [I.loadw(WSRC, 0, 8), I.setofs(0, 0), I.loop(3), I.jump(body),
+               I.matvec(XA, YA, 0, 2, 1, flags=3), I.addofs(8, 4), I.djnz(body), I.halt()]
+    status, pc, executed, cycles = dev.run(program)
+    assert (status, pc, executed) == (L.Status.OK, 7 * 16, 4 + 3 * 3 + 1)
+    col = dev.top.column_model()
+    for b in range(3):
+        m, e = bfp_dense(layer, xs[b], xe[b], col)
+        assert dev.get(YA + 4 * b, 4).tolist() == pack_elements(m, e).tolist()
+
+
+def test_dmatvec():
+    dev = Device(bfp=False, quantiser=False)
+    rng = np.random.default_rng(9)
+    book = CodeBook(2, [(0, 0, 0), (1, 0, 0), (0, 1, 1), (1, 0, 2)])
+    rows, cols = 5, 10
+    layer = DiscreteDense(w_codes=rng.integers(0, 4, (rows, cols)), book=book,
+                          bias=rng.integers(-3000, 3000, rows), shift=3,
+                          acc_width=DISCRETE_ACC_WIDTH, out_exp=-2)
+    x = rng.integers(-128, 128, cols)
+    x[0] = -128
+    nbd = -(-cols // N)
+    codes = np.zeros((rows, nbd * N), dtype=np.int64)
+    codes[:, :cols] = layer.w_codes
+    words = codes.reshape(rows, nbd, N).reshape(-1)       # entry r*nbd+b, bank l
+    dev.put(WSRC, words)
+    dev.put(XA, pack_elements(x, 3))
+    dev.put(BA, layer.bias & 0xFFFF)
+    w = book.words()
+    dev.reg("CODE_BOOK0", sum(v << 8 * k for k, v in enumerate(w)))
+    dev.reg("CODE_WIDTH", 2)
+    dev.reg("DISC_SHIFT", 3)
+    dev.reg("FIXED_EXP", -2 & 0xFF)
+    dev.run_ok([I.loadw(WSRC, 1, rows * nbd), I.dmatvec(XA, YA, 1, cols, rows, bias=BA),
+                I.config(REG["DISC_SHIFT"], 0), I.dmatvec(XA, ZA, 1, cols, rows),
+                I.config(REG["DISC_SHIFT"], 15), I.dmatvec(XA, ZA + 8, 1, cols, rows, bias=BA),
+                I.halt()])
+    m, e = discrete_dense(layer, x, lanes=N)
+    assert dev.get(YA, rows).tolist() == pack_elements(m, e).tolist()
+    nobias = DiscreteDense(w_codes=layer.w_codes, book=book, shift=0, out_exp=-2)
+    m, e = discrete_dense(nobias, x, lanes=N)
+    assert dev.get(ZA, rows).tolist() == pack_elements(m, e).tolist()
+    big = DiscreteDense(w_codes=layer.w_codes, book=book, bias=layer.bias, shift=15, out_exp=-2)
+    m, e = discrete_dense(big, x, lanes=N)
+    assert dev.get(ZA + 8, rows).tolist() == pack_elements(m, e).tolist()
+    # MATVEC and QUANT are not built: BAD_OPCODE, and IDENTIFY says what is present.
+    assert dev.run([I.quant(XA, YA, 4)])[:3] == (L.Status.BAD_OPCODE, 0, 0)
+    ident = L.Identity.from_bytes(dev.ok(L.Opcode.IDENTIFY))
+    assert set(ident.engine_names) == {"grand", "discrete", "lut", "sequencer"}
+
+
+def scratch_image(dev):
+    return dev.read(0, BASE["scratch_bytes"])
+
+
+def test_errors_change_nothing(dev):
+    """Every failing instruction stops the program with no effect; the next command works."""
+    dev.reg("QUANT_FORMAT", 0)
+    dev.reg("LUT_SELECT", 0)
+    cases = [
+        ([I(0x30)], L.Status.BAD_OPCODE),
+        ([I.config(REG["ID_MAGIC"], 1)], L.Status.BAD_ADDRESS),
+        ([I.config(0x99, 1)], L.Status.BAD_ADDRESS),
+        ([I.move(XA, YA, 0)], L.Status.BAD_LENGTH),
+        ([I.move(WORDS - 3, YA, 4)], L.Status.BAD_ADDRESS),
+        ([I.move(XA, WORDS - 3, 4)], L.Status.BAD_ADDRESS),
+        ([I.setofs(WORDS, 0), I.move(0, YA, 1, flags=1)], L.Status.BAD_ADDRESS),
+        ([I.loadw(XA, 0, 0)], L.Status.BAD_LENGTH),
+        ([I.loadw(XA, 60, 5)], L.Status.BAD_ADDRESS),
+        ([I.loadw(WORDS - 8, 0, 3)], L.Status.BAD_ADDRESS),
+        ([I.quant(XA, YA, 6)], L.Status.BAD_LENGTH),      # BFP count not a multiple of B
+        ([I.quant(XA, YA, 0)], L.Status.BAD_LENGTH),
+        ([I.quant(XA, WORDS - 4, 8)], L.Status.BAD_ADDRESS),
+        ([I.matvec(XA, YA, 0, 0, 1)], L.Status.BAD_LENGTH),
+        ([I.matvec(XA, YA, 0, 5, 1)], L.Status.BAD_LENGTH),  # more than max_blocks
+        ([I.matvec(XA, YA, 0, 1, 0)], L.Status.BAD_LENGTH),
+        ([I.matvec(XA, YA, 60, 2, 1)], L.Status.BAD_ADDRESS),  # weight entries 60..67
+        ([I.matvec(WORDS - 4, YA, 0, 2, 1)], L.Status.BAD_ADDRESS),
+        ([I.matvec(XA, WORDS - 4, 0, 1, 2)], L.Status.BAD_ADDRESS),
+        ([I.matvec(XA, YA, 0, 1, 1, bias=WORDS - 2)], L.Status.BAD_ADDRESS),
+        ([I.lut(XA, YA, 0)], L.Status.BAD_LENGTH),
+        ([I.lut(XA, WORDS, 1)], L.Status.BAD_ADDRESS),
+        ([I.config(REG["LUT_SELECT"], 2), I.lut(XA, YA, 1)], L.Status.BAD_ADDRESS),
+        ([I.grand(YA, 0)], L.Status.BAD_LENGTH),
+        ([I.grand(WORDS - 1, 2)], L.Status.BAD_ADDRESS),
+    ]
+    image = b"".join(assemble(prog + [I.halt()]).ljust(48, b"\0") for prog, _ in cases)
+    dev.write(0, image)
+    before = scratch_image(dev)
+    for k, (prog, expected) in enumerate(cases):
+        at = 24 * k
+        status, body = dev.send(L.Opcode.RUN, struct.pack("<II", 2 * at, 100))
+        pc, executed, _ = struct.unpack("<III", body)
+        assert (status, pc, executed) == (expected, 2 * at + 16 * (len(prog) - 1),
+                                          len(prog) - 1), prog
+        dev.reg("LUT_SELECT", 0)
+        assert dev.send(L.Opcode.PING, b"ok") == (L.Status.OK, b"ok")
+    assert scratch_image(dev) == before
+
+
+def test_limit_and_run_payload(dev):
+    P = 200
+    # An endless loop ends at the instruction limit; pc is the instruction that would run next.
+    status, pc, executed, cycles = dev.run([I.nop(), I.jump(P)], at=P, limit=7)
+    assert (status, pc, executed) == (L.Status.LIMIT, 2 * P + 16, 7)
+    assert cycles > 7
+    # HALT as the limit-th instruction is OK.
+    assert dev.run([I.nop(), I.halt()], at=P, limit=2)[:3] == (L.Status.OK, 2 * P + 16, 2)
+    # Running off the end of the scratchpad: the fetch fails with BAD_ADDRESS.
+    assert dev.run([I.nop()], at=WORDS - 8)[:3] == (L.Status.BAD_ADDRESS, 2 * WORDS, 1)
+    assert dev.run([I.jump(WORDS - 4)], at=P)[:3] == (L.Status.BAD_ADDRESS, 2 * WORDS - 8, 1)
+    for payload, expected in [(b"", L.Status.BAD_LENGTH),
+                              (struct.pack("<IIB", 0, 1, 0), L.Status.BAD_LENGTH),
+                              (struct.pack("<II", 1, 1), L.Status.BAD_ADDRESS),
+                              (struct.pack("<II", 2 * WORDS - 14, 1), L.Status.BAD_ADDRESS),
+                              (struct.pack("<II", 1 << 31, 1), L.Status.BAD_ADDRESS),
+                              (struct.pack("<II", 0, 0), L.Status.BAD_LENGTH)]:
+        assert dev.send(L.Opcode.RUN, payload) == (expected, b"")
+    assert dev.run([I.halt()], at=WORDS - 8)[:3] == (L.Status.OK, 2 * WORDS - 16, 1)
+
+
+@pytest.mark.parametrize("name,value,exc", [
+    ("sequencer", 1, TypeError), ("matrix_lanes", 6, ValueError), ("matrix_lanes", 64, ValueError),
+    ("matrix_lanes", 8.0, TypeError), ("block", 12, ValueError), ("block", 1, ValueError),
+    ("block", True, TypeError), ("max_blocks", 0, ValueError), ("max_blocks", 257, ValueError),
+    ("weight_depth", 100, ValueError), ("weight_depth", 8, ValueError),
+    ("weight_depth", "64", TypeError), ("bfp", 0, TypeError), ("quantiser", None, TypeError),
+    ("discrete", 1, TypeError), ("code_bits", 4, ValueError), ("code_bits", 2.0, TypeError),
+    ("multiplier", "dsp", ValueError), ("multiplier", 3, TypeError),
+    ("grand_modes", "normal", TypeError), ("grand_modes", ["gauss"], ValueError),
+    ("grand_modes", [1], TypeError),
+])
+def test_parameter_validation(name, value, exc):
+    with pytest.raises(exc):
+        Accelerator(**{name: value})
+
+
+def test_engine_bits_and_sequencer_params():
+    top = Accelerator(sequencer=True, discrete=False, grand=False, lut_tables=0)
+    assert set(top.engine_names) == {"bfp", "quantiser", "sequencer"}
+    assert set(Accelerator().engine_names) == {"grand", "lut"}
+    with pytest.raises(ValueError, match="power of two"):
+        Sequencer(lanes=12)
+
+
+def random_instruction(rng, words, depth):
+    """One data or control instruction with operands mostly in range."""
+    def addr(n):
+        return int(rng.integers(600, words - n + 1)) if rng.random() < 0.95 else \
+            int(rng.integers(0, 0x10000))
+    kind = rng.choice(["matvec", "quant", "lut", "dmatvec", "grand", "move", "loadw", "config"])
+    if kind == "matvec":
+        nb, tiles = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        return I.matvec(addr(nb * B), addr(tiles * N), int(rng.integers(0, depth - tiles * nb * B)),
+                        nb, tiles, bias=addr(tiles * N) if rng.random() < 0.5 else None)
+    if kind == "dmatvec":
+        k, r = int(rng.integers(1, 12)), int(rng.integers(1, 6))
+        return I.dmatvec(addr(k), addr(r), int(rng.integers(0, 20)), k, r,
+                         bias=addr(r) if rng.random() < 0.5 else None)
+    if kind == "loadw":
+        n = int(rng.integers(1, 6))
+        return I.loadw(addr(n * N), int(rng.integers(0, depth - n)), n)
+    if kind == "config":
+        name = rng.choice(["MANT_WIDTH", "ROUNDING", "EXP_SELECT", "FIXED_EXP", "QUANT_FORMAT",
+                           "QUANT_RULE", "QUANT_SHIFT", "LUT_SELECT", "LUT_EXP", "DISC_SHIFT",
+                           "CODE_WIDTH", "PRNG_SEED3"])
+        return I.config(REG[name], int(rng.integers(0, 1 << 32)))
+    n = int(rng.integers(1, 3)) * B
+    if kind == "quant":
+        return I.quant(addr(n), addr(n), n)
+    if kind == "lut":
+        return I.lut(addr(n), addr(n), n)
+    if kind == "grand":
+        return I.grand(addr(n), n)
+    return I.move(addr(n), addr(n), n)
+
+
+@pytest.mark.parametrize("seed,trials", [
+    (2024, 2), pytest.param(1, 30, marks=pytest.mark.slow),
+    pytest.param(2, 30, marks=pytest.mark.slow),
+])
+def test_random_programs_vs_device_model(seed, trials):
+    """Random programs on random data: status, pc, executed and the whole scratchpad equal
+    sim.link.DeviceModel's (the host engineer's interpreter, sim.program.Machine)."""
+    dev = Device()
+    model = L.DeviceModel(**dev.params)
+    rng = np.random.default_rng(seed)
+
+    def both(opcode, payload=b""):
+        expected = L.decode_reply(model.feed(L.encode_request(opcode, payload)))
+        got = dev.send(opcode, payload)
+        if opcode == L.Opcode.RUN:
+            assert (got[0], got[1][:8]) == (expected[0], expected[1][:8]), \
+                (L.Status(got[0]), struct.unpack("<III", got[1]) if got[1] else None,
+                 model.last_run)
+        else:
+            assert got == expected
+        return got
+
+    both(L.Opcode.MEM_WRITE, L.mem_write_payload(1200, rng.integers(0, 256, 400).astype(np.uint8)
+                                                 .tobytes()))
+    both(L.Opcode.MEM_WRITE, L.mem_write_payload(1600, f16_codes(rng.normal(0, 4, 100))
+                                                 .astype("<u2").tobytes()))
+    for t in range(2):
+        both(L.Opcode.LUT_WRITE, bytes([t, 0]) + rng.integers(0, 256, 256).astype(np.uint8)
+             .tobytes())
+    both(L.Opcode.GRAND_SEED, rng.integers(0, 256, 32).astype(np.uint8).tobytes())
+    for name, value in [("CODE_BOOK0", 0x12_0B_01_10), ("CODE_BOOK1", 0x03_14_0A_02),
+                        ("PRNG_SEED0", 0x1234), ("PRNG_SEED3", 0x5678)]:
+        both(L.Opcode.REG_WRITE, L.reg_write_payload(REG[name], value))
+    both(L.Opcode.MEM_WRITE, L.mem_write_payload(0, assemble([I.loadw(600, 0, 60), I.halt()])))
+    both(L.Opcode.RUN, struct.pack("<II", 0, 10))
+    for _ in range(trials):
+        program = [random_instruction(rng, WORDS, BASE["weight_depth"]) for _ in range(5)]
+        both(L.Opcode.MEM_WRITE, L.mem_write_payload(0, assemble(program + [I.halt()])))
+        both(L.Opcode.RUN, struct.pack("<II", 0, 100))
+        assert dev.read(0, BASE["scratch_bytes"]) == bytes(model.scratch), program
+
+
+def test_spram_scratchpad_banks():
+    """The reader stage and write register on the UP5K SPRAM scratchpad (behavioural model),
+    with operands in the second bank and results in both."""
+    dev = Device(use_spram=True, scratch_bytes=65536, frame_bytes=300)
+    rng = np.random.default_rng(13)
+    layer = random_layer(rng, 6, 8, bias=True, exp_mode="max", rounding="nearest")
+    hi = 16384
+    tiles = 2
+    dev.put(hi + 100, weight_words(layer.w_m, layer.w_e, B))
+    x_m, x_e = rng.integers(-128, 128, 8), rng.integers(-3, 3, 2)
+    dev.put(hi + 300, pack_elements(x_m, np.repeat(x_e, B)))
+    dev.put(hi + 320, pack_elements(np.pad(layer.bias_m, (0, 2)), np.pad(layer.bias_e, (0, 2))))
+    table = rng.integers(0, 256, 256)
+    dev.ok(L.Opcode.LUT_WRITE, bytes([0, 0]) + bytes(int(v) for v in table))
+    dev.reg("EXP_SELECT", 0)
+    dev.run_ok([I.loadw(hi + 100, 0, tiles * 8),
+                I.matvec(hi + 300, 200, 0, 2, tiles, bias=hi + 320),
+                I.config(REG["LUT_SELECT"], 0), I.lut(200, hi + 500, 6), I.move(200, hi - 3, 6),
+                I.halt()])
+    m, e = bfp_dense(layer, x_m, x_e, dev.top.column_model())
+    assert dev.get(200, 6).tolist() == pack_elements(m, e).tolist()
+    assert dev.get(hi - 3, 6).tolist() == pack_elements(m, e).tolist()
+    assert dev.get(hi + 500, 6).tolist() == [int(table[v & 0xFF]) for v in m]

@@ -4,18 +4,34 @@
 >>> acc.write_mem(0, np.arange(16, dtype=np.int16))
 >>> acc.read_mem(0, 16, dtype=np.int16)
 >>> acc = Accelerator.open("/dev/ttyUSB1", baud=1_000_000)  # a board
+>>> acc = Accelerator.model(sequencer=True, bfp=True)      # the protocol model (fast)
+
+Layer programs (:mod:`sim.program`): :meth:`Accelerator.load_network` places a network of
+:mod:`sim.network` layers on the device (weights through LOADW, biases, LUT tables, one
+program); :meth:`Accelerator.run_network` runs a batch with one ``RUN`` per chunk that fits the
+scratchpad. :meth:`~Accelerator.quantise`, :meth:`~Accelerator.bfp_matvec`,
+:meth:`~Accelerator.discrete_matvec` and :meth:`~Accelerator.dense` run single operations the
+same way; :meth:`~Accelerator.run`, :meth:`~Accelerator.load_program` and
+:meth:`~Accelerator.load_weights` are the primitives.
 
 Every request is answered by one reply frame; a status other than OK raises the
 :class:`LinkError` subclass named after the status (:class:`BadCRC`, :class:`BadOpcode`,
-:class:`BadAddress`, :class:`BadLength`, :class:`Truncated`, :class:`ReadOnly`, :class:`Busy`).
+:class:`BadAddress`, :class:`BadLength`, :class:`Truncated`, :class:`ReadOnly`, :class:`Busy`,
+:class:`Limit`). A command needing an engine the device lacks raises :class:`MissingEngine`
+before anything is sent.
 A missing, short or corrupted reply raises :class:`NoReply` or :class:`ReplyError`. The protocol
 itself is :mod:`sim.link`.
 """
+
+import contextlib
+import time
+import typing
 
 import numpy as np
 
 from sim.link import (
     DESIGN_VERSION,
+    ENGINE_BITS,
     MAGIC,
     PROTOCOL_VERSION,
     REGISTER_BY_NAME,
@@ -33,8 +49,8 @@ from sim.link import (
 )
 
 __all__ = ["Accelerator", "LinkError", "StatusError", "BadCRC", "BadOpcode", "BadAddress",
-           "BadLength", "Truncated", "ReadOnly", "Busy", "NoReply", "ReplyError",
-           "IdentityError"]
+           "BadLength", "Truncated", "ReadOnly", "Busy", "Limit", "NoReply", "ReplyError",
+           "IdentityError", "MissingEngine", "RunError", "Activations", "design_of"]
 
 
 class LinkError(RuntimeError):
@@ -79,6 +95,11 @@ class Busy(StatusError):
     status = Status.BUSY
 
 
+class Limit(StatusError):
+    """RUN stopped at its instruction limit (:attr:`result` says where)."""
+    status = Status.LIMIT
+
+
 class NoReply(LinkError):
     """No (complete) reply arrived within the timeout."""
 
@@ -91,8 +112,57 @@ class IdentityError(LinkError):
     """The device is not a lowbit accelerator of a compatible version."""
 
 
+class MissingEngine(LinkError):
+    """The command needs an engine the device's IDENTIFY record does not list."""
+
+
+class RunError(StatusError):
+    """A RUN failed; :attr:`result` (:class:`sim.program.RunResult`) has the status, the byte
+    address of the failing instruction and the instruction count. The exception is raised as
+    the status's class (e.g. :class:`BadAddress`) mixed with this one."""
+    result = None
+
+
 _STATUS_ERRORS = {cls.status: cls for cls in
-                  (BadCRC, BadOpcode, BadAddress, BadLength, Truncated, ReadOnly, Busy)}
+                  (BadCRC, BadOpcode, BadAddress, BadLength, Truncated, ReadOnly, Busy, Limit)}
+_RUN_ERRORS = {}
+
+
+def _run_error(status):
+    """The exception class of a failed RUN: the status's class and :class:`RunError`."""
+    base = _STATUS_ERRORS.get(status, StatusError)
+    if base not in _RUN_ERRORS:
+        _RUN_ERRORS[base] = type(f"Run{base.__name__}", (base, RunError), {})
+    return _RUN_ERRORS[base]
+
+
+class Activations(typing.NamedTuple):
+    """Int8 codes ``m`` and exponents ``e`` (value ``m · 2^e``), shape ``(samples, rows)``."""
+    m: np.ndarray
+    e: np.ndarray
+
+    def values(self):
+        """The float64 values ``m · 2^e``."""
+        return np.ldexp(self.m.astype(np.float64), self.e)
+
+
+#: Design parameters and their defaults (those of hw.top.Accelerator / sim.link.DeviceModel).
+_DESIGN_DEFAULTS = dict(matrix_lanes=8, block=16, max_blocks=16, weight_depth=512,
+                        lut_tables=4, frac_bits=3, rand_bits=8, disc_acc_width=16,
+                        grand_modes=None)
+
+
+def design_of(identity, params=None):
+    """The :class:`sim.program.Design` of a device from its IDENTIFY record and the top's
+    parameters ``params`` (a dict; parameters it lacks take the top's defaults)."""
+    from sim.program import ENGINES, Design
+    params = dict(params or {})
+    kw = {k: params.get(k, v) for k, v in _DESIGN_DEFAULTS.items()}
+    engines = frozenset(e for e in ENGINES if identity.engines >> ENGINE_BITS[e] & 1)
+    if "lut" not in engines:
+        kw["lut_tables"] = 0
+    return Design(scratch_bytes=identity.scratch_bytes, lanes=identity.lanes,
+                  engines=engines - {"lut"}, **kw)
 
 
 class Accelerator:
@@ -104,23 +174,34 @@ class Accelerator:
         An object with pyserial's ``write(bytes)``, ``read(n)`` and ``reset_input_buffer()``.
     check : bool
         Run :meth:`identify` now (raises :class:`IdentityError` for a foreign device).
+    params : dict, optional
+        The top's generator parameters (``matrix_lanes``, ``block``, ``max_blocks``,
+        ``weight_depth``, ``lut_tables``, ...) that the IDENTIFY record does not carry;
+        missing ones take the top's defaults. :meth:`model` and :meth:`simulated` pass theirs;
+        for a board pass its profile's.
 
     Attributes
     ----------
     identity : sim.link.Identity or None
         The record from the last :meth:`identify`.
+    network : sim.program.NetworkLayout or None
+        The network placed by the last :meth:`load_network`.
     """
 
-    def __init__(self, port, *, check=True):
+    def __init__(self, port, *, check=True, params=None):
         self.port = port
         self.identity = None
+        self.params = dict(params or {})
+        self.network = None
+        self._program_count = None
         self._parser = ReplyParser()
         if check:
             self.identify()
 
     @classmethod
-    def open(cls, port, baud=1_000_000, *, timeout=1.0, check=True):
-        """Open a board on serial ``port`` (e.g. ``"/dev/ttyUSB1"``) with pyserial."""
+    def open(cls, port, baud=1_000_000, *, timeout=1.0, check=True, params=None):
+        """Open a board on serial ``port`` (e.g. ``"/dev/ttyUSB1"``) with pyserial; ``params``
+        are the top parameters of the board's build (see the class)."""
         try:
             import serial
         except ImportError as e:  # pragma: no cover - pyserial is a dependency
@@ -130,7 +211,7 @@ class Accelerator:
         except serial.SerialException as e:
             raise LinkError(f"Cannot open serial port {port!r}: {e}") from e
         ser.reset_input_buffer()
-        return cls(ser, check=check)
+        return cls(ser, check=check, params=params)
 
     @classmethod
     def simulated(cls, *, level="byte", baud_error=0.0, timeout_cycles=200_000, check=True,
@@ -144,7 +225,15 @@ class Accelerator:
         from sim.transport import SimulatedSerial
         port = SimulatedSerial(level=level, baud_error=baud_error,
                                timeout_cycles=timeout_cycles, simulator=simulator, **params)
-        return cls(port, check=check)
+        return cls(port, check=check, params=params)
+
+    @classmethod
+    def model(cls, *, check=True, **params):
+        """The protocol model :class:`sim.link.DeviceModel` behind
+        :class:`sim.transport.ModelSerial`: pure Python, instant, the reference of the real
+        top with the same ``params`` (:class:`hw.top.Accelerator` parameter names)."""
+        from sim.transport import ModelSerial
+        return cls(ModelSerial(**params), check=check, params=params)
 
     def close(self):
         self.port.close()
@@ -360,3 +449,418 @@ class Accelerator:
                 raise ReplyError(f"GRAND_SAMPLES reply has {len(body)} bytes, not {count * size}")
             raw += body
         return np.frombuffer(bytes(raw), dtype=dtype.newbyteorder("<")).astype(dtype)
+
+    # -- layer programs -------------------------------------------------------------------------
+    @property
+    def design(self):
+        """The device's :class:`sim.program.Design` (IDENTIFY record + :attr:`params`)."""
+        if self.identity is None:
+            self.identify()
+        return design_of(self.identity, self.params)
+
+    def has_engine(self, name):
+        """True if the IDENTIFY record lists engine ``name`` (a ``sim.link.ENGINE_BITS`` key)."""
+        if name not in ENGINE_BITS:
+            raise ValueError(f"Unknown engine {name!r}; known: {', '.join(ENGINE_BITS)}")
+        if self.identity is None:
+            self.identify()
+        return bool(self.identity.engines >> ENGINE_BITS[name] & 1)
+
+    def _require(self, *names):
+        for name in names:
+            if not self.has_engine(name):
+                have = ", ".join(self.identity.engine_names) or "none"
+                raise MissingEngine(f"The device has no {name} engine (IDENTIFY lists: {have})")
+
+    @contextlib.contextmanager
+    def _wait_for(self, cycles):
+        """Widen the port's reply timeout for a long command by ``cycles`` clock cycles
+        (simulated ports: ``timeout_cycles``; pyserial: ``timeout`` in seconds at 12 MHz)."""
+        saved = {}
+        for attr, add in (("timeout_cycles", int(cycles)), ("timeout", cycles / 12e6)):
+            value = getattr(self.port, attr, None)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                saved[attr] = value
+                setattr(self.port, attr, type(value)(value + add))
+        try:
+            yield
+        finally:
+            for attr, value in saved.items():
+                setattr(self.port, attr, value)
+
+    def run(self, addr=0, limit=1_000_000, *, cycles_per_instruction=256):
+        """Run the program at byte address ``addr`` for at most ``limit`` instructions.
+
+        Returns
+        -------
+        sim.program.RunResult
+            ``pc`` (byte address of the HALT), ``executed`` (instructions, HALT included) and
+            ``cycles`` (measured by the hardware; 0 from the model).
+
+        Raises
+        ------
+        TypeError, ValueError
+            For a non-integer, odd or negative ``addr`` or a ``limit`` outside 1..2^32-1.
+        MissingEngine
+            If the device has no sequencer.
+        Limit
+            The limit was reached (``.result`` says where); a :class:`RunError` too.
+        BadOpcode, BadAddress, BadLength
+            A failing instruction (as :class:`RunError`, with ``.result``), or a bad start
+            address (:class:`BadAddress` without ``.result``).
+        """
+        from sim.program import RunResult
+        addr = _check_int("Start address", addr, 0, (1 << 32) - 2)
+        limit = _check_int("Instruction limit", limit, 1, (1 << 32) - 1)
+        if addr % 2:
+            raise ValueError(f"Start address must be even, not {addr}")
+        self._require("sequencer")
+        with self._wait_for(min(limit, 1 << 24) * cycles_per_instruction):
+            status, body = self.send(Opcode.RUN, addr.to_bytes(4, "little")
+                                     + limit.to_bytes(4, "little"))
+        if len(body) != 12:
+            if status == Status.OK:
+                raise ReplyError(f"RUN reply has {len(body)} bytes, not 12")
+            self.command_error(Opcode.RUN, status)
+        result = RunResult.from_payload(status, body)
+        if status != Status.OK:
+            name = status.name if isinstance(status, Status) else f"0x{status:02X}"
+            err = _run_error(status)(f"RUN stopped with {name} at byte address {result.pc} "
+                                     f"after {result.executed} instructions", status)
+            err.result = result
+            raise err
+        return result
+
+    def command_error(self, opcode, status):
+        """Raise the :class:`StatusError` subclass of ``status`` for a request ``opcode``."""
+        name = status.name if isinstance(status, Status) else f"0x{status:02X}"
+        op = Opcode(opcode).name if opcode in Opcode._value2member_map_ else f"0x{opcode:02X}"
+        raise _STATUS_ERRORS.get(status, StatusError)(f"{op} failed with status {name}", status)
+
+    def load_program(self, program, addr=0):
+        """Write a program (a list of :class:`sim.program.Instruction` or its bytes) at byte
+        address ``addr``; returns its length in bytes."""
+        from sim.program import Instruction, assemble
+        if isinstance(program, (bytes, bytearray, memoryview)):
+            raw = bytes(program)
+            if len(raw) % 16:
+                raise ValueError(f"Program length must be a multiple of 16 bytes, not {len(raw)}")
+        elif all(isinstance(i, Instruction) for i in program):
+            raw = assemble(program)
+        else:
+            raise TypeError("A program is a list of sim.program.Instruction or its bytes")
+        addr = _check_int("Program address", addr, 0, (1 << 32) - 1)
+        if addr % 2:
+            raise ValueError(f"Program address must be even, not {addr}")
+        if not raw:
+            raise ValueError("A program needs at least one instruction")
+        if addr + len(raw) > self.design.scratch_bytes:
+            raise ValueError(f"A program of {len(raw)} bytes at {addr} does not fit the "
+                             f"scratchpad of {self.design.scratch_bytes} bytes")
+        self.write_mem(addr, raw)
+        return len(raw)
+
+    def load_weights(self, entry, words, *, staging=None):
+        """Load weight entries ``entry ..`` with ``words`` (array ``(count, N)`` of 16-bit
+        words, row ``j`` holding entry ``entry + j`` of every bank) through LOADW programs.
+
+        The words are staged in the scratchpad from word address ``staging`` (default: right
+        after the 32-byte LOADW program at address 0), in as many runs as needed; the staged
+        region and the first 32 bytes are overwritten.
+        """
+        from sim.program import load_weights_program
+        self._require("sequencer")
+        d = self.design
+        self._program_count = None    # the LOADW program replaces the network's
+        words = np.asarray(words)
+        if words.ndim != 2 or words.shape[1] != d.matrix_lanes or \
+                not np.issubdtype(words.dtype, np.integer):
+            raise ValueError(f"Weight words must be an integer array of shape (count, "
+                             f"{d.matrix_lanes}), not {words.dtype} {words.shape}")
+        if words.size and (words.min() < -(1 << 15) or words.max() > 0xFFFF):
+            raise ValueError("Weight words must fit 16 bits")
+        entry = _check_int("Weight entry", entry, 0, d.weight_depth)
+        if entry + words.shape[0] > d.weight_depth:
+            raise ValueError(f"Entries {entry}..{entry + words.shape[0] - 1} exceed the weight "
+                             f"depth {d.weight_depth}")
+        staging = 16 if staging is None else _check_int("Staging address", staging, 16,
+                                                        d.words - d.matrix_lanes)
+        per_run = min((d.words - staging) // d.matrix_lanes, 0xFFFF)
+        raw = (words.astype(np.int64) & 0xFFFF).astype("<u2")
+        for k in range(0, words.shape[0], per_run):
+            part = raw[k:k + per_run]
+            self.write_mem(2 * staging, part.reshape(-1))
+            self.load_program(load_weights_program(staging, entry + k, part.shape[0]))
+            self.run(0, 2)
+
+    def rounding_seed(self, seed):
+        """Seed the rounding PRNG (stochastic rounding of QUANT and MATVEC) with the 64-bit
+        ``seed``: state ``sim.prng.seed_lanes(seed, 1)``, written to PRNG_SEED0..3."""
+        from sim.prng import seed_lanes
+        s0, s1 = (int(v) for v in seed_lanes(seed, 1)[0])
+        for k, v in enumerate((s0 & 0xFFFFFFFF, s0 >> 32, s1 & 0xFFFFFFFF, s1 >> 32)):
+            self.write_reg(f"PRNG_SEED{k}", v)
+
+    # -- single operations ------------------------------------------------------------------
+    def quantise(self, x_f16, *, fmt="bfp", width=8, rule="floor", rounding="nearest", shift=0,
+                 book=None):
+        """Quantise f16 values on the device (QUANT).
+
+        Parameters
+        ----------
+        x_f16 : array
+            1-D float array (converted to float16 with numpy) or f16 codes as ``uint16``.
+        fmt : {"bfp", "int8", "discrete"}
+            BFP blocks of the device's block size ``B`` (length a multiple of ``B``), int8
+            codes ``quantise_int8(x, shift)``, or codes of ``book``.
+        width, rule : BFP mantissa width (2..8) and shared-exponent rule ("floor", "ceil").
+        rounding : {"nearest", "zero", "stochastic"}
+        shift : int
+            int8 scale exponent (-128..127).
+        book : sim.discrete.CodeBook
+            Code book of ``fmt="discrete"``.
+
+        Returns
+        -------
+        ``(m, e)`` (mantissas per element, exponents per block) for BFP, else the int8 codes
+        or the discrete codes (int64 arrays).
+        """
+        from sim.discrete import CodeBook
+        from sim.network import unpack_elements
+        from sim.program import _ROUNDING_CODES, Instruction, config
+        codes = _f16_codes(x_f16)
+        if fmt not in ("bfp", "int8", "discrete"):
+            raise ValueError(f"Format must be 'bfp', 'int8' or 'discrete', not {fmt!r}")
+        width = _check_int("Mantissa width", width, 2, 8)
+        if rule not in ("floor", "ceil"):
+            raise ValueError(f"Exponent rule must be 'floor' or 'ceil', not {rule!r}")
+        if rounding not in _ROUNDING_CODES:
+            raise ValueError(f"Rounding must be 'nearest', 'zero' or 'stochastic', not "
+                             f"{rounding!r}")
+        shift = _check_int("Shift", shift, -128, 127)
+        if fmt == "discrete" and not isinstance(book, CodeBook):
+            raise TypeError(f"Discrete quantisation needs a sim.discrete.CodeBook, not {book!r}")
+        self._require("sequencer", "quantiser")
+        d = self.design
+        if fmt == "bfp" and codes.size % d.block:
+            raise ValueError(f"BFP quantisation needs a multiple of {d.block} values, not "
+                             f"{codes.size}")
+        self.network = None       # the QUANT program and data overwrite the network's
+        regs = [config("QUANT_FORMAT", ("bfp", "int8", "discrete").index(fmt)),
+                config("MANT_WIDTH", width), config("ROUNDING", _ROUNDING_CODES[rounding]),
+                config("QUANT_RULE", int(rule == "ceil")), config("QUANT_SHIFT", shift & 0xFF)]
+        if fmt == "discrete":
+            regs += _book_config(book)
+        base = 16 * (len(regs) + 2) // 2
+        step = (d.words - base) // 2
+        if fmt == "bfp":
+            step -= step % d.block
+        if step < 1:
+            raise ValueError("The scratchpad is too small for a QUANT program")
+        out = []
+        for k in range(0, codes.size, step):
+            part = codes[k:k + step]
+            self.write_mem(2 * base, part.astype("<u2"))
+            self.load_program(regs + [Instruction.quant(base, base + part.size, part.size),
+                                      Instruction.halt()])
+            self.run(0, len(regs) + 2)
+            out.append(self.read_mem(2 * (base + part.size), part.size, np.uint16))
+        words = np.concatenate(out).astype(np.int64)
+        if fmt == "bfp":
+            m, e = unpack_elements(words)
+            return m, e[d.block - 1::d.block]
+        if fmt == "int8":
+            return unpack_elements(words)[0]
+        return words & 0xFF
+
+    def bfp_matvec(self, w_m, w_e, x_m, x_e, *, bias_m=None, bias_e=None, width=8,
+                   rounding="nearest", exp_mode="max", fixed_exp=0):
+        """``W·x (+ b)`` on the BFP column (MATVEC; one :class:`sim.network.BFPDense` layer
+        without table, weights loaded first). ``w_m`` (R, K), ``w_e`` (R, K/B), ``x_m`` (K,),
+        ``x_e`` (K/B,). Returns ``(m, e)``: R output mantissas and the exponent of each row
+        (each tile of ``N`` rows has its own with ``exp_mode="max"``), as
+        :func:`sim.network.bfp_dense`."""
+        from sim.network import BFPDense
+        layer = BFPDense(w_m, w_e, bias_m, bias_e, width=width, rounding=rounding,
+                         exp_mode=exp_mode, out_exp=fixed_exp)
+        return self.dense(layer, (x_m, x_e))
+
+    def discrete_matvec(self, w_codes, x_m, *, book, bias=None, shift=0, out_exp=0):
+        """Discrete-weight ``W·x`` (DMATVEC) of int8 codes ``x_m`` with weight codes of
+        ``book``, integer ``bias``, requantiser ``shift`` (0..24): one
+        :class:`sim.network.DiscreteDense` layer with the device's accumulator width. Returns
+        ``(m, e)`` as :func:`sim.network.discrete_dense`."""
+        from sim.network import DiscreteDense
+        layer = DiscreteDense(w_codes, book, bias=bias, shift=shift,
+                              acc_width=self.design.disc_acc_width, out_exp=out_exp)
+        return self.dense(layer, x_m)
+
+    def dense(self, layer, x):
+        """Run one :mod:`sim.network` layer on one input vector.
+
+        ``x`` is ``(x_m, x_e)`` (mantissas, block exponents) for a
+        :class:`~sim.network.BFPDense` layer and the int8 codes ``x_m`` for a
+        :class:`~sim.network.DiscreteDense` layer. Returns ``(m, e)`` like the golden functions.
+        Replaces the loaded network (weights, tables 0.., scratchpad).
+        """
+        from sim.network import BFPDense, block_exponents, pack_elements
+        from sim.program import InputQuant
+        if isinstance(layer, BFPDense):
+            if not (isinstance(x, tuple) and len(x) == 2):
+                raise TypeError("A BFP layer's input is a tuple (x_m, x_e)")
+            x_m, x_e = (np.asarray(v) for v in x)
+            if x_m.shape != (layer.cols,) or x_e.shape != (layer.cols // layer.block,):
+                raise ValueError(f"Input shapes {x_m.shape}, {x_e.shape} do not match the "
+                                 f"layer's {layer.cols} columns in blocks of {layer.block}")
+            words = pack_elements(x_m, block_exponents(x_e, layer.block, layer.cols))
+        else:
+            x_m = np.asarray(x)
+            if x_m.shape != (getattr(layer, "cols", None),):
+                raise ValueError(f"Input shape {x_m.shape} does not match the layer")
+            words = pack_elements(x_m, 0)
+        self.load_network([layer], quantise_input=InputQuant("host"))
+        out = self._run_words(words[None])
+        return out.m[0], out.e[0]
+
+    # -- networks ---------------------------------------------------------------------------
+    def load_network(self, layers, *, quantise_input="auto"):
+        """Place a network of :mod:`sim.network` layers on the device: weights (LOADW), LUT
+        tables (from table 0), biases and the program (:class:`sim.program.NetworkLayout`).
+
+        Parameters
+        ----------
+        layers : sequence of sim.network.BFPDense / DiscreteDense
+        quantise_input : {"auto", "device", "host"} or sim.program.InputQuant
+            Where the f16 input becomes the first layer's codes: by QUANT on the device,
+            or on the host (``sim.bfp.quantise`` / ``sim.quantiser.quantise_int8``, the same
+            numbers); ``"auto"`` uses the device if it has the quantiser. An
+            :class:`~sim.program.InputQuant` also sets width, rule, rounding and int8 shift
+            (default width 8, "floor", "nearest", shift 0).
+
+        Returns
+        -------
+        sim.program.NetworkLayout
+            Also kept as :attr:`network`.
+
+        Raises
+        ------
+        TypeError, ValueError
+            For layers that are not :mod:`sim.network` layers or do not fit the device.
+        MissingEngine
+            For an engine the network needs that the device lacks.
+        """
+        from sim.program import InputQuant, NetworkLayout
+        if isinstance(quantise_input, str):
+            if quantise_input not in ("auto", "device", "host"):
+                raise ValueError(f"quantise_input must be 'auto', 'device', 'host' or an "
+                                 f"InputQuant, not {quantise_input!r}")
+            if quantise_input == "auto":
+                quantise_input = "device" if self.has_engine("quantiser") else "host"
+            quantise_input = InputQuant(quantise_input)
+        if not isinstance(quantise_input, InputQuant):
+            raise TypeError(f"quantise_input must be 'auto', 'device', 'host' or an InputQuant, "
+                            f"not {quantise_input!r}")
+        layers = list(layers)
+        self._require("sequencer")
+        from sim.network import BFPDense, DiscreteDense
+        for layer in layers:
+            if isinstance(layer, BFPDense):
+                self._require("bfp")
+            elif isinstance(layer, DiscreteDense):
+                self._require("discrete")
+            if getattr(layer, "table", None) is not None:
+                self._require("lut")
+        if quantise_input.where == "device":
+            self._require("quantiser")
+        layout = NetworkLayout(layers, self.design, input=quantise_input)
+        self.network = None
+        if layout.weight_entries:
+            self.load_weights(0, layout.weight_words())
+        for idx, table in layout.table_images().items():
+            self.lut_load(idx, table)
+        for addr, words in layout.bias_words():
+            self.write_mem(2 * addr, words.astype("<u2"))
+        self._program_count = None
+        self.network = layout
+        return layout
+
+    def run_network(self, x):
+        """Run the loaded network on a batch.
+
+        Parameters
+        ----------
+        x : array, shape (samples, inputs) or (inputs,)
+            Float values (converted to float16 with numpy) or f16 codes as ``uint16``.
+
+        Returns
+        -------
+        outputs : Activations
+            ``m`` (int8 codes) and ``e`` (exponents) of the last layer, shape
+            ``(samples, rows)``; ``outputs.values()`` are the floats.
+        stats : dict
+            ``samples``, ``runs`` (RUN commands), ``chunk`` (samples per RUN),
+            ``instructions`` and ``cycles`` (sums over the RUN replies; cycles are 0 from the
+            model) and ``seconds`` (host wall time).
+        """
+        if self.network is None:
+            raise ValueError("No network is loaded (call load_network first)")
+        return self._run_words(self.network.input_words(x), stats=True)
+
+    def _run_words(self, words, stats=False):
+        lay = self.network
+        t0 = time.perf_counter()
+        n = words.shape[0]
+        out = []
+        runs = instructions = cycles = 0
+        for k in range(0, n, lay.chunk):
+            part = words[k:k + lay.chunk]
+            count = part.shape[0]
+            if self._program_count != count:
+                self.load_program(lay.program(count))
+                self._program_count = count
+            self.write_mem(2 * lay.in_addr, part.reshape(-1).astype("<u2"))
+            limit = lay.instructions(count)
+            res = self.run(0, limit, cycles_per_instruction=4096 + 64 * lay.in_words)
+            if res.executed != limit:
+                raise ReplyError(f"The network program ran {res.executed} instructions, "
+                                 f"expected {limit}")
+            runs, instructions, cycles = runs + 1, instructions + res.executed, \
+                cycles + res.cycles
+            out.append(self.read_mem(2 * lay.out_addr, count * lay.out_words, np.uint16)
+                       .reshape(count, lay.out_words)[:, :lay.rows])
+        from sim.network import unpack_elements
+        m, e = unpack_elements(np.concatenate(out) if out else
+                               np.zeros((0, lay.rows), np.uint16))
+        acts = Activations(m, e)
+        if not stats:
+            return acts
+        return acts, {"samples": n, "runs": runs, "chunk": lay.chunk,
+                      "instructions": instructions, "cycles": cycles,
+                      "seconds": time.perf_counter() - t0}
+
+
+def _check_int(name, value, lo, hi):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer, not {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value}")
+    return int(value)
+
+
+def _f16_codes(x):
+    x = np.asarray(x)
+    if x.ndim != 1 or x.size == 0:
+        raise ValueError(f"Input must be a non-empty 1-D array, not shape {x.shape}")
+    if x.dtype == np.uint16:
+        return x.copy()
+    if not np.issubdtype(x.dtype, np.floating):
+        raise TypeError(f"Input must be a float array (or f16 codes as uint16), not {x.dtype}")
+    return x.astype(np.float16).view(np.uint16)
+
+
+def _book_config(book):
+    from sim.program import config
+    words = book.words() + [0] * (8 - len(book.words()))
+    return [config("CODE_WIDTH", book.n),
+            config("CODE_BOOK0", sum(v << 8 * k for k, v in enumerate(words[:4]))),
+            config("CODE_BOOK1", sum(v << 8 * k for k, v in enumerate(words[4:])))]

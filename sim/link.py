@@ -37,12 +37,9 @@ Parser rules (mirrored exactly by :class:`DeviceModel` and the gateware)
 
 import dataclasses
 import enum
+import struct
 
 import numpy as np
-
-from .grand import MODES as GRAND_MODES
-from .grand import WORDS_PER_RESULT, results_from_words
-from .prng import Xoroshiro128aox, load_state
 
 __all__ = [
     "SOF_REQUEST", "SOF_REPLY", "PROTOCOL_VERSION", "DESIGN_VERSION", "MAGIC", "Opcode", "Status",
@@ -336,43 +333,82 @@ class DeviceModel:
 
     Feed it the bytes the host sends with :meth:`feed` and model an inter-byte timeout with
     :meth:`timeout`; both return the reply bytes the device sends. :attr:`scratch` (bytearray)
-    and :attr:`regs` (index -> value) are the device state. UART-level errors (framing,
-    overrun) are not modelled; ``UART_ERRORS`` reads 0.
+    and :attr:`regs` (index -> value) are the device state; :attr:`machine` (a
+    :class:`sim.program.Machine` sharing them) holds the weight banks, LUT tables, grand unit
+    and rounding PRNG and runs ``RUN`` programs. UART-level errors (framing, overrun) are not
+    modelled; ``UART_ERRORS`` reads 0. ``RUN`` replies carry ``cycles = 0`` (the model cannot
+    predict the hardware's cycle count).
 
     Parameters
     ----------
-    lanes, scratch_bytes, frame_bytes, use_spram, lut_tables : design parameters, as in
-        :class:`hw.top.Accelerator`.
+    lanes, scratch_bytes, frame_bytes, use_spram, lut_tables, grand : design parameters, as in
+        :class:`hw.top.Accelerator` (``scratch_bytes=None``: 131072 with SPRAM, else 4096).
+    grand_modes : iterable of str, optional
+        Modes built into the grand unit (default all; a mode left out acts as normal).
+    sequencer, bfp, quantiser, discrete : bool
+        The sequencer (``RUN``) and, with it only, the engines of the MATVEC, QUANT and DMATVEC
+        instructions.
+    matrix_lanes, block, max_blocks, weight_depth, frac_bits, rand_bits, disc_acc_width : int
+        Sequencer and engine parameters (:class:`sim.program.Design`).
     engines : int, optional
         Engine bitmask of the identity record; default: derived from the parameters.
+    **hardware
+        Parameters of :class:`hw.top.Accelerator` that do not change the protocol
+        (:data:`HARDWARE_ONLY`, e.g. ``clk_freq``), accepted and ignored so that one set of
+        top parameters builds both.
     """
 
-    def __init__(self, *, lanes=2, scratch_bytes=4096, frame_bytes=512, use_spram=False,
-                 lut_tables=4, grand=True, engines=None):
+    #: Top parameters without effect on the protocol.
+    HARDWARE_ONLY = frozenset({"clk_freq", "baud", "timeout_bits", "uart", "simulation",
+                               "multiplier", "code_bits"})
+
+    def __init__(self, *, lanes=2, scratch_bytes=None, frame_bytes=512, use_spram=False,
+                 lut_tables=4, grand=True, grand_modes=None, engines=None, sequencer=False,
+                 matrix_lanes=8, block=16, max_blocks=16, weight_depth=512, bfp=True,
+                 quantiser=True, discrete=True, frac_bits=3, rand_bits=8, disc_acc_width=16,
+                 **hardware):
+        from .program import Design, Machine
+        unknown = set(hardware) - self.HARDWARE_ONLY
+        if unknown:
+            raise TypeError(f"Unknown DeviceModel parameters: {', '.join(sorted(unknown))}")
+        if scratch_bytes is None:
+            scratch_bytes = 131072 if use_spram else 4096
+        present = {"grand": grand, "bfp": bfp and sequencer, "discrete": discrete and sequencer,
+                   "quantiser": quantiser and sequencer, "lut": bool(lut_tables),
+                   "sequencer": sequencer}
         if engines is None:
-            engines = ((1 << ENGINE_BITS["lut"]) if lut_tables else 0) | \
-                ((1 << ENGINE_BITS["grand"]) if grand else 0)
+            engines = sum(1 << ENGINE_BITS[name] for name, on in present.items() if on)
         self.lanes = lanes
         self.grand = grand
-        #: The grand unit: generator state, the mode latched at GRAND_SEED, and the samples of a
-        #: partly read result (lane order).
-        self.grand_prng = Xoroshiro128aox(0, lanes)
-        self.grand_mode = "normal"
-        self.grand_pending = []
+        self.sequencer = sequencer
         self.frame_bytes = frame_bytes
         self.lut_tables = lut_tables
-        #: Byte tables of the LUT engine, ``luts[table][code]`` (power-on contents are 0).
-        self.luts = [bytearray(256) for _ in range(lut_tables)]
+        self.design = Design(
+            matrix_lanes=matrix_lanes, block=block, max_blocks=max_blocks,
+            weight_depth=weight_depth, scratch_bytes=scratch_bytes, lanes=lanes,
+            lut_tables=lut_tables, frac_bits=frac_bits, rand_bits=rand_bits,
+            disc_acc_width=disc_acc_width, grand_modes=grand_modes,
+            engines=frozenset(n for n, on in present.items() if on and n != "sequencer"))
         self.identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, lanes, scratch_bytes,
                                  frame_bytes, engines, use_spram)
         ids = identity_registers(self.identity)
         self.regs = {r.index: ids.get(r.name, r.reset) for r in REGISTERS}
         self.scratch = bytearray(scratch_bytes)
+        #: Byte tables of the LUT engine, ``luts[table][code]`` (power-on contents are 0).
+        self.luts = [bytearray(256) for _ in range(lut_tables)]
+        self.machine = Machine(self.design, scratch=self.scratch, regs=self.regs, luts=self.luts)
+        #: Outcome (:class:`sim.program.RunResult`) of the last RUN that executed.
+        self.last_run = None
         self.skipped = 0
         self.errors = 0
         self._state = "idle"
         self._buf = bytearray()
         self._drain = 0
+
+    # The grand unit lives in the machine (the GRAND instruction shares it).
+    grand_prng = property(lambda self: self.machine.grand_prng)
+    grand_mode = property(lambda self: self.machine.grand_mode)
+    grand_pending = property(lambda self: self.machine.grand_pending)
 
     @property
     def in_frame(self):
@@ -444,7 +480,7 @@ class DeviceModel:
                 return self._reply(Status.OK, self._read_reg(reg).to_bytes(4, "little"))
             if reg.access != "rw":
                 return self._reply(Status.READ_ONLY)
-            self.regs[reg.index] = int.from_bytes(payload[2:6], "little") & ((1 << reg.width) - 1)
+            self.machine.write_reg(reg.index, int.from_bytes(payload[2:6], "little"))
             return self._reply(Status.OK)
         if opcode in (Opcode.MEM_READ, Opcode.MEM_WRITE):
             if (n != 6) if opcode == Opcode.MEM_READ else (n < 4):
@@ -463,18 +499,28 @@ class DeviceModel:
             return self._execute_grand(opcode, payload)
         if opcode in (Opcode.LUT_WRITE, Opcode.LUT_APPLY) and self.lut_tables:
             return self._execute_lut(opcode, payload)
+        if opcode == Opcode.RUN and self.sequencer:
+            return self._execute_run(payload)
         return self._reply(Status.BAD_OPCODE)
+
+    def _execute_run(self, payload):
+        if len(payload) != 8:
+            return self._reply(Status.BAD_LENGTH)
+        start, limit = struct.unpack("<2I", bytes(payload))
+        if start & 1 or start + 16 > len(self.scratch):
+            return self._reply(Status.BAD_ADDRESS)
+        if limit == 0:
+            return self._reply(Status.BAD_LENGTH)
+        self.last_run = result = self.machine.run(start, limit)
+        return self._reply(result.status, result.payload())
 
     def _execute_grand(self, opcode, payload):
         n = len(payload)
         if opcode == Opcode.GRAND_SEED:
             if n != 16 * self.lanes:
                 return self._reply(Status.BAD_LENGTH)
-            words = np.frombuffer(bytes(payload), dtype="<u8").reshape(self.lanes, 2)
-            self.grand_prng.state = load_state(words)
-            code = self.regs[REGISTER_BY_NAME["GRAND_MODE"].index]
-            self.grand_mode = GRAND_MODES[code] if code < len(GRAND_MODES) else "normal"
-            self.grand_pending = []
+            self.machine.grand_seed(np.frombuffer(bytes(payload), dtype="<u8")
+                                    .reshape(self.lanes, 2))
             return self._reply(Status.OK)
         if n != 3:
             return self._reply(Status.BAD_LENGTH)
@@ -484,11 +530,7 @@ class DeviceModel:
         size = 4 if fmt else 2
         if count * size > self.frame_bytes:
             return self._reply(Status.BAD_LENGTH)
-        while len(self.grand_pending) < count:
-            words = self.grand_prng.take(WORDS_PER_RESULT[self.grand_mode])
-            f16, f32 = results_from_words(words, self.grand_mode)
-            self.grand_pending += [(int(f16[0, k]), int(f32[0, k])) for k in range(self.lanes)]
-        taken, self.grand_pending = self.grand_pending[:count], self.grand_pending[count:]
+        taken = self.machine.grand_take(count)
         return self._reply(Status.OK, b"".join(
             (f32 if fmt else f16).to_bytes(size, "little") for f16, f32 in taken))
 

@@ -61,6 +61,11 @@ op   name     operands and meaning
               ``GRAND_SAMPLES``.
 ==== ======== ============================================================================
 
+Overlapping ranges: MOVE copies as if word by word (above); LUT and QUANT may work in place
+(``dst == src``). Any other overlap of an engine instruction's destination with one of its
+sources has unspecified results (the engines read ahead of their writes); the reference
+:class:`Machine` reads all sources of an instruction before writing.
+
 Errors stop the program at the failing instruction, which has no effect: unknown op
 (``BAD_OPCODE``), an engine the build lacks (``BAD_OPCODE``), any word range outside the
 scratchpad or weight entries outside the weight memory (``BAD_ADDRESS``), a zero or too large
@@ -77,8 +82,11 @@ per element in order.
 import dataclasses
 import struct
 
+import numpy as np
+
 __all__ = ["Op", "F_OFS_SRC", "F_OFS_DST", "F_BIAS", "INSTRUCTION_BYTES", "Instruction",
-           "assemble", "disassemble"]
+           "assemble", "disassemble", "ENGINES", "Design", "Fault", "RunResult", "Machine",
+           "config", "InputQuant", "NetworkLayout", "load_weights_program"]
 
 INSTRUCTION_BYTES = 16
 
@@ -225,3 +233,916 @@ def disassemble(data):
                          f"not {len(data)}")
     return [Instruction.decode(data[k:k + INSTRUCTION_BYTES])
             for k in range(0, len(data), INSTRUCTION_BYTES)]
+
+
+# == The machine: a reference interpreter of the instruction set ================================
+
+#: Engines an instruction needs (names of :data:`sim.link.ENGINE_BITS`).
+_OP_ENGINE = {Op.QUANT: "quantiser", Op.MATVEC: "bfp", Op.LUT: "lut", Op.DMATVEC: "discrete",
+              Op.GRAND: "grand"}
+#: Every engine an accelerator may have besides the sequencer.
+ENGINES = ("grand", "bfp", "discrete", "quantiser", "lut")
+
+
+def _check_param(name, value, lo, hi):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
+    return int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Design:
+    """The generator parameters of an accelerator that its programs depend on.
+
+    The names are those of :class:`hw.top.Accelerator` (and of :class:`sim.link.DeviceModel`).
+
+    Parameters
+    ----------
+    matrix_lanes : int
+        ``N``: weight banks, BFP column lanes and discrete terms per beat (4..64).
+    block : int
+        ``B``: BFP block size (2..64).
+    max_blocks : int
+        Largest MATVEC block count ``nb`` (1..256).
+    weight_depth : int
+        Entries of each weight bank (1..65536).
+    scratch_bytes : int
+        Scratchpad bytes (even, 32..131072).
+    lanes : int
+        Grand unit lanes (1..32).
+    lut_tables : int
+        Byte tables of the LUT engine (0..64; 0: no LUT engine).
+    engines : frozenset of str
+        Engines present, from :data:`ENGINES` (``"lut"`` is implied by ``lut_tables``).
+    frac_bits : int
+        Fraction guard bits of the BFP column's accumulator (0..8).
+    rand_bits : int
+        ``R``: random bits per stochastic rounding (1..16).
+    disc_acc_width : int
+        Accumulator width of the discrete unit (8..32).
+    grand_modes : tuple of str, optional
+        Modes built into the grand unit (default all of :data:`sim.grand.MODES`); a mode left
+        out acts as "normal".
+    """
+    matrix_lanes: int = 8
+    block: int = 16
+    max_blocks: int = 16
+    weight_depth: int = 512
+    scratch_bytes: int = 4096
+    lanes: int = 2
+    lut_tables: int = 4
+    engines: frozenset = frozenset(ENGINES)
+    frac_bits: int = 3
+    rand_bits: int = 8
+    disc_acc_width: int = 16
+    grand_modes: tuple = None
+
+    def __post_init__(self):
+        from .grand import MODES
+        modes = MODES if self.grand_modes is None else self.grand_modes
+        if isinstance(modes, str) or any(m not in MODES for m in modes):
+            raise ValueError(f"Grand modes must be names of {', '.join(MODES)}, not {modes!r}")
+        object.__setattr__(self, "grand_modes", tuple(m for m in MODES if m in set(modes)))
+        _check_param("Matrix lane count", self.matrix_lanes, 4, 64)
+        _check_param("Block size", self.block, 2, 64)
+        _check_param("Maximum block count", self.max_blocks, 1, 256)
+        _check_param("Weight depth", self.weight_depth, 1, 65536)
+        _check_param("Scratchpad size", self.scratch_bytes, 32, 131072)
+        if self.scratch_bytes % 2:
+            raise ValueError(f"Scratchpad size must be even, not {self.scratch_bytes}")
+        _check_param("Lane count", self.lanes, 1, 32)
+        _check_param("LUT table count", self.lut_tables, 0, 64)
+        _check_param("Fraction guard bit count", self.frac_bits, 0, 8)
+        _check_param("Random bit count", self.rand_bits, 1, 16)
+        _check_param("Discrete accumulator width", self.disc_acc_width, 8, 32)
+        if isinstance(self.engines, str) or not all(isinstance(e, str) for e in self.engines):
+            raise TypeError(f"Engines must be a collection of names, not {self.engines!r}")
+        engines = frozenset(self.engines) - {"lut", "sequencer"}
+        bad = engines - set(ENGINES)
+        if bad:
+            raise ValueError(f"Unknown engines {sorted(bad)}; known: {', '.join(ENGINES)}")
+        if self.lut_tables:
+            engines |= {"lut"}
+        object.__setattr__(self, "engines", engines)
+
+    def has(self, engine):
+        """True if the design has ``engine`` (a name of :data:`ENGINES`)."""
+        return engine in self.engines
+
+    @property
+    def words(self):
+        """Scratchpad size in 16-bit words."""
+        return self.scratch_bytes // 2
+
+    def column(self):
+        """The :class:`sim.bfp_column.ColumnModel` of the design's BFP column."""
+        from .bfp_column import ColumnModel
+        return ColumnModel(lanes=self.matrix_lanes, block=self.block, width=8, exp_bits=8,
+                           max_blocks=self.max_blocks, frac_bits=self.frac_bits,
+                           rand_bits=self.rand_bits)
+
+
+class Fault(Exception):
+    """An instruction failed with ``status`` (a :class:`sim.link.Status`); it had no effect."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+    """Outcome of :meth:`Machine.run`: status, byte address ``pc``, instructions ``executed``,
+    ``cycles`` (0 in the model: it cannot predict the hardware's count) and, for an error, a
+    ``message`` saying why."""
+    status: int
+    pc: int
+    executed: int
+    cycles: int = 0
+    message: str = ""
+
+    def payload(self):
+        """The 12-byte RUN reply payload ``pc u32, executed u32, cycles u32``."""
+        return struct.pack("<3I", self.pc & 0xFFFFFFFF, self.executed & 0xFFFFFFFF,
+                           self.cycles & 0xFFFFFFFF)
+
+    @classmethod
+    def from_payload(cls, status, payload):
+        pc, executed, cycles = struct.unpack("<3I", bytes(payload))
+        return cls(status, pc, executed, cycles)
+
+
+def _s8(v):
+    v &= 0xFF
+    return v - 256 if v > 127 else v
+
+
+class Machine:
+    """Reference interpreter of the instruction set (module docstring), built on the golden
+    block models: :meth:`sim.bfp_column.ColumnModel.matvec` (MATVEC), :func:`sim.network.
+    discrete_dense` (DMATVEC), :func:`sim.quantiser.quantise_bfp` / ``quantise_int8`` /
+    ``quantise_discrete`` (QUANT), :func:`sim.lut.lookup` (LUT), :func:`sim.grand.
+    results_from_words` (GRAND) and :class:`sim.prng.Xoroshiro128aox` (random numbers).
+
+    State: :attr:`scratch` (bytearray, shared with a :class:`sim.link.DeviceModel`),
+    :attr:`banks` (``N`` weight banks, uint16 arrays of ``weight_depth``), :attr:`regs`
+    (register index -> value), :attr:`luts` (byte tables), the grand unit (:attr:`grand_prng`,
+    :attr:`grand_mode`, :attr:`grand_pending`) and the rounding PRNG (:attr:`rng`).
+
+    Register values the ISA leaves open are decoded as follows (the hardware does the same):
+    ``ROUNDING`` 3 is "nearest"; ``EXP_SELECT`` 0 is "max", every other value "fixed"
+    (the predicted selector is not in the sequencer's column); ``MANT_WIDTH`` is clamped to
+    2..8; ``QUANT_FORMAT`` 3 and ``CODE_WIDTH`` 0 make QUANT / DMATVEC fail with
+    ``BAD_LENGTH``; QUANT to discrete codes rounds stochastically when ``ROUNDING`` is 2, else
+    to nearest. Random numbers are drawn only when the rounding is stochastic. MATVEC takes the
+    exponent of an input block, like that of a weight block, from its last beat. Within one
+    instruction the checks run in this order: engine present (``BAD_OPCODE``), counts
+    (``BAD_LENGTH``), register-selected resources such as ``LUT_SELECT`` and ranges
+    (``BAD_ADDRESS``).
+
+    Parameters
+    ----------
+    design : Design
+    scratch : bytearray, optional
+        The scratchpad (``design.scratch_bytes`` long); default a zeroed one.
+    regs : dict, optional
+        The register file (shared with the link model); default the reset values.
+    luts : list of bytearray, optional
+        The LUT engine's tables; default zeroed ones.
+    """
+
+    def __init__(self, design=None, *, scratch=None, regs=None, luts=None):
+        from .link import REGISTERS
+        from .prng import Xoroshiro128aox
+        if design is None:
+            design = Design()
+        if not isinstance(design, Design):
+            raise TypeError(f"Design must be a sim.program.Design, not {design!r}")
+        self.design = design
+        if scratch is None:
+            scratch = bytearray(design.scratch_bytes)
+        if not isinstance(scratch, bytearray) or len(scratch) != design.scratch_bytes:
+            raise ValueError(f"Scratchpad must be a bytearray of {design.scratch_bytes} bytes")
+        self.scratch = scratch
+        self.regs = regs if regs is not None else {r.index: r.reset for r in REGISTERS}
+        self.luts = luts if luts is not None else \
+            [bytearray(256) for _ in range(design.lut_tables)]
+        self.banks = np.zeros((design.matrix_lanes, design.weight_depth), dtype=np.uint16)
+        self.grand_prng = Xoroshiro128aox(0, design.lanes)
+        self.grand_mode = "normal"
+        self.grand_pending = []
+        #: The rounding PRNG (one lane; reset state ``seed_lanes(0, 1)``).
+        self.rng = Xoroshiro128aox(0, 1)
+        self._column = design.column() if design.has("bfp") else None
+
+    # -- state helpers ------------------------------------------------------------------------
+    @property
+    def _words(self):
+        return np.frombuffer(self.scratch, dtype="<u2")
+
+    def read_words(self, addr, count):
+        """``count`` scratchpad words from word address ``addr`` (a copy, int64)."""
+        return self._words[addr:addr + count].astype(np.int64)
+
+    def write_words(self, addr, values):
+        """Write words (taken modulo 2^16) at word address ``addr``."""
+        values = np.asarray(values, dtype=np.int64) & 0xFFFF
+        self._words[addr:addr + len(values)] = values.astype(np.uint16)
+
+    def reg(self, name):
+        """Value of register ``name``."""
+        from .link import REGISTER_BY_NAME
+        return self.regs[REGISTER_BY_NAME[name].index]
+
+    def write_reg(self, index, value):
+        """Write a register as ``REG_WRITE`` / CONFIG do; returns the status (a
+        :class:`sim.link.Status`): ``BAD_ADDRESS`` for an unknown index, ``READ_ONLY`` for a
+        read-only one. Writing ``PRNG_SEED3`` loads the rounding PRNG."""
+        from .link import _REGISTER_BY_INDEX, Status
+        from .prng import load_state
+        r = _REGISTER_BY_INDEX.get(index)
+        if r is None:
+            return Status.BAD_ADDRESS
+        if r.access != "rw":
+            return Status.READ_ONLY
+        self.regs[r.index] = int(value) & ((1 << r.width) - 1)
+        if r.name == "PRNG_SEED3":
+            s0 = self.reg("PRNG_SEED0") | self.reg("PRNG_SEED1") << 32
+            s1 = self.reg("PRNG_SEED2") | self.reg("PRNG_SEED3") << 32
+            self.rng.state = load_state([[s0, s1]])
+        return Status.OK
+
+    def draw(self, n):
+        """The next ``n`` random numbers of the rounding PRNG (low ``R`` bits), int64."""
+        words = self.rng.take(n)[:, 0]
+        return (words & np.uint64((1 << self.design.rand_bits) - 1)).astype(np.int64)
+
+    def grand_take(self, count):
+        """The next ``count`` grand results as ``(f16, f32)`` int pairs, lane order."""
+        from .grand import WORDS_PER_RESULT, results_from_words
+        while len(self.grand_pending) < count:
+            need = -(-(count - len(self.grand_pending)) // self.design.lanes)
+            words = self.grand_prng.take(need * WORDS_PER_RESULT[self.grand_mode])
+            f16, f32 = results_from_words(words, self.grand_mode)
+            for t in range(f16.shape[0]):
+                self.grand_pending += [(int(f16[t, k]), int(f32[t, k]))
+                                       for k in range(self.design.lanes)]
+        taken, self.grand_pending = self.grand_pending[:count], self.grand_pending[count:]
+        return taken
+
+    def grand_seed(self, state):
+        """Load the grand unit's generator (``(lanes, 2)`` words) and latch ``GRAND_MODE``."""
+        from .grand import MODES
+        from .prng import load_state
+        self.grand_prng.state = load_state(state)
+        code = self.reg("GRAND_MODE")
+        mode = MODES[code] if code < len(MODES) else "normal"
+        self.grand_mode = mode if mode in self.design.grand_modes else "normal"
+        self.grand_pending = []
+
+    def load_weights(self, entry, words):
+        """Host-side shortcut of LOADW: ``words`` of shape ``(count, N)`` at ``entry``."""
+        words = np.asarray(words, dtype=np.int64)
+        self.banks[:, entry:entry + words.shape[0]] = (words.T & 0xFFFF).astype(np.uint16)
+
+    # -- execution ----------------------------------------------------------------------------
+    def run(self, start, limit):
+        """Run from byte address ``start`` for at most ``limit`` instructions.
+
+        The caller (``RUN``) has checked ``start`` and ``limit``. Returns a :class:`RunResult`
+        with status OK (HALT), LIMIT or the failing instruction's error.
+        """
+        from .link import Status
+        self.pc = start // 2
+        self.cnt = self.ofs_a = self.ofs_b = 0
+        executed = 0
+        while executed < limit:
+            if self.pc + INSTRUCTION_BYTES // 2 > self.design.words:
+                return RunResult(Status.BAD_ADDRESS, 2 * self.pc, executed,
+                                 message="instruction fetch past the end of the scratchpad")
+            ins = Instruction.decode(self.read_words(self.pc, 8).astype("<u2").tobytes())
+            try:
+                nxt = self.step(ins)
+            except Fault as f:
+                return RunResult(f.status, 2 * self.pc, executed, message=str(f))
+            executed += 1
+            if nxt is None:
+                return RunResult(Status.OK, 2 * self.pc, executed)
+            self.pc = nxt
+        return RunResult(Status.LIMIT, 2 * self.pc, executed)
+
+    def _range(self, what, addr, count):
+        if addr + count > self.design.words:
+            from .link import Status
+            raise Fault(Status.BAD_ADDRESS, f"{what} words {addr}..{addr + count - 1} are "
+                        f"outside the scratchpad (0..{self.design.words - 1})")
+        return addr
+
+    def _entries(self, entry, count):
+        if entry + count > self.design.weight_depth:
+            from .link import Status
+            raise Fault(Status.BAD_ADDRESS, f"Weight entries {entry}..{entry + count - 1} are "
+                        f"outside the weight memory (0..{self.design.weight_depth - 1})")
+
+    @staticmethod
+    def _count(what, value, hi=None):
+        if value == 0 or (hi is not None and value > hi):
+            from .link import Status
+            limit = "" if hi is None else f" (at most {hi})"
+            raise Fault(Status.BAD_LENGTH, f"{what} {value} is out of range{limit}")
+        return value
+
+    def step(self, ins):
+        """Execute one instruction at :attr:`pc`; returns the next word pc, or None for HALT.
+
+        Raises :class:`Fault` (nothing changed) for a failing instruction.
+        """
+        from .link import Status
+        op, flags, w = ins.op, ins.flags, ins.words
+        nxt = self.pc + INSTRUCTION_BYTES // 2
+        if op not in Op.NAMES:
+            raise Fault(Status.BAD_OPCODE, f"unknown opcode {op:#04x}")
+        engine = _OP_ENGINE.get(op)
+        if engine is not None and not self.design.has(engine):
+            raise Fault(Status.BAD_OPCODE, f"{Op.NAMES[op]} needs the {engine} engine, which "
+                        f"this design lacks")
+        if op == Op.NOP:
+            return nxt
+        if op == Op.HALT:
+            return None
+        if op == Op.CONFIG:
+            status = self.write_reg(w[0], w[1] | w[2] << 16)
+            if status != Status.OK:
+                raise Fault(Status.BAD_ADDRESS, f"CONFIG of register {w[0]:#x} "
+                            f"({Status(status).name})")
+            return nxt
+        if op == Op.JUMP:
+            return w[0]
+        if op == Op.LOOP:
+            self.cnt = w[0]
+            return nxt
+        if op == Op.DJNZ:
+            if self.cnt > 1:
+                self.cnt -= 1
+                return w[0]
+            self.cnt = 0
+            return nxt
+        if op == Op.SETOFS:
+            self.ofs_a, self.ofs_b = w[0], w[1]
+            return nxt
+        if op == Op.ADDOFS:
+            self.ofs_a = (self.ofs_a + w[0]) & 0xFFFF
+            self.ofs_b = (self.ofs_b + w[1]) & 0xFFFF
+            return nxt
+        src = (w[0] + (self.ofs_a if flags & F_OFS_SRC else 0)) & 0xFFFF
+        dst = (w[1] + (self.ofs_b if flags & F_OFS_DST else 0)) & 0xFFFF
+        getattr(self, "_" + Op.NAMES[op].lower())(src, dst, w, flags)
+        return nxt
+
+    # -- data instructions ----------------------------------------------------------------------
+    def _move(self, src, dst, w, flags):
+        count = self._count("MOVE count", w[2])
+        self._range("MOVE source", src, count)
+        self._range("MOVE destination", dst, count)
+        if dst <= src or dst >= src + count:
+            self.write_words(dst, self.read_words(src, count))
+        else:                            # overlapping upwards: the pattern repeats
+            period = self.read_words(src, dst - src)
+            self.write_words(dst, np.resize(period, count))
+
+    def _loadw(self, src, entry, w, flags):
+        n = self.design.matrix_lanes
+        count = self._count("LOADW count", w[2])
+        self._range("LOADW source", src, count * n)
+        self._entries(entry, count)
+        self.load_weights(entry, self.read_words(src, count * n).reshape(count, n))
+
+    def _quant(self, src, dst, w, flags):
+        from .link import Status
+        from .quantiser import decode_f16, quantise_bfp, quantise_discrete, quantise_int8
+        d = self.design
+        count = self._count("QUANT count", w[2])
+        fmt = self.reg("QUANT_FORMAT")
+        if fmt == 0 and count % d.block:
+            raise Fault(Status.BAD_LENGTH, f"QUANT count {count} is not a multiple of the "
+                        f"block size {d.block}")
+        if fmt == 3:
+            raise Fault(Status.BAD_LENGTH, "QUANT_FORMAT 3 is not a format")
+        if fmt == 2:
+            book = self._book()
+        self._range("QUANT source", src, count)
+        self._range("QUANT destination", dst, count)
+        rounding = self._rounding()
+        x = decode_f16(self.read_words(src, count).astype(np.uint16))
+        rand = self.draw(count) if rounding == "stochastic" else None
+        if fmt == 0:
+            width = self._width()
+            rule = "ceil" if self.reg("QUANT_RULE") else "floor"
+            m, e = quantise_bfp(x, block=d.block, width=width, exp_bits=8, rule=rule,
+                                rounding=rounding, rand=rand, rand_bits=d.rand_bits)
+            words = (m & 0xFF) | (np.repeat(e, d.block) & 0xFF) << 8
+        elif fmt == 1:
+            words = quantise_int8(x, shift=_s8(self.reg("QUANT_SHIFT")), rounding=rounding,
+                                  rand=rand, rand_bits=d.rand_bits) & 0xFF
+        else:
+            mode = "stochastic" if rounding == "stochastic" else "nearest"
+            words = quantise_discrete(x, book, mode=mode, rand=rand,
+                                      rand_bits=d.rand_bits if rand is not None else None)
+        self.write_words(dst, np.asarray(words, dtype=np.int64))
+
+    def _matvec(self, x, dst, w, flags):
+        from .network import pack_elements, unpack_elements
+        d = self.design
+        n, b = d.matrix_lanes, d.block
+        entry, nb, tiles, bias = w[2], w[3], w[4], w[5]
+        self._count("MATVEC block count", nb, d.max_blocks)
+        self._count("MATVEC tile count", tiles)
+        k = nb * b
+        self._range("MATVEC input", x, k)
+        self._range("MATVEC destination", dst, tiles * n)
+        if flags & F_BIAS:
+            self._range("MATVEC bias", bias, tiles * n)
+        self._entries(entry, tiles * k)
+        rounding, width = self._rounding(), self._width()
+        exp_mode = "max" if self.reg("EXP_SELECT") == 0 else "fixed"
+        fixed_exp = _s8(self.reg("FIXED_EXP"))
+        last = np.arange(b - 1, k, b)
+        x_m, x_e = unpack_elements(self.read_words(x, k))
+        bias_words = self.read_words(bias, tiles * n) if flags & F_BIAS else None
+        out = []
+        for t in range(tiles):
+            w_m, w_e = unpack_elements(self.banks[:, entry + t * k:entry + (t + 1) * k])
+            kw = {}
+            if flags & F_BIAS:
+                kw["bias_m"], kw["bias_e"] = unpack_elements(bias_words[t * n:(t + 1) * n])
+            rand = self.draw(n) if rounding == "stochastic" else None
+            m, e = self._column.matvec(w_m, w_e[:, last], x_m, x_e[last], width=width,
+                                       rounding=rounding, exp_mode=exp_mode,
+                                       fixed_exp=fixed_exp, rand=rand, **kw)
+            out.append(pack_elements(m, e))
+        self.write_words(dst, np.concatenate(out))
+
+    def _lut(self, src, dst, w, flags):
+        from .link import Status
+        from .lut import lookup
+        count = self._count("LUT count", w[2])
+        table = self.reg("LUT_SELECT")
+        if table >= self.design.lut_tables:
+            raise Fault(Status.BAD_ADDRESS, f"LUT_SELECT {table} is not a table (the design "
+                        f"has {self.design.lut_tables})")
+        self._range("LUT source", src, count)
+        self._range("LUT destination", dst, count)
+        codes = self.read_words(src, count) & 0xFF
+        out = lookup(np.frombuffer(bytes(self.luts[table]), dtype=np.uint8), codes)
+        self.write_words(dst, out.astype(np.int64) | (self.reg("LUT_EXP") << 8))
+
+    def _book(self):
+        from .discrete import CodeBook
+        from .link import Status
+        width = self.reg("CODE_WIDTH")
+        if width == 0:
+            raise Fault(Status.BAD_LENGTH, "CODE_WIDTH 0 is not a code width")
+        raw = self.reg("CODE_BOOK0") | self.reg("CODE_BOOK1") << 32
+        entries = []
+        for c in range(1 << width):
+            v = raw >> (8 * c) & 0x1F
+            entries.append((v >> 4 & 1, v >> 3 & 1, v & 7))
+        return CodeBook(width, entries)
+
+    def _dmatvec(self, x, dst, w, flags):
+        from .network import DiscreteDense, discrete_dense, pack_elements, unpack_elements
+        d = self.design
+        n = d.matrix_lanes
+        entry, cols, rows, bias = w[2], w[3], w[4], w[5]
+        self._count("DMATVEC column count", cols)
+        self._count("DMATVEC row count", rows)
+        book = self._book()
+        beats = -(-cols // n)
+        self._range("DMATVEC input", x, cols)
+        self._range("DMATVEC destination", dst, rows)
+        if flags & F_BIAS:
+            self._range("DMATVEC bias", bias, rows)
+        self._entries(entry, rows * beats)
+        ent = self.banks[:, entry:entry + rows * beats].astype(np.int64)
+        # entry r*beats + b, bank l -> column b*n + l of row r
+        codes = ent.T.reshape(rows, beats * n)[:, :cols] & ((1 << book.n) - 1)
+        x_m, _ = unpack_elements(self.read_words(x, cols))
+        b_words = None
+        if flags & F_BIAS:
+            b_words = self.read_words(bias, rows)
+            b_words = np.where(b_words > 0x7FFF, b_words - 0x10000, b_words)
+        shift = self.reg("DISC_SHIFT")
+        out_exp = _s8(self.reg("FIXED_EXP"))
+        if shift > 24:
+            y = self._wide_shift(codes, book, x_m, b_words, shift)
+        else:
+            layer = DiscreteDense(codes, book, bias=b_words, shift=shift,
+                                  acc_width=d.disc_acc_width, out_exp=out_exp)
+            y, _ = discrete_dense(layer, x_m, lanes=n)
+        self.write_words(dst, pack_elements(y, out_exp))
+
+    def _wide_shift(self, codes, book, x_m, bias, shift):
+        """DMATVEC requantiser for ``DISC_SHIFT`` 25..31 (beyond :class:`sim.network.
+        DiscreteDense`'s range): the sum and bias as :func:`sim.network.discrete_dense` forms
+        them, then ``clamp(floor((v + 2^(s-1)) / 2^s), ±127)``."""
+        from .discrete import SMFormat
+        from .discrete import matvec as dmatvec
+        d = self.design
+        fmt = SMFormat(8, 0)
+        acc = dmatvec(codes, fmt.from_int(np.clip(x_m, -127, 127)), book, fmt,
+                      acc_width=d.disc_acc_width, lanes=d.matrix_lanes)
+        v = SMFormat(d.disc_acc_width, 0).to_int(acc)
+        if bias is not None:
+            lim = (1 << (d.disc_acc_width - 1)) - 1
+            v = np.clip(v + bias, -lim, lim)
+        return np.clip((v + (1 << (shift - 1))) >> shift, -127, 127)
+
+    def _grand(self, src, dst, w, flags):
+        count = self._count("GRAND count", w[2])
+        self._range("GRAND destination", dst, count)
+        self.write_words(dst, [f16 for f16, _ in self.grand_take(count)])
+
+    def _rounding(self):
+        return ("nearest", "zero", "stochastic", "nearest")[self.reg("ROUNDING")]
+
+    def _width(self):
+        return min(max(self.reg("MANT_WIDTH"), 2), 8)
+
+
+# == Program builders ==========================================================================
+
+def _reg_index(name):
+    from .link import REGISTER_BY_NAME
+    return REGISTER_BY_NAME[name].index
+
+
+def config(name, value):
+    """CONFIG instruction writing ``value`` to register ``name``."""
+    return Instruction.config(_reg_index(name), int(value))
+
+
+_ROUNDING_CODES = {"nearest": 0, "zero": 1, "stochastic": 2}
+_INPUT_MODES = ("device", "host")
+
+
+def _layer_kind(layer):
+    from .network import BFPDense, DiscreteDense
+    if isinstance(layer, BFPDense):
+        return "bfp"
+    if isinstance(layer, DiscreteDense):
+        return "discrete"
+    raise TypeError(f"Layers must be sim.network.BFPDense or DiscreteDense, not {layer!r}")
+
+
+def _table_key(table):
+    return None if table is None else bytes((np.asarray(table) & 0xFF).astype(np.uint8))
+
+
+@dataclasses.dataclass(frozen=True)
+class InputQuant:
+    """How the f16 input of a network becomes the first layer's element words.
+
+    A BFP first layer takes BFP blocks of the design's block size (``width``, ``rule``,
+    ``rounding``); a discrete first layer takes int8 codes ``quantise_int8(x, shift=shift)``
+    with ``rounding``. ``where="device"`` runs QUANT in the program (needs the quantiser
+    engine); ``"host"`` quantises on the host (:func:`sim.bfp.quantise`,
+    :func:`sim.quantiser.quantise_int8`: the same numbers) and sends element words. Stochastic
+    rounding needs the device's rounding PRNG, so it is device-only.
+    """
+    where: str = "device"
+    width: int = 8
+    rule: str = "floor"
+    rounding: str = "nearest"
+    shift: int = 0
+
+    def __post_init__(self):
+        if self.where not in _INPUT_MODES:
+            raise ValueError(f"Input quantisation must be 'device' or 'host', not {self.where!r}")
+        _check_param("Input mantissa width", self.width, 2, 8)
+        if self.rule not in ("floor", "ceil"):
+            raise ValueError(f"Exponent rule must be 'floor' or 'ceil', not {self.rule!r}")
+        if self.rounding not in _ROUNDING_CODES:
+            raise ValueError(f"Rounding must be 'nearest', 'zero' or 'stochastic', not "
+                             f"{self.rounding!r}")
+        _check_param("Input shift", self.shift, -128, 127)
+        if self.where == "host" and self.rounding == "stochastic":
+            raise ValueError("Stochastic input rounding runs on the device only")
+
+
+class NetworkLayout:
+    """Placement of a network of :mod:`sim.network` layers on an accelerator, and its program.
+
+    Weight memory: the layers' weights one after another from entry 0 (:meth:`weight_words`
+    gives the LOADW image: a BFP layer of ``T`` tiles uses ``T · K`` entries, entry
+    ``t·K + j`` of bank ``l`` holding ``m | e << 8`` of row ``t·N + l``, column ``j``, rows past
+    ``R`` zero; a discrete layer uses ``R · ceil(K/N)`` entries of codes). LUT tables: each
+    distinct activation table gets one table index from 0 (:attr:`tables`).
+
+    Scratchpad (word addresses): the program at 0, the biases (BFP: ``T · N`` element words
+    per layer, padding zero; discrete: ``R`` int16), two activation buffers, then the input
+    area (``chunk`` samples of :attr:`in_words`) and the output area (``chunk`` samples of
+    :attr:`out_words`; a BFP last layer writes its ``T · N`` padded rows). :attr:`chunk` is the
+    largest batch that fits.
+
+    The program (:meth:`program`) runs ``count`` samples: ``SETOFS 0, 0; LOOP count;`` body
+    ``; ADDOFS in_words, out_words; DJNZ body; HALT``. The body quantises the input (QUANT,
+    with ``F_OFS_SRC``; or the first layer reads the host-quantised input with ``F_OFS_SRC``),
+    then per layer CONFIGs its registers and runs MATVEC / DMATVEC (with bias) and, with a
+    table, LUT; the last layer's last instruction writes the output area with ``F_OFS_DST``.
+
+    Parameters
+    ----------
+    layers : sequence of sim.network.BFPDense / DiscreteDense
+    design : Design
+    input : InputQuant, optional
+        Quantisation of the f16 input (default: on the device if it has the quantiser, else on
+        the host, nearest, width 8, floor rule).
+    table_base : int
+        First LUT table index to use.
+
+    Raises
+    ------
+    TypeError, ValueError
+        If the network does not fit the design (block size, engines, weight depth, tables,
+        scratchpad), or consecutive layers do not chain.
+    """
+
+    def __init__(self, layers, design, *, input=None, table_base=0):
+        if not isinstance(design, Design):
+            raise TypeError(f"Design must be a sim.program.Design, not {design!r}")
+        layers = list(layers)
+        if not layers:
+            raise ValueError("A network needs at least one layer")
+        kinds = [_layer_kind(layer) for layer in layers]
+        self.design, self.layers, self.kinds = design, layers, kinds
+        if input is None:
+            input = InputQuant("device" if design.has("quantiser") else "host")
+        if not isinstance(input, InputQuant):
+            raise TypeError(f"Input quantisation must be a sim.program.InputQuant, not "
+                            f"{input!r}")
+        if input.where == "device" and not design.has("quantiser"):
+            raise ValueError("The design has no quantiser engine; quantise the input on the "
+                             "host (InputQuant('host'))")
+        self.input = input
+        n, b = design.matrix_lanes, design.block
+        for i, (layer, kind) in enumerate(zip(layers, kinds, strict=True)):
+            if not design.has(kind):
+                raise ValueError(f"Layer {i} needs the {kind} engine, which the design lacks")
+            if i and layer.cols != layers[i - 1].rows:
+                raise ValueError(f"Layer {i} has {layer.cols} inputs but layer {i - 1} has "
+                                 f"{layers[i - 1].rows} outputs")
+            if kind == "bfp":
+                if layer.block != b:
+                    raise ValueError(f"Layer {i} has block size {layer.block}, the design {b}")
+                if layer.cols // b > design.max_blocks:
+                    raise ValueError(f"Layer {i} has {layer.cols // b} blocks, the design at "
+                                     f"most {design.max_blocks}")
+                if layer.width > 8:
+                    raise ValueError(f"Layer {i} width {layer.width} exceeds 8")
+            else:
+                if layer.acc_width != design.disc_acc_width:
+                    raise ValueError(f"Layer {i} accumulator width {layer.acc_width} differs "
+                                     f"from the design's {design.disc_acc_width}")
+            if layer.table is not None and not design.has("lut"):
+                raise ValueError(f"Layer {i} has an activation table but the design has no "
+                                 f"LUT engine")
+        # Weight memory.
+        self.entries = []
+        entry = 0
+        for layer, kind in zip(layers, kinds, strict=True):
+            count = self._tiles(layer) * layer.cols if kind == "bfp" else \
+                layer.rows * -(-layer.cols // n)
+            self.entries.append((entry, count))
+            entry += count
+        if entry > design.weight_depth:
+            raise ValueError(f"The network needs {entry} weight entries, the design has "
+                             f"{design.weight_depth}")
+        self.weight_entries = entry
+        # LUT tables.
+        self.tables = {}
+        for layer in layers:
+            key = _table_key(layer.table)
+            if key is not None and key not in self.tables:
+                self.tables[key] = table_base + len(self.tables)
+        if self.tables and table_base + len(self.tables) > design.lut_tables:
+            raise ValueError(f"The network needs {len(self.tables)} LUT tables from index "
+                             f"{table_base}, the design has {design.lut_tables}")
+        # Scratchpad.
+        self.out_widths = [self._padded(layer, kind)
+                           for layer, kind in zip(layers, kinds, strict=True)]
+        self.in_words = layers[0].cols
+        self.out_words = self.out_widths[-1]
+        self.bias_addr = []
+        self.program_words = 8 * len(self._body(0, 0, 0, 0, 0)) + 8 * 5
+        addr = self.program_words
+        self.bias_addr = []
+        for layer, kind, width in zip(layers, kinds, self.out_widths, strict=True):
+            has_bias = (layer.bias_m if kind == "bfp" else layer.bias) is not None
+            self.bias_addr.append(addr if has_bias else None)
+            addr += width if has_bias else 0
+        buf = max([self.in_words] + self.out_widths)
+        self.buffers = (addr, addr + buf)
+        self.in_addr = addr + 2 * buf
+        per_sample = self.in_words + self.out_words
+        self.chunk = min((design.words - self.in_addr) // per_sample, 0xFFFF)
+        if self.chunk < 1:
+            raise ValueError(f"The network does not fit the scratchpad of {design.scratch_bytes}"
+                             f" bytes ({self.in_addr + per_sample} words needed for one sample)")
+        self.out_addr = self.in_addr + self.chunk * self.in_words
+
+    # -- geometry ---------------------------------------------------------------------------------
+    def _tiles(self, layer):
+        return -(-layer.rows // self.design.matrix_lanes)
+
+    def _padded(self, layer, kind):
+        return self._tiles(layer) * self.design.matrix_lanes if kind == "bfp" else layer.rows
+
+    @property
+    def rows(self):
+        """Outputs of the network (rows of the last layer)."""
+        return self.layers[-1].rows
+
+    # -- memory images ----------------------------------------------------------------------------
+    def weight_words(self):
+        """The LOADW image of every layer: uint16 array ``(weight_entries, N)``."""
+        from .network import block_exponents, pack_elements
+        n, b = self.design.matrix_lanes, self.design.block
+        out = np.zeros((self.weight_entries, n), dtype=np.uint16)
+        for layer, kind, (entry, count) in zip(self.layers, self.kinds, self.entries, strict=True):
+            if kind == "bfp":
+                rows = self._tiles(layer) * n
+                w_m = np.zeros((rows, layer.cols), dtype=np.int64)
+                w_e = np.zeros((rows, layer.cols), dtype=np.int64)
+                w_m[:layer.rows] = layer.w_m
+                w_e[:layer.rows] = [block_exponents(e, b, layer.cols) for e in layer.w_e]
+                words = pack_elements(w_m, w_e)                         # (rows, K)
+                # entry t*K + j, bank l  <-  row t*N + l, column j
+                img = words.reshape(-1, n, layer.cols).transpose(0, 2, 1).reshape(-1, n)
+            else:
+                beats = -(-layer.cols // n)
+                codes = np.zeros((layer.rows, beats * n), dtype=np.int64)
+                codes[:, :layer.cols] = layer.w_codes
+                img = codes.reshape(layer.rows * beats, n)
+            out[entry:entry + count] = img
+        return out
+
+    def bias_words(self):
+        """``(word address, uint16 words)`` of every layer bias."""
+        from .network import pack_elements
+        out = []
+        for layer, kind, addr, width in zip(self.layers, self.kinds, self.bias_addr,
+                                            self.out_widths, strict=True):
+            if addr is None:
+                continue
+            if kind == "bfp":
+                m = np.zeros(width, dtype=np.int64)
+                e = np.zeros(width, dtype=np.int64)
+                m[:layer.rows], e[:layer.rows] = layer.bias_m, layer.bias_e
+                out.append((addr, pack_elements(m, e)))
+            else:
+                out.append((addr, (np.asarray(layer.bias, dtype=np.int64) & 0xFFFF)
+                            .astype(np.uint16)))
+        return out
+
+    def table_images(self):
+        """``{table index: 256 uint8}`` of the activation tables."""
+        return {idx: np.frombuffer(key, dtype=np.uint8).copy() for key, idx in self.tables.items()}
+
+    # -- input -----------------------------------------------------------------------------------
+    def f16(self, x):
+        """``x`` (float array, samples on the first axis, or f16 codes as uint16) as f16
+        codes of shape ``(samples, in_words)``."""
+        x = np.asarray(x)
+        if x.ndim == 1:
+            x = x[None]
+        if x.ndim != 2 or x.shape[1] != self.in_words:
+            raise ValueError(f"Input must have shape (samples, {self.in_words}), not {x.shape}")
+        if x.dtype == np.uint16:
+            return x.copy()
+        if not np.issubdtype(x.dtype, np.floating):
+            raise TypeError(f"Input must be a float array (or f16 codes as uint16), not "
+                            f"{x.dtype}")
+        return x.astype(np.float16).view(np.uint16)
+
+    def host_quantise(self, codes):
+        """Element words ``(samples, in_words)`` of f16 codes, as QUANT would write them."""
+        from .bfp import quantise
+        from .quantiser import decode_f16, quantise_int8
+        q = self.input
+        x = decode_f16(np.asarray(codes, dtype=np.uint16))
+        if self.kinds[0] == "bfp":
+            m, e = quantise(x, block=self.design.block, width=q.width, exp_bits=8, rule=q.rule,
+                            rounding=q.rounding)
+            m = m.reshape(x.shape)
+            e = np.repeat(e, self.design.block, axis=-1)
+            return ((m & 0xFF) | (e & 0xFF) << 8).astype(np.uint16)
+        return (quantise_int8(x, shift=q.shift, rounding=q.rounding) & 0xFF).astype(np.uint16)
+
+    def input_words(self, x):
+        """The words the input area holds for samples ``x`` (f16 codes or element words)."""
+        codes = self.f16(x)
+        return codes if self.input.where == "device" else self.host_quantise(codes)
+
+    # -- program ---------------------------------------------------------------------------------
+    def _layer_config(self, layer, kind):
+        if kind == "bfp":
+            return [config("MANT_WIDTH", layer.width),
+                    config("ROUNDING", _ROUNDING_CODES[layer.rounding]),
+                    config("EXP_SELECT", 1 if layer.exp_mode == "fixed" else 0),
+                    config("FIXED_EXP", layer.out_exp & 0xFF)]
+        words = layer.book.words() + [0] * (8 - len(layer.book.words()))
+        book0 = sum(v << 8 * k for k, v in enumerate(words[:4]))
+        book1 = sum(v << 8 * k for k, v in enumerate(words[4:]))
+        return [config("CODE_WIDTH", layer.book.n), config("CODE_BOOK0", book0),
+                config("CODE_BOOK1", book1), config("DISC_SHIFT", layer.shift),
+                config("FIXED_EXP", layer.out_exp & 0xFF)]
+
+    def _body(self, in_addr, out_addr, buf_a, buf_b, body_start):
+        q = self.input
+        body = []
+        if q.where == "device":
+            fmt = 0 if self.kinds[0] == "bfp" else 1
+            body += [config("QUANT_FORMAT", fmt), config("MANT_WIDTH", q.width),
+                     config("ROUNDING", _ROUNDING_CODES[q.rounding]),
+                     config("QUANT_RULE", int(q.rule == "ceil")),
+                     config("QUANT_SHIFT", q.shift & 0xFF),
+                     Instruction.quant(in_addr, buf_a, self.in_words, F_OFS_SRC)]
+            cur, src_flag = buf_a, 0
+        else:
+            cur, src_flag = in_addr, F_OFS_SRC
+        bufs = (buf_b, buf_a)
+        for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
+            last = i == len(self.layers) - 1
+            nxt = bufs[i % 2] if not (last and layer.table is None) else out_addr
+            dst_flag = F_OFS_DST if last and layer.table is None else 0
+            entry = self.entries[i][0] if self.entries else 0
+            bias = self.bias_addr[i] if self.bias_addr else None
+            body += self._layer_config(layer, kind)
+            if kind == "bfp":
+                body.append(Instruction.matvec(cur, nxt, entry, layer.cols // self.design.block,
+                                               self._tiles(layer), bias,
+                                               flags=src_flag | dst_flag))
+            else:
+                body.append(Instruction.dmatvec(cur, nxt, entry, layer.cols, layer.rows, bias,
+                                                flags=src_flag | dst_flag))
+            src_flag = 0
+            if layer.table is not None:
+                lut_dst = out_addr if last else nxt
+                body += [config("LUT_SELECT", self.tables[_table_key(layer.table)]),
+                         config("LUT_EXP", layer.table_exp & 0xFF),
+                         Instruction.lut(nxt, lut_dst, self.out_widths[i],
+                                         F_OFS_DST if last else 0)]
+            cur = nxt
+        return body
+
+    def program(self, count):
+        """The program (list of :class:`Instruction`) running ``count`` samples (1..chunk)."""
+        _check_param("Sample count", count, 1, self.chunk)
+        start = 2     # SETOFS, LOOP
+        body = self._body(self.in_addr, self.out_addr, *self.buffers, start)
+        return ([Instruction.setofs(0, 0), Instruction.loop(count)] + body
+                + [Instruction.addofs(self.in_words, self.out_words), Instruction.djnz(start * 8),
+                   Instruction.halt()])
+
+    def instructions(self, count):
+        """Instructions :meth:`program` ``(count)`` executes (HALT included)."""
+        return 3 + count * (len(self._body(0, 0, 0, 0, 0)) + 2)
+
+    # -- golden reference -----------------------------------------------------------------------
+    def reference(self, x):
+        """The network's outputs for samples ``x`` by the golden layer functions
+        (:func:`sim.network.bfp_dense`, :func:`~sim.network.discrete_dense`): ``(m, e)`` int64
+        arrays of shape ``(samples, rows)``. A BFP layer's input block exponent is the
+        exponent of the block's last element (as MATVEC reads it). Stochastic rounding
+        anywhere raises ``ValueError`` (its numbers come from the device's PRNG: use a
+        :class:`Machine`)."""
+        from .network import bfp_dense, discrete_dense, unpack_elements
+        if self.input.rounding == "stochastic" and self.input.where == "device" or any(
+                k == "bfp" and layer.rounding == "stochastic"
+                for layer, k in zip(self.layers, self.kinds, strict=True)):
+            raise ValueError("The reference has no stochastic rounding; run a Machine")
+        inp = self.input
+        codes = self.f16(x)
+        words = self.host_quantise(codes) if inp.where == "device" else \
+            self.input_words(codes)
+        column = self.design.column() if "bfp" in self.kinds else None
+        b = self.design.block
+        out_m, out_e = [], []
+        for row in words:
+            m, e = unpack_elements(row)
+            for layer, kind in zip(self.layers, self.kinds, strict=True):
+                if kind == "bfp":
+                    m, e = bfp_dense(layer, m[:layer.cols], e[b - 1:layer.cols:b], column)
+                else:
+                    m, e = discrete_dense(layer, m[:layer.cols],
+                                          lanes=self.design.matrix_lanes)
+            out_m.append(m)
+            out_e.append(e)
+        return np.array(out_m, dtype=np.int64), np.array(out_e, dtype=np.int64)
+
+
+def load_weights_program(src, entry, count):
+    """``LOADW src, entry, count; HALT`` (weights staged at word address ``src``)."""
+    return [Instruction.loadw(src, entry, count), Instruction.halt()]

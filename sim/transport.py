@@ -24,14 +24,15 @@ Two simulators (``simulator=``):
 
 Time is simulated clock cycles. ``read(n, timeout_cycles=...)`` runs the simulation until ``n``
 bytes have arrived or the timeout elapses and returns what arrived (possibly fewer bytes, like
-pyserial). Unlike the golden models in :mod:`sim`, this module imports Amaranth.
+pyserial). Unlike the golden models in :mod:`sim`, :class:`SimulatedSerial` imports Amaranth.
+
+:class:`ModelSerial` is the same API over :class:`sim.link.DeviceModel` (pure Python, no
+Amaranth): instant replies, the reference the driver tests and quick demo runs use.
 """
 
 import collections
 
-from amaranth.sim import Simulator
-
-__all__ = ["SimulatedSerial"]
+__all__ = ["SimulatedSerial", "ModelSerial"]
 
 _PERIOD = 1e-6  # simulated seconds per clock cycle (the value is arbitrary)
 
@@ -98,6 +99,7 @@ class SimulatedSerial:
             self._cx = ByteStreamSim(self.top)
             self.is_open = True
             return
+        from amaranth.sim import Simulator
         self._sim = Simulator(self.top)
         self._sim.add_clock(_PERIOD)
         bench = self._byte_bench if level == "byte" else self._uart_bench
@@ -238,3 +240,71 @@ class SimulatedSerial:
     def _check_open(self):
         if not self.is_open:
             raise ValueError("The simulated port is closed")
+
+
+class ModelSerial:
+    """Serial-port lookalike connected to :class:`sim.link.DeviceModel` (the protocol model).
+
+    Replies are computed when the request bytes are written, so :meth:`read` never waits; a
+    read with nothing pending returns ``b""`` (a pyserial timeout). :meth:`idle` with at least
+    one cycle models an inter-byte timeout. The API is :class:`SimulatedSerial`'s.
+
+    Parameters
+    ----------
+    timeout_cycles : int
+        Accepted for API compatibility (unused).
+    **params
+        :class:`sim.link.DeviceModel` parameters (the top's parameter names; parameters of
+        hardware only, e.g. ``clk_freq``, are ignored).
+
+    Attributes
+    ----------
+    model : sim.link.DeviceModel
+    cycles : int
+        Always 0 (the model has no clock).
+    """
+
+    def __init__(self, *, timeout_cycles=200_000, **params):
+        from .link import DeviceModel
+        self.model = DeviceModel(**params)
+        self.params = dict(params)
+        self.timeout_cycles = timeout_cycles
+        self.cycles = 0
+        self.leds = 0
+        self._rx = bytearray()
+        self.is_open = True
+
+    def write(self, data):
+        """Send ``data`` to the model; its replies become readable at once."""
+        self._check_open()
+        data = bytes(data)
+        self._rx += self.model.feed(data)
+        return len(data)
+
+    def flush(self):
+        pass
+
+    def read(self, n=1, timeout_cycles=None):
+        """Up to ``n`` reply bytes (fewer, possibly none, if no more are pending)."""
+        self._check_open()
+        out, self._rx = bytes(self._rx[:n]), self._rx[n:]
+        return out
+
+    def idle(self, cycles):
+        """Let time pass; any positive duration ends a partial frame (inter-byte timeout)."""
+        if cycles > 0:
+            self._rx += self.model.timeout()
+
+    @property
+    def in_waiting(self):
+        return len(self._rx)
+
+    def reset_input_buffer(self):
+        self._rx.clear()
+
+    def close(self):
+        self.is_open = False
+
+    def _check_open(self):
+        if not self.is_open:
+            raise ValueError("The model port is closed")

@@ -155,3 +155,510 @@ def test_uart_level_driver():
     assert acc.read_mem(100, 3, dtype=np.int8).tolist() == [1, -2, 3]
     assert acc.read_reg("UART_ERRORS") == 0
     acc.close()
+
+
+# == Layer programs over the model transport (fast) ==============================================
+
+from boards.driver import Limit, MissingEngine, RunError  # noqa: E402
+from sim.discrete import CodeBook  # noqa: E402
+from sim.lut import Quant, transfer_table  # noqa: E402
+from sim.network import BFPDense, DiscreteDense, bfp_dense, discrete_dense  # noqa: E402
+from sim.prng import Xoroshiro128aox  # noqa: E402
+from sim.program import InputQuant, Instruction, Machine  # noqa: E402
+from sim.quantiser import decode_f16, quantise_bfp, quantise_int8  # noqa: E402
+
+SEQ = dict(sequencer=True, scratch_bytes=4096, frame_bytes=256, matrix_lanes=8, block=8,
+           max_blocks=4, weight_depth=128, timeout_bits=20)
+RELU = transfer_table(["relu"], Quant(scale=2.0 ** -3, dtype="int8"),
+                      Quant(scale=2.0 ** -4, dtype="int8"))
+
+
+class CountingPort:
+    """Wraps a port and counts the bytes the driver writes."""
+
+    def __init__(self, port):
+        self.port, self.sent = port, 0
+
+    def write(self, data):
+        self.sent += len(data)
+        return self.port.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.port, name)
+
+
+@pytest.fixture
+def macc():
+    acc = Accelerator.model(**SEQ)
+    acc.port = CountingPort(acc.port)
+    return acc
+
+
+def _layers(rng):
+    l1 = BFPDense(rng.integers(-127, 128, (12, 16)), rng.integers(-9, -5, (12, 2)),
+                  rng.integers(-127, 128, 12), rng.integers(-8, -3, 12), exp_mode="fixed",
+                  out_exp=-3, table=RELU, table_exp=-4)
+    l2 = DiscreteDense(rng.integers(0, 4, (5, 12)), CodeBook.default(2),
+                       bias=rng.integers(-50, 50, 5), shift=2, out_exp=-1)
+    return [l1, l2]
+
+
+def test_model_transport_identity_and_design(macc):
+    assert macc.identity.engine_names == ["grand", "bfp", "discrete", "quantiser", "lut",
+                                          "sequencer"]
+    d = macc.design
+    assert (d.matrix_lanes, d.block, d.max_blocks, d.weight_depth, d.scratch_bytes) == \
+        (8, 8, 4, 128, 4096)
+    assert macc.port.model.design == d
+    assert macc.has_engine("sequencer") and not Accelerator.model().has_engine("sequencer")
+    with pytest.raises(ValueError, match="Unknown engine"):
+        macc.has_engine("fpu")
+
+
+def test_run_results_and_errors(macc):
+    macc.load_program([Instruction.nop(), Instruction.halt()], addr=64)
+    r = macc.run(64, 10)
+    assert (r.status, r.pc, r.executed, r.cycles) == (L.Status.OK, 80, 2, 0)
+    macc.load_program([Instruction.nop(), Instruction.jump(0)])
+    with pytest.raises(Limit, match="LIMIT at byte address 16 after 5") as e:
+        macc.run(0, 5)
+    assert isinstance(e.value, RunError) and e.value.result.executed == 5
+    macc.load_program([Instruction.nop(), Instruction.move(0, 2040, 9)])
+    with pytest.raises(BadAddress) as e:
+        macc.run(0, 5)
+    assert isinstance(e.value, RunError) and (e.value.result.pc, e.value.result.executed) == \
+        (16, 1)
+    with pytest.raises(BadAddress) as e:                   # start past the end: no record
+        macc.run(4096 - 8, 1)
+    assert not isinstance(e.value, RunError)
+    sent = macc.port.sent
+    for args, exc, match in [((1, 1), ValueError, "even"), ((0, 0), ValueError, "limit"),
+                             ((0, 1 << 32), ValueError, "limit"), ((0.0, 1), TypeError, "Start"),
+                             ((True, 1), TypeError, "Start")]:
+        with pytest.raises(exc, match=match):
+            macc.run(*args)
+    with pytest.raises(TypeError, match="Instruction"):
+        macc.load_program(["NOP"])
+    with pytest.raises(ValueError, match="multiple of 16"):
+        macc.load_program(b"\x00" * 15)
+    with pytest.raises(ValueError, match="does not fit"):
+        macc.load_program([Instruction.halt()], addr=4090)
+    assert macc.port.sent == sent                           # nothing was sent
+
+
+def test_missing_engines_raise_before_sending():
+    acc = Accelerator.model(sequencer=True, quantiser=False, discrete=False, lut_tables=0)
+    acc.port = CountingPort(acc.port)
+    rng = np.random.default_rng(0)
+    with pytest.raises(MissingEngine, match="no quantiser engine"):
+        acc.quantise(np.zeros(16), fmt="int8")
+    with pytest.raises(MissingEngine, match="no discrete engine"):
+        acc.discrete_matvec(np.zeros((2, 4), int), np.zeros(4, int), book=CodeBook.default(1))
+    with pytest.raises(MissingEngine, match="no lut engine"):
+        acc.load_network(_layers(rng)[:1])
+    plain = BFPDense(np.zeros((2, 16), int), np.zeros((2, 2), int))
+    with pytest.raises(MissingEngine, match="no quantiser"):
+        acc.load_network([plain], quantise_input="device")
+    assert acc.port.sent == 0
+    with pytest.raises(MissingEngine, match="no sequencer"):
+        Accelerator.model().run(0, 1)
+
+
+def test_load_weights_through_loadw(macc):
+    rng = np.random.default_rng(1)
+    words = rng.integers(0, 1 << 16, (100, 8))
+    macc.load_weights(20, words)
+    assert np.array_equal(macc.port.model.machine.banks[:, 20:120], words.T)
+    for args, match in [((0, np.zeros((3, 4), int)), "shape"),
+                        ((0, np.zeros((3, 8))), "integer"),
+                        ((0, np.full((3, 8), 1 << 16)), "16 bits"),
+                        ((126, np.zeros((3, 8), int)), "weight depth")]:
+        with pytest.raises(ValueError, match=match):
+            macc.load_weights(*args)
+
+
+def test_quantise_matches_models(macc):
+    rng = np.random.default_rng(2)
+    x = (rng.normal(size=296) * 5).astype(np.float32)
+    codes = x.astype(np.float16).view(np.uint16)
+    m, e = macc.quantise(x, width=5, rule="ceil", rounding="zero")
+    ref_m, ref_e = quantise_bfp(decode_f16(codes), block=8, width=5, rule="ceil",
+                                rounding="zero")
+    assert np.array_equal(m, ref_m) and np.array_equal(e, ref_e)
+    q = macc.quantise(codes[:37], fmt="int8", shift=-3, rounding="nearest")
+    assert np.array_equal(q, quantise_int8(decode_f16(codes[:37]), shift=-3))
+    book = CodeBook.default(2)
+    c = macc.quantise(np.array([0.9, -0.2, 0.1, -5.0, 0.0, 0.07]), fmt="discrete", book=book)
+    assert list(c) == [3, 1, 2, 0, 1, 2]
+    # Stochastic: the rounding PRNG seeded from the host, one draw per element.
+    macc.rounding_seed(1234)
+    m, e = macc.quantise(x[:24], width=3, rounding="stochastic")
+    rand = (Xoroshiro128aox(1234, 1).take(24)[:, 0] & np.uint64(0xFF)).astype(np.int64)
+    ref_m, ref_e = quantise_bfp(decode_f16(codes[:24]), block=8, width=3,
+                                rounding="stochastic", rand=rand, rand_bits=8)
+    assert np.array_equal(m, ref_m) and np.array_equal(e, ref_e)
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(fmt="fp8"), ValueError, "Format"),
+    (dict(width=9), ValueError, "Mantissa width"),
+    (dict(width=8.0), TypeError, "Mantissa width"),
+    (dict(rule="round"), ValueError, "rule"),
+    (dict(rounding="up"), ValueError, "Rounding"),
+    (dict(shift=200), ValueError, "Shift"),
+    (dict(fmt="discrete"), TypeError, "CodeBook"),
+])
+def test_quantise_validation(macc, kw, exc, match):
+    with pytest.raises(exc, match=match):
+        macc.quantise(np.zeros(16), **kw)
+    assert macc.port.sent == 0
+
+
+def test_quantise_input_validation(macc):
+    with pytest.raises(TypeError, match="float array"):
+        macc.quantise(np.zeros(16, dtype=np.int32))
+    with pytest.raises(ValueError, match="1-D"):
+        macc.quantise(np.zeros((2, 8)))
+    with pytest.raises(ValueError, match="multiple of 8"):
+        macc.quantise(np.zeros(12))
+    assert macc.port.sent == 0
+
+
+def test_bfp_and_discrete_matvec_match_golden(macc):
+    rng = np.random.default_rng(3)
+    w_m, w_e = rng.integers(-127, 128, (19, 24)), rng.integers(-9, -5, (19, 3))
+    b_m, b_e = rng.integers(-127, 128, 19), rng.integers(-7, -2, 19)
+    x_m, x_e = rng.integers(-127, 128, 24), rng.integers(-3, 1, 3)
+    m, e = macc.bfp_matvec(w_m, w_e, x_m, x_e, bias_m=b_m, bias_e=b_e, width=7)
+    col = macc.design.column()
+    ref = bfp_dense(BFPDense(w_m, w_e, b_m, b_e, width=7, exp_mode="max"), x_m, x_e, col)
+    assert np.array_equal(m, ref[0]) and np.array_equal(e, ref[1])
+    m, e = macc.bfp_matvec(w_m, w_e, x_m, x_e, exp_mode="fixed", fixed_exp=-2,
+                           rounding="zero")
+    ref = bfp_dense(BFPDense(w_m, w_e, exp_mode="fixed", out_exp=-2, rounding="zero"),
+                    x_m, x_e, col)
+    assert np.array_equal(m, ref[0]) and (e == -2).all()
+    book = CodeBook.default(3)
+    w_c, x = rng.integers(0, 8, (6, 21)), rng.integers(-128, 128, 21)
+    bias = rng.integers(-300, 300, 6)
+    m, e = macc.discrete_matvec(w_c, x, book=book, bias=bias, shift=3, out_exp=1)
+    ref = discrete_dense(DiscreteDense(w_c, book, bias=bias, shift=3, out_exp=1), x, lanes=8)
+    assert np.array_equal(m, ref[0]) and (e == 1).all()
+    with pytest.raises(ValueError, match="do not match"):
+        macc.bfp_matvec(w_m, w_e, x_m[:16], x_e)
+    with pytest.raises(TypeError, match="tuple"):
+        macc.dense(BFPDense(w_m, w_e), x_m)
+    with pytest.raises(ValueError, match="block size 12"):
+        macc.bfp_matvec(w_m, w_e[:, :2], x_m, x_e[:2])
+
+
+def test_network_over_model_equals_reference(macc):
+    rng = np.random.default_rng(4)
+    layers = _layers(rng)
+    lay = macc.load_network(layers)
+    assert lay.input.where == "device" and macc.network is lay
+    x = rng.normal(size=(lay.chunk * 2 + 3, 16)) * 2
+    out, stats = macc.run_network(x)
+    ref = lay.reference(x)
+    assert np.array_equal(out.m, ref[0]) and np.array_equal(out.e, ref[1])
+    assert stats["runs"] == 3 and stats["samples"] == len(x) and stats["cycles"] == 0
+    assert stats["instructions"] == sum(lay.instructions(n) for n in
+                                        (lay.chunk, lay.chunk, 3))
+    assert np.allclose(out.values(), np.ldexp(ref[0], ref[1]))
+    # Host quantisation gives the same numbers.
+    lay_h = macc.load_network(layers, quantise_input="host")
+    out_h, _ = macc.run_network(x.astype(np.float16))
+    assert np.array_equal(out_h.m, out.m) and lay_h.input.where == "host"
+    # A single sample, and f16 codes.
+    out1, _ = macc.run_network(x[5].astype(np.float16).view(np.uint16))
+    assert np.array_equal(out1.m[0], out.m[5])
+
+
+def test_network_api_validation(macc):
+    rng = np.random.default_rng(5)
+    with pytest.raises(ValueError, match="No network"):
+        macc.run_network(np.zeros((1, 16)))
+    with pytest.raises(ValueError, match="quantise_input"):
+        macc.load_network(_layers(rng), quantise_input="cloud")
+    with pytest.raises(TypeError, match="InputQuant"):
+        macc.load_network(_layers(rng), quantise_input=8)
+    with pytest.raises(TypeError, match="sim.network"):
+        macc.load_network(["dense"])
+    with pytest.raises(ValueError, match="block size 16"):
+        macc.load_network([BFPDense(np.zeros((2, 16), int), np.zeros((2, 1), int))])
+    assert macc.port.sent == 0
+    macc.load_network(_layers(rng), quantise_input=InputQuant("host", width=6))
+    with pytest.raises(ValueError, match=r"shape \(samples, 16\)"):
+        macc.run_network(np.zeros((2, 15)))
+    with pytest.raises(TypeError, match="float array"):
+        macc.run_network(np.zeros((2, 16), dtype=np.int8))
+
+
+def test_network_stochastic_layer_equals_machine(macc):
+    rng = np.random.default_rng(6)
+    layer = BFPDense(rng.integers(-127, 128, (8, 16)), rng.integers(-9, -5, (8, 2)),
+                     rounding="stochastic", width=4)
+    lay = macc.load_network([layer], quantise_input=InputQuant("device", rounding="stochastic"))
+    macc.rounding_seed(77)
+    x = rng.normal(size=(4, 16))
+    out, _ = macc.run_network(x)
+    # The same program on a fresh Machine seeded alike.
+    m = Machine(macc.design)
+    m.rng = Xoroshiro128aox(77, 1)
+    m.load_weights(0, lay.weight_words())
+    m.write_words(lay.in_addr, lay.input_words(x).reshape(-1))
+    from sim.program import assemble
+    raw = assemble(lay.program(4))
+    m.scratch[:len(raw)] = raw
+    assert m.run(0, 1000).status == L.Status.OK
+    from sim.network import unpack_elements
+    ref = unpack_elements(m.read_words(lay.out_addr, 4 * lay.out_words).reshape(4, -1))
+    assert np.array_equal(out.m, ref[0])
+
+
+def test_robustness_model():
+    """Garbage, truncated frames, bad CRCs, unknown opcodes, bad RUN payloads and failing
+    programs: each gets its error reply (or is skipped), the next good command works and no
+    memory outside the addressed range changes."""
+    acc = Accelerator.model(**SEQ)
+    _robustness(acc, acc.port.model.scratch.__len__())
+
+
+def _robustness(acc, size, compare=None):
+    rng = np.random.default_rng(9)
+    image = rng.integers(0, 256, size, dtype=np.uint8)
+    acc.write_mem(0, image)
+    port = acc.port
+    rq = L.encode_request
+
+    def exchange(data, timeout, expect):
+        port.reset_input_buffer()
+        port.write(data)
+        if timeout:
+            port.idle(600)                                  # > timeout_bits * divisor = 240
+        parser, replies = L.ReplyParser(), []
+        while len(replies) < expect:
+            got = port.read(parser.needed())
+            assert got, "reply missing"
+            replies += parser.feed(got)
+        assert port.read(1, timeout_cycles=300) == b""      # and nothing more
+        return replies
+
+    words = size // 2
+    a = words // 2                                          # a data word address
+    prog = bytes(Instruction.move(a, a + 10, 4).encode() + Instruction.halt().encode())
+    cases = [
+        (bytes(b for b in rng.integers(0, 256, 30, dtype=np.uint8) if b != 0xA5), False, []),
+        (rq(L.Opcode.MEM_WRITE, L.mem_write_payload(8, b"XYZ"))[:7], True, [L.Status.TRUNCATED]),
+        (rq(L.Opcode.MEM_WRITE, L.mem_write_payload(8, b"XYZ"))[:-1] + b"\x00", False,
+         [L.Status.BAD_CRC]),
+        (rq(0x7E, b"??"), False, [L.Status.BAD_OPCODE]),
+        (rq(L.Opcode.RUN, bytes(7)), False, [L.Status.BAD_LENGTH]),
+        (rq(L.Opcode.RUN, _run(3, 1)), False, [L.Status.BAD_ADDRESS]),
+        (rq(L.Opcode.RUN, _run(size - 14, 1)), False, [L.Status.BAD_ADDRESS]),
+        (rq(L.Opcode.RUN, _run(0, 0)), False, [L.Status.BAD_LENGTH]),
+    ]
+    for data, timeout, statuses in cases:
+        replies = exchange(data, timeout, len(statuses))
+        assert [s for s, _ in replies] == statuses, data
+        assert acc.ping(b"ok") == b"ok"
+        assert np.array_equal(acc.read_mem(0, size), image)
+    # Failing programs: the program's own bytes change, nothing else.
+    for ins, status in [(Instruction(0x3F), L.Status.BAD_OPCODE),
+                        (Instruction.move(size // 2 - 2, 0, 4), L.Status.BAD_ADDRESS),
+                        (Instruction.matvec(a, a + 50, 0, 9, 1), L.Status.BAD_LENGTH),
+                        (Instruction.matvec(a, a + 50, 120, 1, 2), L.Status.BAD_ADDRESS),
+                        (Instruction.lut(a, words - 1, 2), L.Status.BAD_ADDRESS)]:
+        raw = Instruction.nop().encode() + ins.encode()
+        acc.write_mem(64, raw)
+        image[64:64 + len(raw)] = np.frombuffer(raw, np.uint8)
+        with pytest.raises(RunError) as e:
+            acc.run(64, 10)
+        assert e.value.status == status and e.value.result.pc == 80
+        assert np.array_equal(acc.read_mem(0, size), image)
+    # A good program after all that.
+    acc.write_mem(0, prog)
+    image[:len(prog)] = np.frombuffer(prog, np.uint8)
+    assert acc.run(0, 10).executed == 2
+    image[2 * a + 20:2 * a + 28] = image[2 * a:2 * a + 8]
+    assert np.array_equal(acc.read_mem(0, size), image)
+
+
+def _run(start, limit):
+    return start.to_bytes(4, "little") + limit.to_bytes(4, "little")
+
+
+# == The same API over the real top (simulated) ===================================================
+
+@pytest.fixture(scope="module")
+def sim_acc():
+    try:
+        acc = Accelerator.simulated(**SEQ)
+    except TypeError as e:                  # a top without the sequencer parameters
+        pytest.skip(f"hw.top.Accelerator cannot build a sequencer: {e}")
+    if not acc.has_engine("sequencer"):
+        pytest.skip("hw.top.Accelerator has no sequencer (IDENTIFY engine bit 5 clear)")
+    yield acc
+    acc.close()
+
+
+def test_sim_run_matches_model(sim_acc):
+    model = Accelerator.model(**SEQ)
+    programs = [
+        ([Instruction.nop(), Instruction.halt()], 10),
+        ([Instruction.setofs(1, 2), Instruction.loop(3), Instruction.addofs(1, 1),
+          Instruction.djnz(32), Instruction.halt()], 100),
+        ([Instruction.nop(), Instruction.jump(0)], 7),
+        ([Instruction.nop(), Instruction(0x3F)], 10),
+        ([Instruction.move(600, 2046, 3)], 10),
+        ([Instruction.config(0x01, 5)], 10),
+    ]
+    for prog, limit in programs:
+        results = []
+        for acc in (sim_acc, model):
+            acc.load_program(prog, addr=64)
+            try:
+                r = acc.run(64, limit)
+            except RunError as e:
+                r = e.result
+            results.append(r)
+        (hw, ref) = results
+        assert (hw.status, hw.pc, hw.executed) == (ref.status, ref.pc, ref.executed), prog
+        assert hw.cycles > 0
+
+
+def test_sim_single_operations_match_model(sim_acc):
+    model = Accelerator.model(**SEQ)
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=16) * 3
+    for kw in (dict(width=6, rule="ceil"), dict(fmt="int8", shift=-2)):
+        got, ref = sim_acc.quantise(x, **kw), model.quantise(x, **kw)
+        if not isinstance(got, tuple):
+            got, ref = (got,), (ref,)
+        assert all(np.array_equal(a, b) for a, b in zip(got, ref, strict=True)), kw
+    w_m, w_e = rng.integers(-127, 128, (10, 16)), rng.integers(-9, -5, (10, 2))
+    b_m, b_e = rng.integers(-127, 128, 10), rng.integers(-7, -2, 10)
+    x_m, x_e = rng.integers(-127, 128, 16), rng.integers(-3, 1, 2)
+    args = (w_m, w_e, x_m, x_e)
+    kw = dict(bias_m=b_m, bias_e=b_e, width=7)
+    for a, b in zip(sim_acc.bfp_matvec(*args, **kw), model.bfp_matvec(*args, **kw), strict=True):
+        assert np.array_equal(a, b)
+    book = CodeBook.default(2)
+    w_c, xd = rng.integers(0, 4, (5, 12)), rng.integers(-128, 128, 12)
+    kw = dict(book=book, bias=rng.integers(-100, 100, 5), shift=2)
+    for a, b in zip(sim_acc.discrete_matvec(w_c, xd, **kw), model.discrete_matvec(w_c, xd, **kw),
+                    strict=True):
+        assert np.array_equal(a, b)
+
+
+def test_sim_network_matches_golden(sim_acc):
+    rng = np.random.default_rng(12)
+    layers = _layers(rng)
+    lay = sim_acc.load_network(layers)
+    x = rng.normal(size=(3, 16)) * 2
+    out, stats = sim_acc.run_network(x)
+    ref = lay.reference(x)
+    assert np.array_equal(out.m, ref[0]) and np.array_equal(out.e, ref[1])
+    assert stats["runs"] == 1 and stats["cycles"] > 0
+
+
+@pytest.mark.slow
+def test_sim_robustness(sim_acc):
+    acc = Accelerator.simulated(**{**SEQ, "scratch_bytes": 1024})
+    _robustness(acc, 1024)
+    acc.close()
+
+
+_DIFF = dict(sequencer=True, scratch_bytes=2048, frame_bytes=256, matrix_lanes=4, block=4,
+             max_blocks=4, weight_depth=64, timeout_bits=20)
+_EDGE_REGS = ("MANT_WIDTH", "ROUNDING", "EXP_SELECT", "FIXED_EXP", "QUANT_FORMAT", "CODE_WIDTH",
+              "CODE_BOOK0", "CODE_BOOK1", "LUT_SELECT", "LUT_EXP", "DISC_SHIFT", "QUANT_SHIFT",
+              "QUANT_RULE", "PRNG_SEED3")
+
+
+def _random_program(rng):
+    """Twelve random instructions and HALT: any register value, ranges that may fall outside
+    the scratchpad or the weight memory, sources below word 560 and destinations from 600 (an
+    engine's destination never overlaps its own sources)."""
+    from sim.program import config
+    prog = []
+    for _ in range(12):
+        k = int(rng.integers(0, 10))
+        a, b = int(rng.integers(200, 560)), int(rng.integers(600, 1000))
+        bias = int(rng.integers(200, 540)) if rng.integers(2) else None
+        if k == 0:
+            name = str(rng.choice(_EDGE_REGS))
+            prog.append(config(name, int(rng.integers(0, 1 << L.REGISTER_BY_NAME[name].width))))
+        elif k == 1:
+            prog.append(Instruction.move(a, b, int(rng.integers(1, 40))))
+        elif k == 2:
+            prog.append(Instruction.loadw(a, int(rng.integers(0, 50)), int(rng.integers(1, 14))))
+        elif k == 3:
+            prog.append(Instruction.quant(a, b, 4 * int(rng.integers(1, 10))))
+        elif k in (4, 5):
+            prog.append(Instruction.matvec(a, b, int(rng.integers(0, 40)),
+                                           int(rng.integers(1, 6)), int(rng.integers(1, 3)),
+                                           bias=bias))
+        elif k == 6:
+            prog.append(Instruction.lut(a, b, int(rng.integers(1, 30))))
+        elif k == 7:
+            prog.append(Instruction.dmatvec(a, b, int(rng.integers(0, 40)),
+                                            int(rng.integers(1, 13)), int(rng.integers(1, 6)),
+                                            bias=bias))
+        elif k == 8:
+            prog.append(Instruction.grand(b, int(rng.integers(1, 9))))
+        else:
+            prog.append(Instruction.nop())
+    return prog + [Instruction.halt()]
+
+
+def _differential(hw, seed, trials):
+    """Random programs on the real top and on the model: equal RUN outcomes (status, pc,
+    executed) and equal scratchpads after every program."""
+    rng = np.random.default_rng(seed)
+    model = Accelerator.model(**_DIFF)
+    image = rng.integers(0, 256, _DIFF["scratch_bytes"], dtype=np.uint8)
+    for acc in (hw, model):
+        # The top is shared between calls: bring registers and weights to a common state.
+        for reg in L.REGISTERS:
+            if reg.access == "rw":
+                acc.write_reg(reg.name, reg.reset)
+        acc.load_weights(0, np.zeros((_DIFF["weight_depth"], _DIFF["matrix_lanes"]), int))
+        acc.write_mem(0, image)
+        for t in range(4):
+            acc.lut_load(t, np.random.default_rng(t).integers(0, 256, 256))
+        acc.grand_seed(seed)
+        acc.rounding_seed(seed)
+    for trial in range(trials):
+        prog = _random_program(rng)
+        outcome = []
+        for acc in (hw, model):
+            acc.load_program(prog)
+            try:
+                r = acc.run(0, 100)
+            except RunError as e:
+                r = e.result
+            outcome.append((r.status, r.pc, r.executed))
+        assert outcome[0] == outcome[1], (trial, [str(i) for i in prog])
+        assert np.array_equal(hw.read_mem(0, _DIFF["scratch_bytes"]),
+                              model.read_mem(0, _DIFF["scratch_bytes"])), \
+            (trial, [str(i) for i in prog])
+
+
+@pytest.fixture(scope="module")
+def diff_acc():
+    acc = Accelerator.simulated(**_DIFF)
+    if not acc.has_engine("sequencer"):
+        pytest.skip("hw.top.Accelerator has no sequencer (IDENTIFY engine bit 5 clear)")
+    yield acc
+    acc.close()
+
+
+def test_sim_random_programs_match_model(diff_acc):
+    _differential(diff_acc, 1, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [2, 3, 4])
+def test_sim_random_programs_match_model_long(diff_acc, seed):
+    _differential(diff_acc, seed, 15)

@@ -167,6 +167,73 @@ def test_device_model_rules():
     assert model.scratch[60:] == b"abcd" and model.errors == 6
 
 
+def _run_payload(start, limit):
+    return start.to_bytes(4, "little") + limit.to_bytes(4, "little")
+
+
+def test_device_model_run_framing():
+    from sim.program import Instruction, assemble
+    rq = L.encode_request
+    model = L.DeviceModel(scratch_bytes=256, frame_bytes=64, sequencer=True)
+    assert model.identity.engine_names == ["grand", "bfp", "discrete", "quantiser", "lut",
+                                           "sequencer"]
+    prog = assemble([Instruction.nop(), Instruction.move(100, 110, 3), Instruction.halt()])
+    model.feed(rq(L.Opcode.MEM_WRITE, L.mem_write_payload(32, prog)))
+    model.feed(rq(L.Opcode.MEM_WRITE, L.mem_write_payload(200, b"abcdef")))
+    reply = model.feed(rq(L.Opcode.RUN, _run_payload(32, 10)))
+    status, body = L.decode_reply(reply)
+    assert status == L.Status.OK and body == bytes([64, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0])
+    assert model.scratch[220:226] == b"abcdef"
+    # Payload checks, in order; empty replies; nothing runs.
+    errors = model.errors
+    for payload, status in [(b"", L.Status.BAD_LENGTH), (bytes(9), L.Status.BAD_LENGTH),
+                            (_run_payload(33, 0), L.Status.BAD_ADDRESS),
+                            (_run_payload(241, 1), L.Status.BAD_ADDRESS),
+                            (_run_payload(242, 1), L.Status.BAD_ADDRESS),
+                            (_run_payload(1 << 31, 1), L.Status.BAD_ADDRESS),
+                            (_run_payload(32, 0), L.Status.BAD_LENGTH)]:
+        model.scratch[220:226] = bytes(6)
+        assert model.feed(rq(L.Opcode.RUN, payload)) == L.encode_reply(status), payload
+        assert model.scratch[220:226] == bytes(6)
+    assert model.errors == errors + 7
+    # The last 16 bytes are a valid start (fetch of 8 words ends at the scratchpad's end).
+    model.scratch[240:256] = assemble([Instruction.halt()])
+    assert L.decode_reply(model.feed(rq(L.Opcode.RUN, _run_payload(240, 1))))[0] == L.Status.OK
+    # LIMIT and a failing instruction carry the 12-byte record and count as error replies.
+    model.scratch[0:32] = assemble([Instruction.nop(), Instruction.jump(0)])
+    status, body = L.decode_reply(model.feed(rq(L.Opcode.RUN, _run_payload(0, 5))))
+    assert status == L.Status.LIMIT and body[:8] == bytes([16, 0, 0, 0, 5, 0, 0, 0])
+    model.scratch[0:16] = assemble([Instruction.move(0, 120, 9)])
+    status, body = L.decode_reply(model.feed(rq(L.Opcode.RUN, _run_payload(0, 5))))
+    assert status == L.Status.BAD_ADDRESS and body == bytes(12)
+    assert model.errors == errors + 9
+    assert model.last_run.message
+
+
+def test_device_model_run_needs_the_sequencer_and_engine_bits():
+    rq = L.encode_request
+    model = L.DeviceModel()
+    assert model.identity.engines == 0b10001            # grand + lut; engines need a sequencer
+    assert model.feed(rq(L.Opcode.RUN, _run_payload(0, 1))) == L.encode_reply(
+        L.Status.BAD_OPCODE)
+    model = L.DeviceModel(sequencer=True, bfp=False, discrete=False, lut_tables=0, grand=False)
+    assert model.identity.engine_names == ["quantiser", "sequencer"]
+    with pytest.raises(TypeError, match="Unknown DeviceModel parameters: fpu"):
+        L.DeviceModel(fpu=True)
+    L.DeviceModel(clk_freq=24e6, multiplier="sb_mac16", code_bits=2, uart=False)   # ignored
+
+
+def test_prng_seed3_write_loads_rounding_prng():
+    from sim.prng import Xoroshiro128aox
+    rq = L.encode_request
+    model = L.DeviceModel(sequencer=True)
+    for k, v in enumerate((5, 6, 7, 8)):
+        model.feed(rq(L.Opcode.REG_WRITE, L.reg_write_payload(0x20 + k, v)))
+    ref = Xoroshiro128aox.from_state([[6 << 32 | 5, 8 << 32 | 7]]).take(3)[:, 0]
+    assert list(model.machine.draw(3)) == list((ref & 0xFF).astype(int))
+    assert model.regs[0x23] == 8
+
+
 # -- gateware parameters ------------------------------------------------------------------------
 
 def test_link_parameter_validation():

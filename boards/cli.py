@@ -10,6 +10,10 @@ Commands
     Program a board with the bitstream built by ``lowbit build``.
 ``lowbit boards``
     The supported boards and their device profiles.
+``lowbit demo digits [--port P] [--simulator S] [--images N] [--variant V] [--board B]``
+    The digits MLP end to end: accuracy, bit-exactness against the golden model, throughput.
+``lowbit train digits [--variant V] [--epochs N] [--backend B] [--port P]``
+    Train the digits MLP with the accelerator's arithmetic (see ``docs/training.md``).
 
 Every failure exits with a non-zero status and a one-line reason on stderr.
 """
@@ -90,6 +94,22 @@ def cmd_boards(args):
     return 0
 
 
+def cmd_demo(args):
+    from .demo import MismatchError, UsageError, format_result, run_digits
+    try:
+        result = run_digits(args.variant, simulator=args.simulator, port=args.port,
+                            images=args.images, board=args.board, build_dir=args.build_dir,
+                            progress=_say)
+    except UsageError as e:
+        _say(f"lowbit demo: error: {e}")
+        return 2
+    except MismatchError as e:
+        _say(f"lowbit demo: MISMATCH: {e}")
+        return 1
+    print(result.to_json() if args.json else format_result(result))
+    return 0
+
+
 def _parser():
     parser = argparse.ArgumentParser(
         prog="lowbit",
@@ -122,6 +142,31 @@ def _parser():
     p = sub.add_parser("boards", help="list the supported boards and their device profiles")
     p.add_argument("--json", action="store_true", help="print as JSON")
     p.set_defaults(func=cmd_boards)
+
+    p = sub.add_parser(
+        "demo", help="run a demo workload end to end (digits: the 64-32-10 MLP)",
+        description="Train (or load from the cache) the digits MLP, convert it, run test images "
+                    "on a simulated top or a board, check every output against the golden "
+                    "model (exit 1 on a mismatch) and print accuracy and throughput.")
+    p.add_argument("demo", choices=["digits"], help="the demo to run")
+    p.add_argument("--port", help="serial port of a board (default: a simulated top)")
+    p.add_argument("--simulator", choices=["cxxrtl", "amaranth", "model"],
+                   help="simulated device: compiled CXXRTL top (default if a C++ compiler is "
+                        "installed), Amaranth's simulator, or the protocol model")
+    p.add_argument("--images", type=int,
+                   help="test images to run, 1..540 (default: 540; 3 in Amaranth's simulator)")
+    p.add_argument("--variant", choices=["bfp", "discrete"], default="bfp",
+                   help="BFP weights (default) or 3-bit discrete weights")
+    p.add_argument("--board", "-b", default=DEFAULT_BOARD, choices=list(BOARDS),
+                   help=f"board profile of --port (default: {DEFAULT_BOARD})")
+    p.add_argument("--build-dir", default="build",
+                   help="directory of the model cache (BUILD_DIR/demo) and build reports "
+                        "(default: build)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_demo)
+
+    from .train import add_parser as add_train_parser
+    add_train_parser(sub)
     return parser
 
 

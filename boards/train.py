@@ -1,0 +1,211 @@
+"""``lowbit train digits``: train the digits MLP with the accelerator doing the products.
+
+The training itself is :mod:`sim.train`. This module picks the backend — the golden models
+(``golden``), the protocol model (``model``), the simulated top (``cxxrtl``, ``amaranth``) or a
+board (``--port``) — runs the epochs with one progress line each, and (unless ``--no-check``)
+trains the same run on the golden backend alongside and checks after every epoch that the
+device produced bit-identical weights. Test accuracy is computed with the golden backend's
+arithmetic on the current weights (the device equals it bit for bit; evaluating 540 images on
+a simulated top would take much longer than the training).
+
+The lead wires :func:`add_parser` and :func:`run` into :mod:`boards.cli`.
+"""
+
+import json
+import sys
+import time
+
+__all__ = ["add_parser", "run", "BACKENDS"]
+
+#: ``--backend`` choices; ``sim`` is the compiled (CXXRTL) top if a C++ compiler is
+#: installed, else Amaranth's simulator.
+BACKENDS = ("sim", "golden", "model", "cxxrtl", "amaranth")
+#: Default (epochs, steps per epoch) per backend: about a minute each.
+DEFAULTS = {"golden": (10, None), "model": (2, 5), "cxxrtl": (2, 5), "amaranth": (1, 1),
+            "port": (2, 5)}
+
+
+class UsageError(Exception):
+    """A bad combination of options (exit status 2)."""
+
+
+class MismatchError(Exception):
+    """The device's weights differ from the golden backend's (exit status 1)."""
+
+
+def _say(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def add_parser(subparsers):
+    """Add the ``train`` command to an ``argparse`` sub-parser collection."""
+    from sim.train import VARIANTS
+
+    from .profiles import BOARDS, DEFAULT_BOARD
+    p = subparsers.add_parser(
+        "train", help="train the digits MLP with the accelerator's arithmetic",
+        description="Mixed-precision training of the 64-H-10 digits MLP (issue #11): the "
+                    "accelerator does the forward and backward matrix-vector products and the "
+                    "weight-gradient products; the host does softmax, f' masks and the update.")
+    p.add_argument("task", choices=["digits"], help="the training task")
+    p.add_argument("--variant", choices=list(VARIANTS), default="bfp8",
+                   help="arithmetic (default: bfp8)")
+    p.add_argument("--backend", choices=list(BACKENDS), default="sim",
+                   help="where the products run: the simulated top (default: sim = CXXRTL if "
+                        "a C++ compiler is installed, else Amaranth), the golden models, or the "
+                        "protocol model")
+    p.add_argument("--port", help="serial port of a board (overrides --backend)")
+    p.add_argument("--board", "-b", default=DEFAULT_BOARD, choices=list(BOARDS),
+                   help=f"board profile of --port (default: {DEFAULT_BOARD})")
+    p.add_argument("--epochs", type=int, help="epochs (default: 10 golden, 2 device)")
+    p.add_argument("--steps", type=int,
+                   help="training steps per epoch (default: all on golden; 1 in Amaranth's "
+                        "simulator, 5 on the CXXRTL top, the model or a board)")
+    p.add_argument("--batch", type=int, default=32, help="samples per step (default: 32)")
+    p.add_argument("--hidden", default="32,32",
+                   help="hidden layer sizes, comma-separated (default: 32,32)")
+    p.add_argument("--seed", type=int, default=1, help="run seed (default: 1)")
+    p.add_argument("--lr", type=float, help="learning rate (default: the variant's)")
+    p.add_argument("--no-check", action="store_true",
+                   help="do not train the golden backend alongside to check bit-exactness")
+    p.add_argument("--json", action="store_true", help="print the history as JSON")
+    p.set_defaults(func=run)
+    return p
+
+
+def _backend(args):
+    """``(kind, backend)`` for the options."""
+    from sim.train import DeviceBackend, GoldenBackend
+    if args.port is not None:
+        from .demo import connect
+        accel, _ = connect(port=args.port, board=args.board, progress=_say)
+        return "port", DeviceBackend(accel)
+    kind = args.backend
+    if kind == "golden":
+        return kind, GoldenBackend()
+    if kind == "sim":
+        from .demo import default_simulator
+        kind = default_simulator()
+    from .demo import connect
+    accel, desc = connect(simulator=kind, progress=_say)
+    _say(f"lowbit train: device: {desc}")
+    return kind, DeviceBackend(accel)
+
+
+def _golden_twin(backend):
+    from sim.train import GoldenBackend
+    return GoldenBackend(backend.column, disc_lanes=backend.disc_lanes,
+                         disc_acc_width=backend.disc_acc_width, grand_lanes=backend.grand_lanes)
+
+
+def train_digits(args):
+    """Run the training; returns ``(history, info)``. Raises UsageError / MismatchError."""
+    from sim.train import Trainer, variant_config
+    try:
+        hidden = tuple(int(h) for h in str(args.hidden).split(",") if h.strip())
+    except ValueError:
+        raise UsageError(f"--hidden must be comma-separated integers, not {args.hidden!r}") \
+            from None
+    overrides = dict(hidden=hidden, batch=args.batch, seed=args.seed)
+    if args.lr is not None:
+        overrides["lr"] = args.lr
+    if args.variant == "float64":
+        kind, backend = "float64", None
+    else:
+        kind, backend = _backend(args)
+    epochs, steps = DEFAULTS.get(kind, DEFAULTS["golden"])
+    epochs = args.epochs if args.epochs is not None else epochs
+    steps = args.steps if args.steps is not None else steps
+    if epochs < 1 or (steps is not None and steps < 1):
+        raise UsageError("--epochs and --steps must be at least 1")
+    overrides["epochs"] = epochs
+    try:
+        cfg = variant_config(args.variant, **overrides)
+        trainer = Trainer(cfg, backend)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    twin = None
+    device = kind not in ("golden", "float64")
+    if device:
+        # The device computes the products; accuracy is evaluated on the golden twin.
+        twin = Trainer(variant_config(args.variant, **overrides), _golden_twin(backend))
+    _say(f"lowbit train: digits, variant {args.variant}, backend {kind}, {epochs} epochs"
+         + (f" of {steps} steps" if steps else "") + f", batch {cfg.batch}, hidden {hidden}")
+    history = []
+    for _ in range(epochs):
+        t0 = time.perf_counter()
+        if device:
+            rec = _device_epoch(trainer, twin, steps, check=not args.no_check)
+        else:
+            rec = trainer.run_epoch(steps)
+        rec = dict(rec, seconds=time.perf_counter() - t0)
+        history.append(rec)
+        widths = f"  widths {' '.join(rec['widths'])}" if rec.get("widths") else ""
+        exact = "  bit-exact" if rec.get("bit_exact") else ""
+        _say(f"epoch {rec['epoch'] + 1:>3}/{epochs}: test accuracy {100 * rec['test_acc']:5.1f} %"
+             f"  train loss {rec['train_loss']:.4f}{widths}  {rec['seconds']:.1f} s{exact}")
+    info = {"variant": args.variant, "backend": kind, "epochs": epochs, "steps": steps,
+            "batch": cfg.batch, "hidden": list(hidden), "seed": args.seed,
+            "final_test_acc": history[-1]["test_acc"]}
+    return history, info
+
+
+def _device_epoch(dev, twin, steps, *, check):
+    """One epoch on the device; the golden twin runs the same steps (same shuffle)."""
+    import numpy as np
+    x_tr, y_tr, x_te, y_te = dev.data
+    order = dev.rng.permutation(len(x_tr))
+    if twin is not None:
+        twin.rng.permutation(len(x_tr))
+    for tr in (dev, twin):
+        if tr is not None and tr.cfg.policy is not None:
+            tr._errors_pending = True
+    losses = []
+    for s, k in enumerate(range(0, len(order), dev.cfg.batch)):
+        if steps is not None and s >= steps:
+            break
+        idx = order[k:k + dev.cfg.batch]
+        loss = dev.step(x_tr[idx], y_tr[idx])
+        losses.append(loss)
+        if check:
+            if twin.step(x_tr[idx], y_tr[idx]) != loss or not all(
+                    np.array_equal(a, b) for a, b in zip(dev.weights, twin.weights,
+                                                          strict=True)):
+                raise MismatchError(f"epoch {dev.epoch + 1}, step {s + 1}: the device's "
+                                    f"weights differ from the golden backend's")
+    widths = None
+    if dev.cfg.policy is not None:
+        widths = [str(dev._widths(layer)) for layer in range(len(dev.weights))]
+        dev.cfg.policy.end_epoch(dev.epoch)
+        if check:
+            twin.cfg.policy.end_epoch(twin.epoch)
+    if not check:                       # evaluate the device's weights on the twin
+        twin.weights = [w.copy() for w in dev.weights]
+        twin.biases = [b.copy() for b in dev.biases]
+        twin._codes = None if dev._codes is None else [c.copy() for c in dev._codes]
+    twin.epoch = dev.epoch
+    acc = twin.accuracy(x_te, y_te)
+    rec = {"epoch": dev.epoch, "test_acc": acc, "train_loss": float(np.mean(losses)),
+           "widths": widths, "steps": len(losses), "bit_exact": check}
+    dev.history.append(rec)
+    dev.epoch += 1
+    twin.epoch += 1
+    return rec
+
+
+def run(args):
+    """The ``train`` command; returns the exit status."""
+    try:
+        history, info = train_digits(args)
+    except UsageError as e:
+        _say(f"lowbit train: error: {e}")
+        return 2
+    except MismatchError as e:
+        _say(f"lowbit train: MISMATCH: {e}")
+        return 1
+    if args.json:
+        print(json.dumps({**info, "history": history}, indent=1, default=str))
+    else:
+        print(f"digits {info['variant']} on {info['backend']}: test accuracy "
+              f"{100 * info['final_test_acc']:.1f} % after {info['epochs']} epochs")
+    return 0

@@ -3,7 +3,8 @@
 Every generator here is seeded, pure Python / NumPy (never Amaranth), and returns plain data
 (ints, lists, dicts, ``bytes``) that serialises to JSON, so the same vectors drive Amaranth's
 simulator and an independent Verilog simulator. The expected outputs come from the blocks'
-golden models (:mod:`sim.lut`, :mod:`sim.link`, :mod:`sim.prng`), never from the gateware.
+golden models (:mod:`sim.lut`, :mod:`sim.link`, :mod:`sim.prng`, :mod:`sim.grand`,
+:mod:`sim.bfp_column`, :mod:`sim.discrete`, :mod:`sim.quantiser`), never from the gateware.
 
 Stream payloads are given in the structured form of the block's ``lib.data`` layout (dicts for
 struct layouts, lists for array layouts); packing them into bit vectors is the test side's job.
@@ -23,7 +24,8 @@ from sim.link import (
 )
 
 __all__ = ["uart_vectors", "lut_vectors", "link_vectors", "top_vectors", "prng_vectors",
-           "grand_vectors", "GRAND_MODES"]
+           "grand_vectors", "GRAND_MODES", "bfp_vectors", "discrete_vectors", "quantiser_vectors",
+           "F16_EDGES"]
 
 #: Bytes that exercise the UART's bit order and the link's framing bytes.
 EDGE_BYTES = [0x00, 0xFF, 0x55, 0xAA, 0x01, 0x80, 0xA5, 0x5A, 0x7F, 0xFE]
@@ -297,3 +299,443 @@ def grand_vectors(*, lanes=2, reset_seed=0, mode="normal", n=32):
     beats = [[{"f16": int(a), "f32": int(b)} for a, b in zip(r16, r32, strict=True)]
              for r16, r32 in zip(f16.tolist(), f32.tolist(), strict=True)]
     return {"mode": GRAND_MODES[mode], "o": beats}
+
+
+# --- BFP systolic MAC column ----------------------------------------------------------------------
+
+def _bfp_operands(rng, n, nb, block, *, width, exp_bits, kind="gauss", bias=False, rand_bits=8):
+    """One product's operands: Gaussian, uniform or heavy-tailed values with random per-block
+    scales, quantised with the format's own quantiser (:func:`sim.bfp.quantise`)."""
+    from sim.bfp import quantise
+
+    k = nb * block
+    if kind == "gauss":
+        w, x = rng.standard_normal((n, k)), rng.standard_normal(k)
+    elif kind == "uniform":
+        w, x = rng.uniform(-1, 1, (n, k)), rng.uniform(0, 1, k)
+    elif kind == "heavy":
+        w, x = rng.standard_t(1.2, (n, k)), rng.standard_cauchy(k)
+    else:
+        raise ValueError(f"Unknown operand kind {kind!r}")
+    spread = min(20, (1 << (exp_bits - 1)) // 4)
+    scale = 2.0 ** rng.integers(-spread, spread, (n, nb)).repeat(block, axis=1)
+    w_m, w_e = quantise(w * scale, block=block, width=width, exp_bits=exp_bits)
+    x_m, x_e = quantise(x * 2.0 ** int(rng.integers(-spread, spread)), block=block, width=width,
+                        exp_bits=exp_bits)
+    job = {"w_m": np.asarray(w_m).reshape(n, k), "w_e": np.asarray(w_e).reshape(n, nb),
+           "x_m": np.asarray(x_m).reshape(k), "x_e": np.asarray(x_e).reshape(nb),
+           "rand": rng.integers(0, 1 << rand_bits, n)}
+    if bias:
+        b_m, b_e = quantise(rng.standard_normal(n) * 2.0 ** int(rng.integers(0, 2 * spread)),
+                            block=n, width=width, exp_bits=exp_bits)
+        job["b_m"] = np.asarray(b_m).reshape(n)
+        job["b_e"] = np.repeat(np.asarray(b_e).reshape(-1), n)
+    return job
+
+
+def _bfp_edge_jobs(rng, n, block, nb, *, width, exp_bits, rand_bits):
+    """Zero blocks, zero products, full scale (``-2^(W-1)`` too) and extreme exponents."""
+    e_lim = (1 << (exp_bits - 1)) - 1
+    top = (1 << (width - 1)) - 1
+    k = nb * block
+    kw = dict(width=width, exp_bits=exp_bits, rand_bits=rand_bits)
+    zero_x = _bfp_operands(rng, n, nb, block, **kw)
+    zero_x["x_m"][block:2 * block] = 0               # an all-zero vector block ...
+    zero_x["w_e"][:, 1] = e_lim                      # ... against the largest exponents
+    zero_w = _bfp_operands(rng, n, nb, block, **kw)
+    zero_w["w_m"][:] = 0                             # a zero product: exponent 0
+    zero_row = _bfp_operands(rng, n, nb, block, **kw)
+    zero_row["w_m"][1, :] = 0
+    zero_row["x_m"][:block] = 0                      # a zero first block, then data
+    jobs = [zero_x, zero_w, zero_row]
+    # Every product (-2^(W-1))^2, outside the symmetric range and still exact.
+    jobs.append({"w_m": np.full((n, k), -top - 1), "w_e": np.zeros((n, nb), int),
+                 "x_m": np.full(k, -top - 1), "x_e": np.zeros(nb, int)})
+    # Full scale of both signs with exponent sums at both ends of the E + 1-bit range.
+    signs = np.where(np.arange(n) % 2, -1, 1)
+    jobs.append({"w_m": (signs * top)[:, None].repeat(k, axis=1),
+                 "w_e": np.where(np.arange(nb) % 2, -e_lim, e_lim)[None, :].repeat(n, axis=0),
+                 "x_m": np.full(k, top),
+                 "x_e": np.where(np.arange(nb) % 3 == 1, -e_lim, e_lim)})
+    # Mixed exponents per row and block.
+    jobs.append({"w_m": np.arange(n * k).reshape(n, k) % (2 * top + 1) - top,
+                 "w_e": rng.integers(-e_lim, e_lim + 1, (n, nb)),
+                 "x_m": np.arange(k) * 13 % (2 * top + 1) - top,
+                 "x_e": rng.integers(-e_lim, e_lim + 1, nb)})
+    for job in jobs:
+        job["rand"] = rng.integers(0, 1 << rand_bits, n)
+    return jobs
+
+
+def bfp_vectors(*, lanes=4, block=4, width=8, exp_bits=8, max_blocks=4, frac_bits=3,
+                rand_bits=8, stat_shift=None, jobs=3, seed=0):
+    """Products, configurations and expected outputs of :class:`hw.bfp.BFPColumn`.
+
+    Cases (one configuration each, several products in a row): Gaussian, uniform and
+    heavy-tailed operands in each rounding mode (stochastic with given random numbers), ``jobs``
+    products each; the
+    bias path in each mode, zero blocks and zero products, full scale and extreme exponents in
+    "max" and "fixed" exponent mode, NaN weight / vector / bias blocks, and narrow run-time
+    widths; and, when the model has the ``"predicted"`` exponent mode, a run of products whose
+    output scale jumps up and down in that mode (its state carried from product to product,
+    after products in other modes). Expected outputs from
+    :meth:`sim.bfp_column.ColumnModel.matvec`, called in case order on one model.
+
+    Returns
+    -------
+    dict
+        ``cases``: list of ``{"name", "config", "inputs", "outputs"}``. ``config`` has the
+        model's names: ``width``, ``rounding``, ``exp_mode`` ("max" / "fixed" / "predicted"),
+        ``fixed_exp``, ``pred_k``, ``pred_margin``, ``bias`` (bool), ``blocks``. ``inputs`` are
+        the payloads of ``i_w`` (``{"m": [N], "e": [N]}``), ``i_x`` and ``i_bias``
+        (``{"m", "e"}``) and ``i_rand`` (ints);
+        ``outputs["o"]`` the ``{"m", "e"}`` output elements, ``N`` per product.
+    """
+    from sim.bfp import nan_exponent, quantise
+    from sim.bfp_column import EXP_MODES, ColumnModel
+
+    extra = {} if stat_shift is None else {"stat_shift": stat_shift}
+    model = ColumnModel(lanes=lanes, block=block, width=width, exp_bits=exp_bits,
+                        max_blocks=max_blocks, frac_bits=frac_bits, rand_bits=rand_bits, **extra)
+    rng = np.random.default_rng(seed)
+    n, b = lanes, block
+    kw = dict(width=width, exp_bits=exp_bits, rand_bits=rand_bits)
+    nb_a, nb_b = min(3, max_blocks), min(2, max_blocks)
+    nan = nan_exponent(exp_bits)
+    e_lim = (1 << (exp_bits - 1)) - 1
+
+    specs = []
+    for kind, rounding in (("gauss", "nearest"), ("uniform", "zero"), ("heavy", "stochastic")):
+        specs.append((f"{kind}-{rounding}", [_bfp_operands(rng, n, nb_a, b, kind=kind, **kw)
+                                             for _ in range(jobs)], {"rounding": rounding}))
+    for rounding in ("nearest", "zero", "stochastic"):
+        specs.append((f"bias-{rounding}",
+                      [_bfp_operands(rng, n, nb_b, b, bias=True, **kw) for _ in range(jobs)],
+                      {"rounding": rounding, "bias": True}))
+    edges = _bfp_edge_jobs(rng, n, b, max_blocks, **kw)
+    specs.append(("edges-nearest", edges, {"rounding": "nearest"}))
+    specs.append(("edges-stochastic", edges, {"rounding": "stochastic"}))
+    for fixed in (-e_lim, 0, 5, e_lim):
+        specs.append((f"edges-fixed{fixed}", edges[3:],
+                      {"rounding": "zero", "exp_mode": "fixed", "fixed_exp": fixed}))
+    nan_jobs = [_bfp_operands(rng, n, nb_b, b, bias=True, **kw) for _ in range(4)]
+    nan_jobs[0]["w_e"][n // 2, 1 % nb_b] = nan        # one weight block of one row
+    nan_jobs[1]["x_e"][0] = nan                       # a vector block
+    nan_jobs[2]["b_e"][n - 1] = nan                   # one bias element
+    specs.append(("nan", nan_jobs, {"rounding": "nearest", "bias": True}))
+    for w in sorted({2, 3, max(2, width - 3)}):
+        specs.append((f"width{w}", [_bfp_operands(rng, n, nb_b, b, kind="heavy", **kw)
+                                    for _ in range(2)], {"rounding": "nearest", "width": w}))
+
+    if "predicted" in EXP_MODES:
+        # Stationary Gaussian products whose output scale jumps (x exponents shifted).
+        pred = []
+        for shift in [0] * 6 + [5] * 5 + [-2] * 5:
+            k = nb_b * b
+            w_m, w_e = quantise(rng.standard_normal((n, k)), block=b, width=width,
+                                exp_bits=exp_bits)
+            x_m, x_e = quantise(rng.standard_normal(k), block=b, width=width,
+                                exp_bits=exp_bits)
+            pred.append({"w_m": np.asarray(w_m).reshape(n, k),
+                         "w_e": np.asarray(w_e).reshape(n, nb_b),
+                         "x_m": np.asarray(x_m).reshape(k),
+                         "x_e": np.asarray(x_e).reshape(nb_b) + shift,
+                         "rand": rng.integers(0, 1 << rand_bits, n)})
+        specs.insert(1, ("predicted-nearest", pred, {"rounding": "nearest",
+                                                     "exp_mode": "predicted"}))
+        specs.insert(2, ("predicted-stochastic", pred[:8], {
+            "rounding": "stochastic", "exp_mode": "predicted", "pred_k": 2, "pred_margin": 0}))
+
+    cases = []
+    for name, jobs, cfg in specs:
+        config = {"width": width, "rounding": "nearest", "exp_mode": "max", "fixed_exp": 0,
+                  "pred_k": 3, "pred_margin": 2, "bias": False, **cfg}
+        nb = len(jobs[0]["x_e"])
+        config["blocks"] = nb
+        i_w, i_x, i_bias, i_rand, out = [], [], [], [], []
+        for job in jobs:
+            assert len(job["x_e"]) == nb
+            for j in range(nb * b):
+                i_w.append({"m": [int(v) for v in job["w_m"][:, j]],
+                            "e": [int(v) for v in job["w_e"][:, j // b]]})
+                i_x.append({"m": int(job["x_m"][j]), "e": int(job["x_e"][j // b])})
+            bias = config["bias"]
+            if bias:
+                i_bias += [{"m": int(m), "e": int(e)}
+                           for m, e in zip(job["b_m"], job["b_e"], strict=True)]
+            if config["rounding"] == "stochastic":
+                i_rand += [int(r) for r in job["rand"]]
+            pred = {} if "predicted" not in EXP_MODES else {
+                "pred_k": config["pred_k"], "pred_margin": config["pred_margin"]}
+            y, e = model.matvec(job["w_m"], job["w_e"], job["x_m"], job["x_e"],
+                                bias_m=job["b_m"] if bias else None,
+                                bias_e=job["b_e"] if bias else None, width=config["width"],
+                                rounding=config["rounding"], exp_mode=config["exp_mode"],
+                                fixed_exp=config["fixed_exp"], rand=job["rand"], **pred)
+            out += [{"m": int(v), "e": int(e)} for v in y]
+        inputs = {"i_w": i_w, "i_x": i_x}
+        if i_bias:
+            inputs["i_bias"] = i_bias
+        if i_rand:
+            inputs["i_rand"] = i_rand
+        cases.append({"name": name, "config": config, "inputs": inputs, "outputs": {"o": out}})
+    return {"cases": cases}
+
+
+# --- Discrete shift/XOR unit ----------------------------------------------------------------------
+
+#: Filler word for the book port's entries beyond a narrower book (the block must ignore them).
+_JUNK_WORD = 0x1F
+
+
+def _random_book(rng, n):
+    from sim.discrete import CodeBook
+    return CodeBook(n, [(int(rng.integers(2)), int(rng.integers(2)), int(rng.integers(8)))
+                        for _ in range(1 << n)])
+
+
+def _book_words(book, code_bits):
+    return book.words() + [_JUNK_WORD] * ((1 << code_bits) - len(book.entries))
+
+
+def discrete_vectors(*, lanes=4, width=8, code_bits=2, acc_width=None, seed=0, max_pairs=4096):
+    """Beats, configurations and expected outputs of :class:`hw.discrete.DiscreteUnit`.
+
+    Cases: ``MUL`` with the default book over every (operand, code) pair (random pairs when
+    there are more than ``max_pairs``), ``DIV`` likewise with a random book (left shifts that
+    saturate, mixed signs), a 1-bit book in a wider book port (unused entries hold junk), the
+    four discrete ⊗ discrete tables (written through the table port, every code pair, operand
+    bits above the code random), and ``DOT`` products of several lengths, a matrix–vector
+    product and runs that saturate the accumulator both ways. Expected outputs from
+    :mod:`sim.discrete` (``mul_cd``, ``div_cd``, ``dd_table``, ``dot``).
+
+    Returns
+    -------
+    dict
+        ``acc_width`` and ``cases``: ``{"name", "config", "writes", "inputs", "outputs"}``;
+        ``config``: ``book`` (``2**code_bits`` register words), ``op`` (``"MUL"``, ``"DIV"``,
+        ``"DOT"``, ``"LUT"``), ``lut_op``; ``writes``: table-port writes, one dict
+        ``{"tbl_en", "tbl_addr", "tbl_data"}`` per cycle (the last one disables); ``inputs["i"]``
+        ``{"x": [L], "w": [L], "last"}``; ``outputs["o"]`` ``{"y": [L], "acc"}``.
+    """
+    from sim.discrete import DD_OPS, CodeBook, SMFormat, dd_table, div_cd, dot, mul_cd
+
+    acc_width = width + 8 if acc_width is None else acc_width
+    rng = np.random.default_rng(seed)
+    fmt = SMFormat(width, min(3, width - 1))
+    L, n = lanes, code_bits
+
+    def beats(x, c, last=None):
+        x, c = np.asarray(x).reshape(-1, L), np.asarray(c).reshape(-1, L)
+        last = np.zeros(len(x), int) if last is None else last
+        return [{"x": [int(v) for v in xb], "w": [int(v) for v in cb], "last": int(lb)}
+                for xb, cb, lb in zip(x, c, last, strict=True)]
+
+    def pairs(k):
+        if (1 << (width + k)) <= max_pairs:
+            xs, cs = np.meshgrid(np.arange(1 << width), np.arange(1 << k), indexing="ij")
+            xs, cs = xs.ravel(), cs.ravel()
+        else:
+            xs = rng.integers(0, 1 << width, max_pairs)
+            xs[:6] = [0, 1 << (width - 1), (1 << (width - 1)) - 1, (1 << width) - 1, 1,
+                      (1 << (width - 1)) | 1]
+            cs = rng.integers(0, 1 << k, max_pairs)
+        pad = -len(xs) % L
+        return np.r_[xs, xs[:pad]], np.r_[cs, cs[:pad]]
+
+    def elementwise(name, op, book, model):
+        x, c = pairs(book.n)
+        y = np.asarray(model(x, c, book, fmt)).reshape(-1, L)
+        return {"name": name, "config": {"book": _book_words(book, n), "op": op, "lut_op": 0},
+                "writes": [], "inputs": {"i": beats(x, c)},
+                "outputs": {"o": [{"y": [int(v) for v in yb], "acc": 0} for yb in y]}}
+
+    cases = [elementwise("mul-default", "MUL", CodeBook.default(n), mul_cd),
+             elementwise("div-random", "DIV", _random_book(rng, n), div_cd)]
+    if n > 1:
+        cases.append(elementwise("mul-1bit", "MUL", CodeBook.default(1), mul_cd))
+
+    # Discrete x discrete tables: all four written once, then every pair through each.
+    book = _random_book(rng, n)
+    tables = [dd_table(book, name, fmt) for name in DD_OPS]
+    writes = [{"tbl_en": 1, "tbl_addr": t << (2 * n) | a << n | b, "tbl_data": int(tab[a, b])}
+              for t, tab in enumerate(tables) for a in range(1 << n) for b in range(1 << n)]
+    writes.append({"tbl_en": 0, "tbl_addr": 0, "tbl_data": 0})
+    a, b = np.meshgrid(np.arange(1 << n), np.arange(1 << n), indexing="ij")
+    a, b = a.ravel(), b.ravel()
+    pad = -len(a) % L
+    a, b = np.r_[a, a[:pad]], np.r_[b, b[:pad]]
+    for t, name in enumerate(DD_OPS):
+        x = a | rng.integers(0, 1 << (width - n), len(a)) << n
+        y = tables[t][a, b].reshape(-1, L)
+        cases.append({"name": f"lut-{name}",
+                      "config": {"book": _book_words(book, n), "op": "LUT", "lut_op": t},
+                      "writes": writes if t == 0 else [], "inputs": {"i": beats(x, b)},
+                      "outputs": {"o": [{"y": [int(v) for v in yb], "acc": 0} for yb in y]}})
+
+    # Dot products: several lengths, a matrix-vector product, saturation both ways.
+    book = _random_book(rng, n)
+    vectors = [(rng.integers(0, 1 << width, k), rng.integers(0, 1 << n, k))
+               for k in (1, L, L + 1, 7, 33, 2)]
+    xvec = rng.integers(0, 1 << width, 10)
+    vectors += [(xvec, rng.integers(0, 1 << n, 10)) for _ in range(4)]
+    big = int(np.argmax(book.exponents()))
+    sign = book.entries[big][0] << (width - 1)
+    top = (1 << (width - 1)) - 1
+    run = 2 * ((1 << (acc_width - 1)) // top + 1)      # enough largest terms to saturate
+    run = min(run, 4096)
+    vectors.append((np.full(run, top | sign), np.full(run, big)))
+    vectors.append((np.r_[np.full(run, top | sign ^ (1 << (width - 1))),
+                          np.full(run // 2, top | sign)], np.full(run + run // 2, big)))
+    xs, cs, lasts, outs = [], [], [], []
+    for vx, vc in vectors:
+        nbeats = -(-len(vx) // L)
+        xp = np.zeros(nbeats * L, int)
+        cp = np.zeros(nbeats * L, int)
+        xp[:len(vx)], cp[:len(vc)] = vx, vc
+        xs.append(xp)
+        cs.append(cp)
+        lasts.append(np.r_[np.zeros(nbeats - 1, int), 1])
+        outs.append({"y": [0] * L,
+                     "acc": int(dot(vx, vc, book, fmt, acc_width=acc_width, lanes=L))})
+    cases.append({"name": "dot", "config": {"book": _book_words(book, n), "op": "DOT",
+                                            "lut_op": 0},
+                  "writes": [], "inputs": {"i": beats(np.concatenate(xs), np.concatenate(cs),
+                                                      np.concatenate(lasts))},
+                  "outputs": {"o": outs}})
+    return {"acc_width": acc_width, "cases": cases}
+
+
+# --- Stochastic quantiser -------------------------------------------------------------------------
+
+#: binary16 codes at the format's edges: zeros, smallest subnormals, the subnormal/normal
+#: boundary, around 1.0, the largest finite values, infinities and NaNs, both signs.
+F16_EDGES = [c | s for s in (0, 0x8000) for c in (
+    0x0000, 0x0001, 0x0002, 0x0003, 0x03FF, 0x0400, 0x0401, 0x3BFF, 0x3C00, 0x3C01, 0x7BFE,
+    0x7BFF, 0x7C00, 0x7C01, 0x7E00, 0x7FFF)]
+
+
+def quantiser_vectors(*, fmt="f16", width=32, frac_bits=16, lanes=4, block=16, w_max=8,
+                      exp_bits=8, rand_bits=8, mult_bits=12, code_bits=3, stride=97, seed=0):
+    """Input beats, configurations and expected outputs of :class:`hw.quantiser.Quantiser`.
+
+    Elements: for ``fmt="f16"`` the binary16 edge codes :data:`F16_EDGES` and every
+    ``stride``-th code (all exponents, both signs); for fixed point, values spread over every
+    magnitude with both ends of the range. Cases: int8 with power-of-two and affine scales in
+    each rounding mode (stochastic with given random bits); BFP blocks in sorted order (all-zero,
+    subnormal-only and NaN/Inf blocks) and shuffled, in both exponent rules, every rounding mode
+    and several run-time widths; discrete codes (nearest and stochastic) with the default and
+    random books, a narrower book in the wider book port. Expected outputs from
+    :mod:`sim.quantiser`.
+
+    Returns
+    -------
+    dict
+        ``cases``: ``{"name", "config", "inputs", "outputs"}``; ``config`` has ``target``
+        (``"bfp"``, ``"int8"``, ``"discrete"``), ``rounding``, ``mant_width``, ``rule``,
+        ``shift``, ``zero``, and ``mult`` / ``book`` / ``code_width`` when the block has those
+        ports; ``inputs["i"]`` beats of ``lanes`` elements (raw codes or integers),
+        ``inputs["i_rand"]`` beats of random integers (stochastic only); ``outputs["o"]``
+        ``{"q": [L], "e"}``.
+    """
+    from sim import quantiser as mq
+    from sim.discrete import CodeBook
+
+    rng = np.random.default_rng(seed)
+    if fmt == "f16":
+        elems = np.r_[F16_EDGES, np.arange(stride // 2, 1 << 16, stride)].astype(np.int64)
+        decode = mq.decode_f16
+    else:
+        lim = 1 << (width - 1)
+        k = 1024
+        mags = rng.integers(0, width, k)
+        vals = (rng.integers(0, lim, k) >> (width - 1 - mags)) * rng.choice([-1, 1], k)
+        one = 1 << frac_bits
+        edges = [-lim, lim - 1, 0, 1, -1, one - 1, one, -one, 0, 0, 0, 0, 0, 0, 0, 0]
+        elems = np.r_[vals, edges].astype(np.int64)
+
+        def decode(v):
+            return mq.decode_fixed(v, frac_bits, width=width)
+    elems = np.r_[elems, np.zeros(-len(elems) % block, np.int64)]
+    shuffled = rng.permutation(elems)
+    ordered = np.sort(elems) if fmt == "f16" else elems
+
+    def rand_for(x):
+        return rng.integers(0, 1 << rand_bits, len(x))
+
+    specs = []                                 # (name, elements, config)
+    mult_a = min(3001, (1 << mult_bits) - 1) if mult_bits else 1
+    mult_b = (1 << mult_bits) - 1 if mult_bits else 1
+    for rounding, shift, mult, zero in (("nearest", -4, 1, 0), ("zero", 9, mult_a, -7),
+                                        ("stochastic", 3, 1, 12),
+                                        ("stochastic", 20, mult_b, -128)):
+        specs.append((f"int8-{rounding}-{shift}", shuffled,
+                      {"target": "int8", "rounding": rounding, "shift": shift, "mult": mult,
+                       "zero": zero}))
+    for order, rounding, w, rule in (("sorted", "nearest", w_max, "floor"),
+                                     ("shuffled", "zero", min(4, w_max), "ceil"),
+                                     ("shuffled", "stochastic", min(3, w_max), "floor"),
+                                     ("shuffled", "nearest", 2, "ceil"),
+                                     ("sorted", "stochastic", w_max, "ceil")):
+        specs.append((f"bfp-{order}-{rounding}-{w}-{rule}",
+                      ordered if order == "sorted" else shuffled,
+                      {"target": "bfp", "rounding": rounding, "mant_width": w, "rule": rule}))
+    if code_bits:
+        books = [("default", CodeBook.default(min(2, code_bits)), "nearest"),
+                 ("random", _random_book(rng, code_bits), "stochastic"),
+                 ("default1", CodeBook.default(1), "stochastic")]
+        for which, book, rounding in books:
+            vals = np.unique(book.values())
+            pts = np.r_[vals, (vals[1:] + vals[:-1]) / 2,
+                        vals[:-1] + (vals[1:] - vals[:-1]) / 2 ** rand_bits]
+            if fmt == "f16":
+                near = pts.astype(np.float16).view(np.uint16).astype(np.int64)
+            else:
+                near = np.round(np.ldexp(pts, frac_bits)).astype(np.int64)
+            near = np.r_[near, near + 1, near - 1]
+            if fmt == "f16":
+                near &= 0xFFFF
+            else:
+                near = np.clip(near, -lim, lim - 1)
+            x = np.r_[shuffled, near]
+            x = np.r_[x, np.zeros(-len(x) % lanes, np.int64)]
+            specs.append((f"discrete-{which}-{rounding}", x,
+                          {"target": "discrete", "rounding": rounding, "book": book}))
+
+    cases = []
+    for name, x, cfg in specs:
+        config = {"target": "bfp", "rounding": "nearest", "mant_width": w_max, "rule": "floor",
+                  "shift": 0, "zero": 0, **cfg}
+        values = decode(x)
+        stochastic = config["rounding"] == "stochastic"
+        rand = rand_for(x) if stochastic else None
+        kw = {"rand": rand, "rand_bits": rand_bits} if stochastic else {}
+        if config["target"] == "int8":
+            q = mq.quantise_int8(values, shift=config["shift"], mult=config["mult"],
+                                 zero=config["zero"], rounding=config["rounding"], **kw)
+            e = np.zeros(len(x) // lanes, np.int64)
+        elif config["target"] == "bfp":
+            q, eb = mq.quantise_bfp(values, block=block, width=config["mant_width"],
+                                    exp_bits=exp_bits, rule=config["rule"],
+                                    rounding=config["rounding"], **kw)
+            e = np.repeat(eb, block // lanes)
+        else:
+            book = config.pop("book")
+            q = mq.quantise_discrete(values, book, mode=config["rounding"], **kw)
+            e = np.zeros(len(x) // lanes, np.int64)
+            config["book"] = _book_words(book, code_bits)
+            config["code_width"] = book.n
+        config.setdefault("mult", 1)
+        if not mult_bits:
+            config.pop("mult")
+        if code_bits:
+            config.setdefault("book", [_JUNK_WORD] * (1 << code_bits))
+            config.setdefault("code_width", code_bits)
+        q = np.asarray(q, np.int64).reshape(-1, lanes)
+        inputs = {"i": x.reshape(-1, lanes).tolist()}
+        if stochastic:
+            inputs["i_rand"] = rand.reshape(-1, lanes).tolist()
+        cases.append({"name": name, "config": config, "inputs": inputs,
+                      "outputs": {"o": [{"q": [int(v) for v in qb], "e": int(eb)}
+                                        for qb, eb in zip(q, e, strict=True)]}})
+    return {"cases": cases}

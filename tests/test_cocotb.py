@@ -182,3 +182,237 @@ def test_lut_link_verilog_more_seeds(tmp_path, seed):
 @pytest.mark.parametrize("seed", [1, 2])
 def test_top_uart_verilog_spram(tmp_path, seed):
     cr.run_bench("top", TOP_SPRAM_PARAMS, "tb_top", top_job(TOP_SPRAM_PARAMS, seed, 40), tmp_path)
+
+
+# --- Arithmetic blocks: BFP column, discrete unit, quantiser --------------------------------------
+# Vectors from sim.vectors (golden models), mapped here to the blocks' configuration ports. Each
+# case is a phase; tb_bfp / tb_discrete / tb_quantiser run them with benchlib.run_phases.
+
+from hw.bfp import ExpMode  # noqa: E402
+from hw.common import ROUNDING_NAMES  # noqa: E402
+from hw.discrete import DiscreteOp  # noqa: E402
+from hw.quantiser import QuantTarget  # noqa: E402
+
+ROUNDING_CODES = {name: member.value for member, name in ROUNDING_NAMES.items()}
+BFP_PARAMS = {"lanes": 4, "block": 4, "max_blocks": 4}
+DISCRETE_PARAMS = {}                                       # the block's defaults
+QUANT_PARAMS = {"lanes": 4}
+QUANT_FIXED_PARAMS = {"fmt": "fixed", "width": 24, "frac_bits": 12, "lanes": 4, "exp_bits": 6,
+                      "rand_bits": 6, "mult_bits": 8}
+
+
+def _payload_shape(component, port):
+    return component.signature.members[port].signature.members["payload"].shape
+
+
+def phase_spec(component, phases, **kwargs):
+    """:func:`cocotb_runner.stream_spec` plus the phase keys of ``benchlib.run_phases``:
+    ``writes`` (one dict of port values per cycle) and ``quiet`` (stream -> payload offered
+    but never to be taken)."""
+    job = cr.stream_spec(component, phases, **kwargs)
+    members = component.signature.members
+    for packed, phase in zip(job["phases"], phases, strict=True):
+        packed["writes"] = [{p: cr.pack(members[p].shape, v) for p, v in w.items()}
+                            for w in phase.get("writes", [])]
+        packed["quiet"] = {p: cr.pack(_payload_shape(component, p), v)
+                           for p, v in phase.get("quiet", {}).items()}
+    return job
+
+
+def _book(words):
+    return [{"shift": w & 7, "direction": (w >> 3) & 1, "sign": w >> 4} for w in words]
+
+
+def bfp_phases(component, vec):
+    phases = []
+    for case in vec["cases"]:
+        cfg = case["config"]
+        quiet = {}
+        if cfg["rounding"] != "stochastic":
+            quiet["i_rand"] = 1
+        if not cfg["bias"]:
+            quiet["i_bias"] = {"m": 1, "e": 0}
+        sets = {"cfg_width": cfg["width"], "cfg_rounding": ROUNDING_CODES[cfg["rounding"]],
+                "cfg_exp_mode": getattr(ExpMode, cfg["exp_mode"].upper()),
+                "cfg_fixed_exp": cfg["fixed_exp"], "cfg_bias_en": int(cfg["bias"]),
+                "cfg_blocks": cfg["blocks"]}
+        for port in ("pred_k", "pred_margin"):          # the predicted mode's ports, if any
+            if f"cfg_{port}" in component.signature.members:
+                sets[f"cfg_{port}"] = cfg[port]
+        phases.append({"set": sets, "inputs": case["inputs"], "outputs": case["outputs"],
+                       "quiet": quiet})
+    return phases
+
+
+def discrete_phases(component, vec, *, gap=3):
+    """``gap`` idle cycles after each case: the unit's ``op`` may change only when no beat is
+    in flight, and beats of ``MUL``/``DIV``/``LUT`` stay in the ``DOT`` stages for two
+    cycles after their output (see ``test_discrete_op_switch_verilog``)."""
+    return [{"set": {"book": _book(case["config"]["book"]),
+                     "op": DiscreteOp[case["config"]["op"]].value,
+                     "lut_op": case["config"]["lut_op"]},
+             "writes": case["writes"], "inputs": case["inputs"], "outputs": case["outputs"],
+             "ticks": gap}
+            for case in vec["cases"]]
+
+
+def quantiser_phases(component, vec):
+    phases = []
+    for case in vec["cases"]:
+        cfg = case["config"]
+        sets = {"target": QuantTarget[cfg["target"].upper()].value,
+                "rounding": ROUNDING_CODES[cfg["rounding"]], "mant_width": cfg["mant_width"],
+                "rule": int(cfg["rule"] == "ceil"), "shift": cfg["shift"], "zero": cfg["zero"]}
+        if "mult" in cfg:
+            sets["mult"] = cfg["mult"]
+        if "book" in cfg:
+            sets.update(book=_book(cfg["book"]), code_width=cfg["code_width"])
+        quiet = {} if cfg["rounding"] == "stochastic" else {"i_rand": [1] * component.lanes}
+        # The book's order relation is decoded into registers: 3 stable cycles before a beat.
+        phases.append({"set": sets, "ticks": 3})
+        phases.append({"inputs": case["inputs"], "outputs": case["outputs"], "quiet": quiet})
+    return phases
+
+
+ARITH = {
+    "bfp": (BFP_PARAMS, lambda c, s: vectors.bfp_vectors(
+        lanes=c.lanes, block=c.block, width=c.width, exp_bits=c.exp_bits,
+        max_blocks=c.max_blocks, frac_bits=c.frac_bits, rand_bits=c.rand_bits,
+        stat_shift=getattr(c, "stat_shift", None), jobs=6, seed=s),
+        bfp_phases, "tb_bfp"),
+    "discrete": (DISCRETE_PARAMS, lambda c, s: vectors.discrete_vectors(
+        lanes=c.lanes, width=c.width, code_bits=c.code_bits, acc_width=c.acc_width, seed=s),
+        discrete_phases, "tb_discrete"),
+    "quantiser": (QUANT_PARAMS, lambda c, s: _quantiser_vectors(c, s), quantiser_phases,
+                  "tb_quantiser"),
+    "quantiser-fixed": (QUANT_FIXED_PARAMS, lambda c, s: _quantiser_vectors(c, s),
+                        quantiser_phases, "tb_quantiser"),
+}
+
+
+def _quantiser_vectors(c, seed):
+    return vectors.quantiser_vectors(fmt=c.fmt, width=c.width, frac_bits=c.frac_bits,
+                                     lanes=c.lanes, block=c.block, w_max=c.w_max,
+                                     exp_bits=c.exp_bits, rand_bits=c.rand_bits,
+                                     mult_bits=c.mult_bits, code_bits=c.code_bits, stride=37,
+                                     seed=seed)
+
+
+def arith_job(name, seed, params=None):
+    default, make_vectors, make_phases, bench = ARITH[name]
+    params = default if params is None else params
+    component, _ = cr.generate_verilog(name.split("-")[0], params)
+    vec = make_vectors(component, seed)
+    job = phase_spec(component, make_phases(component, vec), seed=seed, valid_prob=0.7,
+                     ready_prob=0.6)
+    job["interrupt"] = 40
+    return component, vec, job, params, bench
+
+
+@needs_sim
+@pytest.mark.parametrize("name", ["bfp", "discrete", "quantiser", "quantiser-fixed"])
+def test_arith_verilog(tmp_path, name):
+    _, _, job, params, bench = arith_job(name, 0)
+    cr.run_bench(name.split("-")[0], params, bench, job, tmp_path)
+
+
+def _setup(component, sets, writes):
+    async def setup(ctx):
+        for port, value in sets.items():
+            ctx.set(getattr(component, port), value)
+        for write in writes:
+            for port, value in write.items():
+                ctx.set(getattr(component, port), value)
+            await ctx.tick()
+        await ctx.tick().repeat(3)
+    return setup
+
+
+def _arith_in_amaranth(component, phases, *, seed=0):
+    """The same phases through ``sim.harness.run_stream`` (one simulation per phase with
+    inputs, configuration and table writes applied in ``setup``); returns the outputs."""
+    sets, writes, results = {}, [], []
+    for phase in phases:
+        sets.update(phase.get("set", {}))
+        writes += phase.get("writes", [])
+        if not phase.get("inputs"):
+            continue
+        setup = _setup(component, dict(sets), list(writes))
+        out = run_stream(component, phase["inputs"],
+                         {p: len(v) for p, v in phase["outputs"].items()}, setup=setup,
+                         valid_prob=0.8, ready_prob=0.7, seed=seed)
+        results.append(out)      # table writes stay: each simulation starts empty
+    return results
+
+
+@pytest.mark.parametrize("name,every", [
+    ("bfp", 1), ("discrete", 1), ("quantiser", 4),
+    pytest.param("quantiser", 1, marks=pytest.mark.slow),
+    pytest.param("quantiser-fixed", 1, marks=pytest.mark.slow),
+])
+def test_arith_vectors_in_amaranth(name, every):
+    """The vectors of ``test_arith_verilog`` pass in Amaranth's simulator too, so a failure
+    in Icarus points at the Verilog path, not at the vectors (the quantiser's every fourth
+    case by default, all of them in the slow run)."""
+    component, vec, _, _, _ = arith_job(name, 0)
+    vec = dict(vec, cases=vec["cases"][::every])
+    phases = ARITH[name][2](component, vec)
+    expected = [p["outputs"] for p in phases if p.get("inputs")]
+    assert _arith_in_amaranth(component, phases) == expected
+
+
+@needs_sim
+@pytest.mark.parametrize("fault", ["flipped-bit", "rand-taken"])
+def test_arith_bench_catches_faults(tmp_path, fault):
+    """Negative controls of ``run_phases``: a flipped expected bit fails and names the beat; a
+    block taking a stream that the phase declares quiet fails too."""
+    component, vec, job, params, bench = arith_job("bfp", 0)
+    k = next(j for j, c in enumerate(vec["cases"]) if c["config"]["rounding"] == "stochastic")
+    phase = job["phases"][k]
+    if fault == "flipped-bit":
+        phase["outputs"]["o"][5] ^= 1
+        match = rf"phase {k} o: 1 of {len(phase['outputs']['o'])} beats differ, first #5"
+    else:
+        del phase["inputs"]["i_rand"]
+        phase["quiet"]["i_rand"] = 0
+        match = "i_rand: taken although this phase must not read it"
+    with pytest.raises(AssertionError, match=match):
+        cr.run_bench("bfp", params, bench, job, tmp_path)
+
+
+@needs_sim
+def test_discrete_op_switch_verilog(tmp_path):
+    """``op`` changes from ``MUL`` (and ``LUT``) to ``DOT`` in the cycle after the previous
+    operation's last output beat was taken (no idle gap): the dot products must be the
+    model's. (This found MUL/DIV/LUT beats leaking into the DOT accumulator.)"""
+    component, vec, _, params, bench = arith_job("discrete", 0)
+    by_name = {c["name"]: c for c in vec["cases"]}
+    cases = [by_name["mul-default"], by_name["dot"], by_name["lut-add"], by_name["dot"]]
+    job = phase_spec(component, discrete_phases(component, {"cases": cases}, gap=0), seed=0,
+                     valid_prob=1.0, ready_prob=1.0)
+    cr.run_bench("discrete", params, bench, job, tmp_path)
+
+
+@needs_sim
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("name", ["bfp", "discrete", "quantiser", "quantiser-fixed"])
+def test_arith_verilog_more_seeds(tmp_path, name, seed):
+    _, _, job, params, bench = arith_job(name, seed)
+    cr.run_bench(name.split("-")[0], params, bench, job, tmp_path)
+
+
+@needs_sim
+@pytest.mark.slow
+@pytest.mark.parametrize("name,params", [
+    ("bfp", {}),                                   # 16 lanes, 16-element blocks, 16 blocks
+    ("discrete", {"lanes": 3, "width": 12, "code_bits": 3, "acc_width": 14}),
+    ("quantiser", {"lanes": 1, "block": 32, "w_max": 12, "exp_bits": 7, "rand_bits": 3,
+                   "mult_bits": 0}),
+])
+def test_arith_verilog_other_sizes(tmp_path, name, params):
+    """The block defaults for the column, and other generics for the discrete unit (3-bit
+    codes, 12-bit operands, a narrow accumulator) and the quantiser (one lane, MXINT8-sized
+    blocks, 12-bit mantissas, 3 random bits, no int8 multiplier)."""
+    _, _, job, params, bench = arith_job(name, 0, params)
+    cr.run_bench(name, params, bench, job, tmp_path)

@@ -17,12 +17,14 @@ from pathlib import Path
 import pytest
 from amaranth.hdl import Elaboratable, Module, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import Out
+from amaranth.lib.wiring import In, Out
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "formal"))
 
 import sby  # noqa: E402
-from properties import PROOFS, _History, free_ports, stream_rules  # noqa: E402
+from properties import PROOFS, _HandlerContract, _History, free_ports, stream_rules  # noqa: E402
+
+from hw.link import CommandSignature  # noqa: E402
 
 MISSING = sby.missing_tools()
 needs_sby = pytest.mark.skipif(MISSING is not None, reason=f"formal tests skipped: {MISSING}")
@@ -42,6 +44,8 @@ def test_proof(tmp_path, name, proof):
     assert ok, f"{name}: SymbiYosys did not pass\n{log[-4000:]}"
     if proof.mode == "prove":
         assert "successful proof by k-induction" in log
+    if proof.mode == "cover":
+        assert "Reached cover statement" in log and "Unreached cover" not in log
 
 
 class _EagerSource(wiring.Component):
@@ -79,8 +83,57 @@ def test_stream_rule_catches_a_broken_stream(tmp_path):
     assert "failed assertion top._witness_" in log and f"properties.py:{line}" in log
 
 
+class _ChattyHandler(wiring.Component):
+    """Answers every command with a 1-byte reply, then sends two bytes (a contract breaker)."""
+    command: In(CommandSignature())
+
+    def elaborate(self, platform):
+        m = Module()
+        c = self.command
+        sent = Signal(2)
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += c.cmd.ready.eq(1)
+                with m.If(c.cmd.valid):
+                    m.next = "RESP"
+            with m.State("RESP"):
+                m.d.comb += [c.resp.valid.eq(1), c.resp.payload.length.eq(1)]
+                with m.If(c.resp.ready):
+                    m.d.sync += sent.eq(0)
+                    m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += c.data.valid.eq(1)
+                with m.If(c.data.ready):
+                    m.d.sync += sent.eq(sent + 1)
+                    with m.If(sent == 1):
+                        m.next = "IDLE"
+        return m
+
+
+class _ChattyHarness(Elaboratable):
+    def __init__(self):
+        self.dut = _ChattyHandler()
+        self.ports = free_ports(self.dut)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = self.dut
+        _HandlerContract(m, _History(m), self.dut.command, "chatty", max_length=4)
+        return m
+
+
+@needs_sby
+def test_handler_contract_catches_an_extra_byte(tmp_path):
+    path = sby.write_task("chatty", _ChattyHarness(), "bmc", 8, tmp_path)
+    ok, log = sby.run_task(path)
+    assert not ok and "DONE (FAIL" in log
+    source = (Path(sby.__file__).parent / "properties.py").read_text()
+    line = source[:source.index("Assert(self.answered & (self.owed != 0)")].count("\n") + 1
+    assert f"properties.py:{line}" in log
+
+
 def test_proof_table():
-    assert set(p.mode for p in PROOFS.values()) <= {"prove", "bmc"}
+    assert set(p.mode for p in PROOFS.values()) <= {"prove", "bmc", "cover"}
     for name, proof in PROOFS.items():
         assert proof.depth >= 4, name
         harness = proof.harness()

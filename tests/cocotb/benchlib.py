@@ -144,3 +144,123 @@ async def cycle(dut, parts):
 
 def rng_for(job, salt=0):
     return random.Random(job.get("seed", 0) * 7919 + salt)
+
+
+class QuietSource:
+    """Offers a payload on an input stream that the block must not take in this phase (e.g.
+    random bits outside stochastic rounding); fails if ``ready`` is ever high.
+
+    The offer is withdrawn when the phase ends (the block never took it, so it cannot tell).
+    """
+
+    def __init__(self, dut, name, payload):
+        self.name = name
+        self.valid = getattr(dut, f"{name}__valid")
+        self.payload = getattr(dut, f"{name}__payload")
+        self.ready = getattr(dut, f"{name}__ready")
+        self.value = payload
+
+    def drive(self):
+        self.valid.value = 1
+        self.payload.value = self.value
+
+    def sample(self):
+        if read(self.ready):
+            raise AssertionError(f"{self.name}: taken although this phase must not read it")
+
+    def update(self):
+        pass
+
+    done = True
+
+
+async def _interrupted_prelude(dut, job, rng):
+    """Traffic cut short by a reset: the configuration and inputs of the first phase with
+    inputs are offered for ``job["interrupt"]`` cycles while no output is taken, then the
+    synchronous reset is pulsed. Whatever was in flight must be gone afterwards."""
+    for phase in job["phases"]:
+        for port, value in phase["set"].items():
+            getattr(dut, port).value = value
+        if phase["inputs"]:
+            break
+    sources = []
+    for port, payloads in phase["inputs"].items():
+        src = Source(dut, port, rng, job["valid_prob"])
+        src.queue = list(payloads)
+        sources.append(src)
+    for _ in range(job["interrupt"]):
+        await cycle(dut, sources)
+    for src in sources:
+        src.valid.value = 0
+    dut.rst.value = 1
+    for _ in range(2):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
+    await RisingEdge(dut.clk)
+
+
+async def run_phases(dut, job, *, settle=16):
+    """Run the phases of a stream job (``cocotb_runner.stream_spec`` format) and check them.
+
+    Each phase: ``set`` configuration ports (held); ``writes``, one dict of port values per
+    cycle (e.g. a table-write port; the last dict should disable it); ``quiet``, input streams
+    offered a payload that the block must never take during the phase; ``inputs`` fed with
+    random valid gaps; ``outputs`` collected with random back-pressure and compared bit for
+    bit; ``ticks`` idle cycles afterwards. Output streams are checked against the stream rules
+    on every cycle, and after the last phase no output may present a further beat for
+    ``settle`` cycles (nothing extra, nothing duplicated). With ``job["interrupt"]`` the run
+    starts with traffic cut short by a reset (:func:`_interrupted_prelude`).
+    """
+    await start(dut, job)
+    rng = rng_for(job)
+    if job.get("interrupt"):
+        await _interrupted_prelude(dut, job, rng)
+    sinks = {}
+    for k, phase in enumerate(job["phases"]):
+        for port, value in phase["set"].items():
+            getattr(dut, port).value = value
+        for write in phase.get("writes", []):
+            for port, value in write.items():
+                getattr(dut, port).value = value
+            await RisingEdge(dut.clk)
+        sources = []
+        for port, payloads in phase["inputs"].items():
+            src = Source(dut, port, rng, job["valid_prob"])
+            src.queue = list(payloads)
+            sources.append(src)
+        quiet = [QuietSource(dut, port, value) for port, value in phase.get("quiet", {}).items()]
+        for sink in sinks.values():
+            sink.forget()
+        active = []
+        for port, expected in phase["outputs"].items():
+            sink = sinks.setdefault(port, Sink(dut, port, rng, job["ready_prob"]))
+            sink.got, sink.want = [], len(expected)
+            active.append(sink)
+        idle = [s for p, s in sinks.items() if p not in phase["outputs"]]
+        for s in idle:
+            s.want = len(s.got)            # never ready
+        parts = sources + quiet + active + idle
+        total = sum(len(s.queue) for s in sources) + sum(s.want for s in active)
+        limit = job.get("max_cycles") or 1000 + 30 * total
+        n = 0
+        while not (all(s.done for s in sources) and all(s.done for s in active)):
+            await cycle(dut, parts)
+            n += 1
+            assert n < limit, f"phase {k}: timed out after {n} cycles"
+        for src in sources + quiet:
+            src.valid.value = 0
+        for s in sinks.values():
+            s.ready.value = 0
+        for port, expected in phase["outputs"].items():
+            got = sinks[port].got
+            bad = [j for j, (g, e) in enumerate(zip(got, expected, strict=True)) if g != e]
+            assert not bad, (f"phase {k} {port}: {len(bad)} of {len(expected)} beats differ, "
+                             f"first #{bad[0]}: got {got[bad[0]]:#x}, expected "
+                             f"{expected[bad[0]]:#x}")
+        for _ in range(phase["ticks"]):
+            await RisingEdge(dut.clk)
+    for _ in range(settle):
+        await ReadOnly()
+        for port, sink in sinks.items():
+            assert not read(sink.valid), f"{port}: a beat beyond the expected ones"
+        await RisingEdge(dut.clk)

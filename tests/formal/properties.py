@@ -11,20 +11,42 @@ is still high and ``payload`` is unchanged.
 
 :data:`PROOFS` lists the harnesses with their SymbiYosys mode (``prove`` = k-induction, which
 holds for every reachable state and every input sequence; ``bmc`` = bounded model check from
-reset) and depth.
+reset; ``cover`` = every ``Cover`` of the harness is reached within the depth, which shows that
+the assumptions leave the interesting behaviour possible) and depth.
+
+Engines abstracted by a harness (:class:`_FreeGrand`, :class:`_FreeLUT`) keep the real
+engine's signature and are substituted only while the handler elaborates; their outputs are
+free inputs of the harness, so a property proved with them holds for any engine behaviour.
 """
 
 import dataclasses
 import functools
+from unittest import mock
 
-from amaranth.hdl import Assert, Assume, Cover, Elaboratable, Module, ResetSignal, Signal, Value
-from amaranth.lib import wiring
+from amaranth.hdl import (
+    Assert,
+    Assume,
+    Cover,
+    Elaboratable,
+    Module,
+    Mux,
+    ResetSignal,
+    Signal,
+    Value,
+)
+from amaranth.lib import data, wiring
 
-from hw.grand import GrandUnit
+import hw.engines
+from hw.bfp import BFPColumn
+from hw.discrete import DiscreteUnit
+from hw.engines import GrandHandler, LUTHandler
+from hw.grand import GrandUnit, sample_layout
 from hw.link import HostLink, PingHandler
 from hw.lut import TransferLUT
+from hw.quantiser import Quantiser
 from hw.top import MemoryHandler, Scratchpad
 from hw.uart import UARTReceiver
+from sim.link import Opcode, Status
 
 __all__ = ["PROOFS", "Proof", "stream_rules", "assume_stream_rules", "free_ports"]
 
@@ -318,9 +340,268 @@ class GrandBound(Elaboratable):
         return m
 
 
+class _OutputStream(Elaboratable):
+    """Stream rules on the output ``o`` of a block whose every input (configuration included,
+    changed at any time) is free; ``restart`` names an input that restarts the block like a
+    reset (the cycle after it is exempt)."""
+
+    def __init__(self, factory, name, restart=None):
+        self.dut = factory()
+        self.ports = free_ports(self.dut)
+        self.name, self.restart = name, restart
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = dut = self.dut
+        restart = None if self.restart is None else getattr(dut, self.restart)
+        hist = _History(m, restart=restart)
+        stream_rules(m, hist, dut.o, self.name)
+        m.d.comb += Cover(dut.o.valid & dut.o.ready)
+        return m
+
+
+#: Reduced parameters of the arithmetic blocks for their stream-rule proofs: the handshake
+#: logic is the same at every size, the datapath (which the solver must carry) is small.
+BfpStreams = functools.partial(_OutputStream, functools.partial(
+    BFPColumn, lanes=4, block=2, width=4, exp_bits=4, max_blocks=2, frac_bits=1, rand_bits=2),
+    "bfp_o")
+DiscreteStreams = functools.partial(_OutputStream, functools.partial(
+    DiscreteUnit, lanes=2, width=4, code_bits=2), "discrete_o")
+QuantiserStreams = functools.partial(_OutputStream, functools.partial(
+    Quantiser, lanes=1, block=2, w_max=4, exp_bits=6, rand_bits=2, mult_bits=2, code_bits=1),
+    "quantiser_o")
+GrandStreams = functools.partial(_OutputStream, functools.partial(
+    GrandUnit, lanes=1, modes=("trunc2",)), "grand_o", restart="seed_load")
+
+
+class _HandlerContract:
+    """The :class:`hw.link.CommandSignature` contract seen from the link, as assertions on a
+    handler's ``command`` interface, with an environment (the link) that obeys it (assumed).
+
+    Environment: ``cmd`` and ``arg`` obey the stream rules, and ``arg`` offers at most the
+    command's ``length`` bytes. Handler: exactly one ``resp`` per command, ``data`` only after
+    it and exactly ``resp.length`` bytes of it before the next command is taken, stream rules
+    on ``resp`` and ``data``.
+
+    ``seq_en`` (the layer sequencer owns the engine, ``hw.top``: ``seq_en = sequencer.busy``)
+    is high only between commands: the sequencer runs inside the host's ``RUN`` command, which
+    another handler answers, and the host is stop-and-wait.
+
+    Members (signals of the harness): ``arg_index`` (arg bytes taken in this command),
+    ``answered``, ``owed`` (reply bytes still due), and the transfer strobes ``cmd_fire``,
+    ``arg_fire``, ``resp_fire``, ``data_fire``.
+    """
+
+    def __init__(self, m, hist, c, name, *, max_length, seq_en=None):
+        self.cmd_fire = c.cmd.valid & c.cmd.ready
+        self.arg_fire = c.arg.valid & c.arg.ready
+        self.resp_fire = c.resp.valid & c.resp.ready
+        self.data_fire = c.data.valid & c.data.ready
+        assume_stream_rules(m, hist, c.cmd, f"{name}_cmd")
+        assume_stream_rules(m, hist, c.arg, f"{name}_arg")
+        stream_rules(m, hist, c.resp, f"{name}_resp")
+        stream_rules(m, hist, c.data, f"{name}_data")
+        m.d.comb += Assume(c.cmd.payload.length <= max_length)
+        length = Signal(16, name=f"{name}_length")
+        self.arg_index = Signal(16, name=f"{name}_arg_index")
+        self.answered = Signal(name=f"{name}_answered", init=1)
+        self.owed = Signal(16, name=f"{name}_owed")
+        with m.If(self.cmd_fire):
+            m.d.sync += [length.eq(c.cmd.payload.length), self.arg_index.eq(0),
+                         self.answered.eq(0)]
+        with m.If(self.arg_fire):
+            m.d.sync += self.arg_index.eq(self.arg_index + 1)
+        with m.If(c.arg.valid):
+            m.d.comb += Assume(self.arg_index < length)
+        with m.If(self.resp_fire):
+            m.d.sync += [self.answered.eq(1), self.owed.eq(c.resp.payload.length)]
+        with m.If(self.data_fire):
+            m.d.sync += self.owed.eq(self.owed - 1)
+        with m.If(self.cmd_fire):
+            m.d.comb += Assert(self.answered & (self.owed == 0),
+                               f"{name}: command taken before the last one was answered")
+        with m.If(c.resp.valid):
+            m.d.comb += Assert(~self.answered, f"{name}: a second response")
+        with m.If(c.data.valid):
+            m.d.comb += Assert(self.answered & (self.owed != 0),
+                               f"{name}: reply byte beyond the announced length")
+        if seq_en is not None:
+            with m.If(seq_en):
+                m.d.comb += Assume(~c.cmd.valid & self.answered & (self.owed == 0))
+
+
+class _FreeGrand(GrandUnit):
+    """A :class:`hw.grand.GrandUnit` stand-in (same signature) whose ``o`` is driven by free
+    harness inputs: it may offer any sample at any time, so a property proved with it holds for
+    every behaviour of the real unit."""
+
+    def __init__(self, *, lanes, free_valid, free_payload):
+        super().__init__(lanes=lanes)
+        self._free = (free_valid, free_payload)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.o.valid.eq(self._free[0]), self.o.payload.eq(self._free[1])]
+        return m
+
+
+class _AbstractGrandHandler(GrandHandler):
+    """A :class:`hw.engines.GrandHandler` elaborated around :class:`_FreeGrand`."""
+
+    def __init__(self, *, lanes, frame_bytes, free_valid, free_payload):
+        super().__init__(lanes=lanes, frame_bytes=frame_bytes)
+        self.unit = _FreeGrand(lanes=lanes, free_valid=free_valid, free_payload=free_payload)
+
+    def elaborate(self, platform):
+        with mock.patch.object(hw.engines, "GrandUnit", lambda **kwargs: self.unit):
+            m = super().elaborate(platform)
+        assert m.submodules.grand is self.unit
+        return m
+
+
+class GrandSampleBuffer(Elaboratable):
+    """``GrandHandler(lanes=2, frame_bytes=16)`` with the unit abstracted to a free stream: the
+    handler's one-beat sample buffer never overflows or underflows, and it keeps the command
+    contract (:class:`_HandlerContract`).
+
+    The harness counts samples in the buffer: ``lanes`` per beat taken from the unit, minus
+    one per sample sent (2 bytes in f16 format, 4 in f32, from the command's format byte) and
+    one per sample handed to the sequencer on ``seq``, emptied by a successful ``GRAND_SEED``.
+    A beat may be taken only when the count is 0 (the
+    buffer is empty: nothing overwritten) and a reply byte only when it is positive (no sample
+    sent twice or from an empty buffer). Commands, payloads, the mode and the unit's samples
+    are free.
+    """
+
+    LANES = 2
+
+    def __init__(self):
+        self.free_valid = Signal(name="unit_valid")
+        self.free_payload = Signal(data.ArrayLayout(sample_layout, self.LANES),
+                                   name="unit_payload")
+        self.dut = _AbstractGrandHandler(lanes=self.LANES, frame_bytes=16,
+                                         free_valid=self.free_valid,
+                                         free_payload=self.free_payload)
+        self.ports = free_ports(self.dut) + [self.free_valid, Value.cast(self.free_payload)]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = dut = self.dut
+        hist = _History(m)
+        c = dut.command
+        k = _HandlerContract(m, hist, c, "grand", max_length=40, seq_en=dut.seq_en)
+        # Sample values only flow through to reply bytes; the handler's control never reads
+        # them, so fixing them shrinks the problem without losing a behaviour of the buffer.
+        m.d.comb += Assume(Value.cast(self.free_payload) == 0)
+        # The format byte of a GRAND_SAMPLES command (its third payload byte).
+        samples_cmd = Signal()
+        f32 = Signal()
+        # The dispatcher routes only these two opcodes here.
+        m.d.comb += Assume((c.cmd.payload.opcode == Opcode.GRAND_SEED) |
+                           (c.cmd.payload.opcode == Opcode.GRAND_SAMPLES))
+        with m.If(k.cmd_fire):
+            m.d.sync += samples_cmd.eq(c.cmd.payload.opcode == Opcode.GRAND_SAMPLES)
+        with m.If(k.arg_fire & samples_cmd & (k.arg_index == 2)):
+            m.d.sync += f32.eq(c.arg.payload[0])
+        held = Signal(range(2 * self.LANES + 2))
+        byte = Signal(2)
+        unit_fire = Signal()
+        m.d.comb += unit_fire.eq(dut.unit.o.valid & dut.unit.o.ready)
+        last_byte = byte == Mux(f32, 3, 1)
+        seq_fire = dut.seq.valid & dut.seq.ready
+        with m.If(unit_fire):
+            m.d.sync += held.eq(held + self.LANES)
+        with m.If(k.data_fire):
+            m.d.sync += byte.eq(Mux(last_byte, 0, byte + 1))
+            with m.If(last_byte):
+                m.d.sync += held.eq(held - 1)
+        with m.If(seq_fire):
+            m.d.sync += held.eq(held - 1)
+        with m.If(k.resp_fire & ~samples_cmd & (c.resp.payload.status == Status.OK)):
+            m.d.sync += held.eq(0)             # GRAND_SEED discards buffered samples
+        with m.If(unit_fire):
+            m.d.comb += Assert(held == 0, "grand: sample buffer overwritten")
+        with m.If(c.data.valid | dut.seq.valid):
+            m.d.comb += Assert(held != 0, "grand: sample from an empty sample buffer")
+        m.d.comb += Assert(held <= self.LANES, "grand: sample buffer over capacity")
+        m.d.comb += Cover(k.data_fire & last_byte & (held == 1) & samples_cmd)
+        return m
+
+
+class _FreeLUT(TransferLUT):
+    """A :class:`hw.lut.TransferLUT` stand-in (same signature, byte tables only) whose lookup
+    handshakes are free harness inputs: ``i.ready`` and ``o.valid`` at any time (the results
+    are zeros; their values never steer the handler). ``i_write`` is always ready, as in the
+    real engine."""
+
+    def __init__(self, *, lanes, tables, i_ready, o_valid):
+        super().__init__(lanes=lanes, tables=tables, wide_tables=0)
+        self._free = (i_ready, o_valid)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.i.ready.eq(self._free[0]), self.o.valid.eq(self._free[1]),
+                     self.i_write.ready.eq(1)]
+        return m
+
+
+class _AbstractLUTHandler(LUTHandler):
+    """A :class:`hw.engines.LUTHandler` elaborated around :class:`_FreeLUT`."""
+
+    def __init__(self, *, lanes, tables, i_ready, o_valid):
+        super().__init__(lanes=lanes, tables=tables)
+        self.unit = _FreeLUT(lanes=lanes, tables=tables, i_ready=i_ready, o_valid=o_valid)
+
+    def elaborate(self, platform):
+        with mock.patch.object(hw.engines, "TransferLUT", lambda **kwargs: self.unit):
+            m = super().elaborate(platform)
+        assert m.submodules.lut is self.unit
+        return m
+
+
+class LUTGatherBuffer(Elaboratable):
+    """``LUTHandler(lanes=2, tables=1)`` with the engine abstracted to free lookup handshakes:
+    the handler's gather buffer (codes collected into one lookup beat) never holds more than
+    ``lanes`` codes, every reply byte of a ``LUT_APPLY`` comes from a code already taken, and
+    the command contract holds (:class:`_HandlerContract`). Commands and payloads are free."""
+
+    LANES = 2
+
+    def __init__(self):
+        self.i_ready = Signal(name="engine_i_ready")
+        self.o_valid = Signal(name="engine_o_valid")
+        self.dut = _AbstractLUTHandler(lanes=self.LANES, tables=1, i_ready=self.i_ready,
+                                       o_valid=self.o_valid)
+        self.ports = free_ports(self.dut) + [self.i_ready, self.o_valid]
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = dut = self.dut
+        hist = _History(m)
+        c = dut.command
+        k = _HandlerContract(m, hist, c, "lut", max_length=12, seq_en=dut.seq_en)
+        m.d.comb += Assume((c.cmd.payload.opcode == Opcode.LUT_WRITE) |
+                           (c.cmd.payload.opcode == Opcode.LUT_APPLY))
+        # Codes of a LUT_APPLY (payload bytes after the table byte) taken after the response,
+        # minus reply bytes sent.
+        pending = Signal(range(16))
+        with m.If(k.cmd_fire):
+            m.d.sync += pending.eq(0)
+        with m.Elif(k.answered & k.arg_fire & ~k.data_fire):
+            m.d.sync += pending.eq(pending + 1)
+        with m.Elif(k.data_fire & ~(k.answered & k.arg_fire)):
+            m.d.sync += pending.eq(pending - 1)
+        with m.If(c.data.valid):
+            m.d.comb += Assert(pending != 0, "lut: reply byte without its code")
+        m.d.comb += Assert(pending <= self.LANES, "lut: gather buffer over capacity")
+        m.d.comb += Cover(k.data_fire & (pending == self.LANES))
+        return m
+
+
 @dataclasses.dataclass(frozen=True)
 class Proof:
-    """One SymbiYosys task: harness factory, mode (``prove`` / ``bmc``), depth, slow marker."""
+    """One SymbiYosys task: harness factory, mode (``prove`` / ``bmc`` / ``cover``), depth,
+    slow marker."""
     harness: object
     mode: str
     depth: int
@@ -337,4 +618,12 @@ PROOFS = {
     "lut_streams": Proof(LutStreams, "prove", 10),
     "memory_bounds": Proof(MemoryBounds, "bmc", 20),
     "grand_bound": Proof(GrandBound, "bmc", 24),
+    "grand_streams": Proof(GrandStreams, "prove", 4),
+    "bfp_streams": Proof(BfpStreams, "prove", 4),
+    "discrete_streams": Proof(DiscreteStreams, "prove", 4),
+    "quantiser_streams": Proof(QuantiserStreams, "prove", 4),
+    "grand_sample_buffer": Proof(GrandSampleBuffer, "bmc", 20),
+    "grand_sample_buffer_cover": Proof(GrandSampleBuffer, "cover", 20),
+    "lut_gather_buffer": Proof(LUTGatherBuffer, "bmc", 20),
+    "lut_gather_buffer_cover": Proof(LUTGatherBuffer, "cover", 20),
 }

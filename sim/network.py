@@ -154,7 +154,7 @@ class DiscreteDense:
     bias : array of int, shape (R,), or None
         Integer bias added to the accumulator.
     shift : int
-        Right shift of the requantiser, 0..24.
+        Right shift of the requantiser, 0..31 (the DISC_SHIFT register).
     acc_width : int
         Accumulator width (8..32).
     out_exp : int
@@ -183,7 +183,7 @@ class DiscreteDense:
             if b.shape != (w.shape[0],):
                 raise ValueError(f"Bias must have shape ({w.shape[0]},), not {b.shape}")
             object.__setattr__(self, "bias", b)
-        for name, lo, hi in (("shift", 0, 24), ("acc_width", 8, 32)):
+        for name, lo, hi in (("shift", 0, 31), ("acc_width", 8, 32)):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
                 raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {v!r}")

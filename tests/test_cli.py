@@ -22,7 +22,7 @@ def test_boards_lists_every_board_with_its_profile():
     assert [row["board"] for row in rows] == ["icebreaker", "hx8k", "ulx3s", "orangecrab"]
     assert [row["default"] for row in rows] == [True, False, False, False]
     for row in rows:
-        assert row["profile"]["lanes"] >= 2
+        assert row["profile"]["lanes"] >= 1
     r = lowbit("boards")
     assert r.returncode == 0 and "icebreaker (default)" in r.stdout
 

@@ -1,0 +1,126 @@
+"""The dense-layer contract (sim/network.py): validation, element packing, tiling, requantiser."""
+
+import numpy as np
+import pytest
+
+from sim.bfp_column import ColumnModel
+from sim.discrete import CodeBook, SMFormat, matvec
+from sim.lut import lookup
+from sim.network import (
+    BFPDense,
+    DiscreteDense,
+    bfp_dense,
+    discrete_dense,
+    pack_elements,
+    unpack_elements,
+)
+
+RNG = np.random.default_rng(2026)
+
+
+def _layer(rows=20, cols=32, block=16, **kw):
+    return BFPDense(RNG.integers(-127, 128, (rows, cols)),
+                    RNG.integers(-9, -3, (rows, cols // block)), **kw)
+
+
+def test_pack_unpack_round_trip_every_byte():
+    m, e = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128))
+    words = pack_elements(m, e)
+    assert words.dtype == np.uint16
+    assert pack_elements(-1, -2) == 0xFEFF
+    got_m, got_e = unpack_elements(words)
+    assert np.array_equal(got_m, m) and np.array_equal(got_e, e)
+
+
+@pytest.mark.parametrize("m, e", [(128, 0), (0, -129)])
+def test_pack_rejects_non_int8(m, e):
+    with pytest.raises(ValueError, match="int8"):
+        pack_elements([m], [e])
+
+
+def test_tiles_equal_one_padded_column_product_per_tile():
+    col = ColumnModel(lanes=8, block=16, width=8, max_blocks=4)
+    layer = _layer(rows=20, bias_m=RNG.integers(-100, 100, 20), bias_e=np.full(20, -5),
+                   exp_mode="max")
+    x_m, x_e = RNG.integers(-127, 128, 32), np.array([-4, -6])
+    m, e = bfp_dense(layer, x_m, x_e, col)
+    for rows in [range(0, 8), range(8, 16), range(16, 20)]:
+        rows = list(rows)
+        pad = 8 - len(rows)
+        wm = np.pad(layer.w_m[rows], ((0, pad), (0, 0)))
+        we = np.pad(layer.w_e[rows], ((0, pad), (0, 0)))
+        bm, be = np.pad(layer.bias_m[rows], (0, pad)), np.pad(layer.bias_e[rows], (0, pad))
+        want_m, want_e = col.matvec(wm, we, x_m, x_e, bias_m=bm, bias_e=be, exp_mode="max")
+        assert list(m[rows]) == list(want_m[:len(rows)])
+        assert set(e[rows]) == {want_e}
+
+
+def test_table_maps_mantissas_and_sets_exponent():
+    col = ColumnModel(lanes=16, block=16, width=8, max_blocks=4)
+    relu = np.maximum(np.arange(256).astype(np.uint8).view(np.int8), 0)
+    plain = _layer(out_exp=-3)
+    act = BFPDense(plain.w_m, plain.w_e, out_exp=-3, table=relu, table_exp=-5)
+    x_m, x_e = RNG.integers(-127, 128, 32), np.array([-2, -3])
+    m0, _ = bfp_dense(plain, x_m, x_e, col)
+    m1, e1 = bfp_dense(act, x_m, x_e, col)
+    assert np.array_equal(m1, np.maximum(m0, 0)) and set(e1) == {-5}
+    assert (m0 < 0).any()
+
+
+@pytest.mark.parametrize("kw, err, match", [
+    (dict(exp_mode="predicted"), ValueError, "Exponent mode"),
+    (dict(rounding="up"), ValueError, "Rounding"),
+    (dict(bias_m=np.zeros(20, int)), ValueError, "both bias"),
+    (dict(bias_m=np.zeros(3, int), bias_e=np.zeros(3, int)), ValueError, r"shape \(20,\)"),
+    (dict(table=np.zeros(255, int)), ValueError, "256"),
+    (dict(table=np.zeros(256, int), exp_mode="max"), ValueError, "fixed"),
+])
+def test_bfp_dense_validation(kw, err, match):
+    with pytest.raises(err, match=match):
+        _layer(**kw)
+
+
+def test_bfp_dense_rejects_float_weights_and_mismatched_exponents():
+    with pytest.raises(TypeError, match="integer array"):
+        BFPDense(np.zeros((2, 16)), np.zeros((2, 1), int))
+    with pytest.raises(ValueError, match="do not match"):
+        BFPDense(np.zeros((2, 16), int), np.zeros((3, 1), int))
+    with pytest.raises(ValueError, match="block size"):
+        bfp_dense(_layer(block=8), np.zeros(32, int), np.zeros(4, int),
+                  ColumnModel(lanes=4, block=16))
+
+
+def test_discrete_dense_requantiser_rounds_half_up_and_clamps():
+    book = CodeBook.default(2)
+    w = RNG.integers(0, 4, (12, 40))
+    x = RNG.integers(-128, 128, 40)
+    bias = RNG.integers(-300, 300, 12)
+    for shift in (0, 1, 3, 31):
+        layer = DiscreteDense(w, book, bias=bias, shift=shift, acc_width=20, out_exp=2)
+        m, e = discrete_dense(layer, x)
+        fmt = SMFormat(8, 0)
+        acc = SMFormat(20, 0).to_int(matvec(w, fmt.from_int(np.clip(x, -127, 127)), book, fmt,
+                                            acc_width=20))
+        v = acc + bias
+        want = [max(-127, min(127, (int(t) + (1 << (shift - 1))) >> shift if shift else int(t)))
+                for t in v]
+        assert list(m) == want and set(e) == {2}
+    table = (np.arange(256) * 7 % 256).astype(np.uint8)
+    m2, e2 = discrete_dense(DiscreteDense(w, book, bias=bias, shift=3, acc_width=20, table=table,
+                                          table_exp=-1), x)
+    m1, _ = discrete_dense(DiscreteDense(w, book, bias=bias, shift=3, acc_width=20), x)
+    assert np.array_equal(m2, lookup(table.view(np.int8), m1)) and set(e2) == {-1}
+
+
+@pytest.mark.parametrize("kw, err, match", [
+    (dict(book=None), TypeError, "CodeBook"),
+    (dict(w_codes=np.full((2, 4), 4)), ValueError, "codes must be in 0..3"),
+    (dict(shift=32), ValueError, "shift"),
+    (dict(acc_width=7), ValueError, "acc_width"),
+    (dict(bias=np.zeros(3, int)), ValueError, "Bias"),
+])
+def test_discrete_dense_validation(kw, err, match):
+    args = dict(w_codes=np.zeros((2, 4), int), book=CodeBook.default(2))
+    args.update(kw)
+    with pytest.raises(err, match=match):
+        DiscreteDense(**args)

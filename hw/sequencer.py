@@ -270,8 +270,11 @@ class Sequencer(wiring.Component):
 
         # ---- Engines -------------------------------------------------------------------------
         code_book = Cat(self.code_book0, self.code_book1)
+        # Pulses when a RUN starts executing: the predicted exponent selector's history is
+        # per RUN (no product is in flight then, so the column clears it before the next one).
+        run_start = Signal()
         # Register values the ISA leaves open, decoded as sim.program.Machine does: ROUNDING 3
-        # is nearest, EXP_SELECT other than 0 is fixed, MANT_WIDTH is clamped to 2..8.
+        # is nearest, EXP_SELECT 3 is fixed, MANT_WIDTH is clamped to 2..8.
         rounding = Signal(2)
         mant_width = Signal(4)
         m.d.comb += [
@@ -284,7 +287,9 @@ class Sequencer(wiring.Component):
             m.submodules.column = col
             m.d.comb += [
                 col.cfg_width.eq(mant_width), col.cfg_rounding.eq(rounding),
-                col.cfg_exp_mode.eq(Mux(self.exp_select != 0, ExpMode.FIXED, ExpMode.MAX)),
+                col.cfg_exp_mode.eq(Mux(self.exp_select == 2, ExpMode.PREDICTED,
+                                        Mux(self.exp_select != 0, ExpMode.FIXED, ExpMode.MAX))),
+                col.pred_clear.eq(run_start),
                 col.cfg_fixed_exp.eq(self.fixed_exp),
                 col.i_rand.valid.eq(1), col.i_rand.payload.eq(rand),
             ]
@@ -446,6 +451,7 @@ class Sequencer(wiring.Component):
                     m.next = "RESP_EMPTY"
                 with m.Else():
                     m.d.sync += running.eq(1)
+                    m.d.comb += run_start.eq(1)
                     m.next = "FETCH"
             with m.State("RESP_EMPTY"):
                 m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),

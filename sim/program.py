@@ -46,7 +46,8 @@ op   name     operands and meaning
               ``m | e << 8``, the exponent of the block is taken from its last beat), the ``K``
               element words at ``x`` and, with ``F_BIAS``, the ``N`` element words at
               ``bias + t·N``; it writes ``N`` element words ``m | e4 << 8`` at ``dst + t·N``.
-              Registers: ``MANT_WIDTH``, ``ROUNDING``, ``EXP_SELECT``, ``FIXED_EXP``.
+              Registers: ``MANT_WIDTH``, ``ROUNDING``, ``EXP_SELECT`` (0 max, 1 fixed,
+              2 predicted with a history per RUN, 3 fixed), ``FIXED_EXP``.
 0x22 LUT      w1 src, w2 dst, w3 count: ``dst[i] = table[src[i] & 0xFF] | LUT_EXP << 8`` with
               the byte table ``LUT_SELECT``.
 0x23 DMATVEC  w1 x, w2 dst, w3 weight entry, w4 columns ``K``, w5 rows ``R``, w6 bias:
@@ -392,8 +393,10 @@ class Machine:
     :attr:`grand_mode`, :attr:`grand_pending`) and the rounding PRNG (:attr:`rng`).
 
     Register values the ISA leaves open are decoded as follows (the hardware does the same):
-    ``ROUNDING`` 3 is "nearest"; ``EXP_SELECT`` 0 is "max", every other value "fixed"
-    (the predicted selector is not in the sequencer's column); ``MANT_WIDTH`` is clamped to
+    ``ROUNDING`` 3 is "nearest"; ``EXP_SELECT`` 0 is "max", 2 "predicted", 1 and 3 "fixed";
+    the predicted selector's history (:class:`sim.bfp_column.ExponentPredictor`, defaults
+    ``k = 3``, margin 2, ``stat_shift = 4``) carries across the MATVEC tiles of one RUN and is
+    cleared when a RUN starts; ``MANT_WIDTH`` is clamped to
     2..8; ``QUANT_FORMAT`` 3 and ``CODE_WIDTH`` 0 make QUANT / DMATVEC fail with
     ``BAD_LENGTH``; QUANT to discrete codes rounds stochastically when ``ROUNDING`` is 2, else
     to nearest. Random numbers are drawn only when the rounding is stochastic. MATVEC takes the
@@ -517,6 +520,8 @@ class Machine:
         from .link import Status
         self.pc = start // 2
         self.cnt = self.ofs_a = self.ofs_b = 0
+        if self._column is not None:
+            self._column.clear_history()
         executed = 0
         while executed < limit:
             if self.pc + INSTRUCTION_BYTES // 2 > self.design.words:
@@ -666,7 +671,7 @@ class Machine:
             self._range("MATVEC bias", bias, tiles * n)
         self._entries(entry, tiles * k)
         rounding, width = self._rounding(), self._width()
-        exp_mode = "max" if self.reg("EXP_SELECT") == 0 else "fixed"
+        exp_mode = {0: "max", 2: "predicted"}.get(self.reg("EXP_SELECT"), "fixed")
         fixed_exp = _s8(self.reg("FIXED_EXP"))
         last = np.arange(b - 1, k, b)
         x_m, x_e = unpack_elements(self.read_words(x, k))

@@ -535,3 +535,46 @@ def test_spram_scratchpad_banks():
     assert dev.get(200, 6).tolist() == pack_elements(m, e).tolist()
     assert dev.get(hi - 3, 6).tolist() == pack_elements(m, e).tolist()
     assert dev.get(hi + 500, 6).tolist() == [int(table[v & 0xFF]) for v in m]
+
+
+def test_matvec_predicted_selector_matches_model_across_tiles_and_runs():
+    """EXP_SELECT 2: the column's predicted exponent selector, its history carried across the
+    tiles of a RUN (a scale jump resets it) and cleared when the next RUN starts; the real top
+    equals the model on every output word."""
+    from boards.driver import Accelerator as Driver
+    from sim.program import config
+    params = dict(sequencer=True, scratch_bytes=2048, frame_bytes=256, matrix_lanes=4, block=4,
+                  max_blocks=4, weight_depth=64, timeout_bits=20)
+    rng = np.random.default_rng(5)
+    tiles, nb = 6, 2
+    k = nb * 4
+    weights = rng.integers(-127, 128, (tiles * k, 4))
+    weights[3 * k:] //= 32                      # a scale jump down between tile 2 and tile 3
+    words = (weights & 0xFF) | ((rng.integers(-6, -2, (tiles * k, 4)) & 0xFF) << 8)
+    x = (rng.integers(-127, 128, k) & 0xFF) | ((-3 & 0xFF) << 8)
+    prog = [config("EXP_SELECT", 2), I.matvec(300, 400, 0, nb, tiles),
+            I.halt()]
+    outs = []
+    hw = Driver.simulated(**params)
+    try:
+        for acc in (hw, Driver.model(**params)):
+            acc.load_weights(0, words)
+            acc.write_mem(600, np.asarray(x, dtype="<u2").tobytes())
+            acc.load_program(prog)
+            got = []
+            for _ in range(2):
+                acc.run(0, 10)
+                got.append(acc.read_mem(800, 2 * 4 * tiles))
+            outs.append(got)
+    finally:
+        hw.close()
+    assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
+    assert np.array_equal(outs[0][0], outs[0][1])      # history cleared at each RUN
+    exps = set(np.frombuffer(outs[0][0], dtype=np.uint8)[1::2].tolist())
+    assert len(exps) > 1
+    ref = Driver.model(**params)                        # the max selector gives other words
+    ref.load_weights(0, words)
+    ref.write_mem(600, np.asarray(x, dtype="<u2").tobytes())
+    ref.load_program([config("EXP_SELECT", 0)] + prog[1:])
+    ref.run(0, 10)
+    assert not np.array_equal(ref.read_mem(800, 2 * 4 * tiles), outs[1][0])

@@ -25,7 +25,7 @@ from sim.link import (
 
 __all__ = ["uart_vectors", "lut_vectors", "link_vectors", "top_vectors", "prng_vectors",
            "grand_vectors", "GRAND_MODES", "bfp_vectors", "discrete_vectors", "quantiser_vectors",
-           "F16_EDGES"]
+           "F16_EDGES", "floatmac_vectors", "top_seq_vectors"]
 
 #: Bytes that exercise the UART's bit order and the link's framing bytes.
 EDGE_BYTES = [0x00, 0xFF, 0x55, 0xAA, 0x01, 0x80, 0xA5, 0x5A, 0x7F, 0xFE]
@@ -739,3 +739,177 @@ def quantiser_vectors(*, fmt="f16", width=32, frac_bits=16, lanes=4, block=16, w
                       "outputs": {"o": [{"q": [int(v) for v in qb], "e": int(eb)}
                                         for qb, eb in zip(q, e, strict=True)]}})
     return {"cases": cases}
+
+
+def _float_edges(fmt):
+    """Bit patterns of a format's edge values, both signs: zero, subnormals (flushed on input),
+    the smallest normals, one and its neighbours, the largest finite, Inf, quiet and signalling
+    NaNs (with payloads)."""
+    from sim.floatmac import FORMATS
+    f = FORMATS[fmt]
+    frac = f.precision - 1
+    one = f.bias << frac
+    top = ((1 << f.exp_bits) - 1) << frac
+    codes = [0, 1, (1 << frac) - 1, 1 << frac, (1 << frac) + 1, one - 1, one, one + 1,
+             one + (1 << (frac - 1)), top - 2, top - 1, top, top | 1, f.nan]
+    return [c | s for s in (0, 1 << (f.bits - 1)) for c in codes]
+
+
+def floatmac_vectors(*, lanes=4, fmt="f16", n_random=6, seed=0):
+    """Cases of :class:`hw.floatmac.FloatMAC`: each a product length ``K`` (``cfg_len``) and
+    several products of ``K`` beats, expected outputs from :func:`sim.floatmac.float_mac`.
+
+    Cases: every pair of edge values (:func:`_float_edges`) as single-beat products; sums that
+    overflow to Inf (and ``Inf - Inf``); exact and near cancellation; products and sums around
+    the smallest normal (rounding up to it or flushing to zero); subnormal inputs mixed with
+    normals; then ``n_random`` random cases (``K`` from 1 to 12, magnitudes spread over the
+    exponent range, a few edge values mixed in).
+
+    Returns
+    -------
+    dict
+        ``{"cases": [{"name", "len", "w": [[...N...] per beat], "x": [...], "o": [[...N...]
+        per product]}]}`` (bit patterns).
+    """
+    from sim.floatmac import FORMATS, float_mac, to_bits
+    f = FORMATS[fmt]
+    rng = np.random.default_rng(seed)
+    sign = 1 << (f.bits - 1)
+    edges = _float_edges(fmt)
+    cases = []
+
+    def case(name, w, x):
+        w = np.asarray(w, dtype=np.int64)
+        w = np.take(w, np.arange(lanes) % w.shape[-1], axis=-1)     # written for 4 lanes
+        x = np.asarray(x, dtype=np.int64)
+        products, k = w.shape[0], w.shape[1]
+        o = float_mac(w, x, fmt).astype(np.int64)
+        cases.append({"name": name, "len": k, "w": w.reshape(products * k, lanes).tolist(),
+                      "x": x.reshape(-1).tolist(), "o": o.tolist()})
+
+    def bits(values):
+        return to_bits(values, fmt).astype(np.int64)
+
+    # Single-beat products of every edge pair; x is broadcast, so a beat groups the pairs
+    # that share their x operand.
+    pairs = [(a, b) for a in edges for b in edges]
+    by_x = {}
+    for a, b in pairs:
+        by_x.setdefault(b, []).append(a)
+    w1, x1 = [], []
+    for b, ws in by_x.items():
+        for k in range(0, len(ws), lanes):
+            chunk = (ws[k:k + lanes] + edges)[:lanes]
+            w1.append(chunk)
+            x1.append(b)
+    case("edge-pairs", np.array(w1)[:, None, :], np.array(x1)[:, None])
+
+    big = f.max_finite
+    one = bits(1.0)[()]
+    inf = bits(np.inf)[()]
+    ovf_w = bits([[big, big / 2, big, -big], [big / 2, big / 2, -big, -big]])
+    case("overflow", ovf_w[None], np.array([[one, one]]))
+    half = float(np.ldexp(1.0, (f.emax + 1) // 2))
+    case("product-overflow", bits([[[half, -half, half / 2, half * 0.75]]]),
+         bits([[half * 1.5]]))
+    case("inf-minus-inf", np.array([[[inf, inf, inf, inf], [inf | sign, inf, 0, one]]]),
+         np.array([[one, one]]))
+    ulp = float(np.ldexp(1.0, 1 - f.precision))
+    canc = bits([[1.0, 1.5, 3.0, big / 4], [-1.0, -1.5 + ulp, -3.0 - 2 * ulp, -big / 4],
+                 [0.0, -ulp / 2, ulp, ulp]])
+    case("cancellation", canc[None], np.array([[one, one, one]]))
+    tiny = f.min_normal
+    root = float(np.ldexp(1.0, f.emin // 2))
+    near = bits([[root, root * (1 - ulp / 2), root * (1 - ulp), root * 0.75],
+                 [tiny * 1.5, -tiny, tiny * (1 + 2 * ulp), -tiny * 1.25]])
+    case("near-ftz", near[None], bits([[root, 1.0]]))
+    sub = np.array([[[1, sign | 3, (1 << (f.precision - 1)) - 1, one],
+                     [one, one, one, 1]]], dtype=np.int64)
+    case("subnormal-inputs", sub, np.array([[one, 5]]))
+    for t in range(n_random):
+        k = int(rng.integers(1, 13))
+        products = int(rng.integers(1, 4))
+        span = (f.emax - f.emin) // 2
+        scale = np.ldexp(1.0, rng.integers(-span, span + 1, (products, k, 1)) // 2)
+        w = bits(rng.normal(0, 1, (products, k, lanes)) * scale)
+        x = bits(rng.normal(0, 1, (products, k)) * np.ldexp(1.0, rng.integers(-span, span + 1,
+                                                                            (products, k)) // 2))
+        mask = rng.random(w.shape) < 0.05
+        w = np.where(mask, rng.choice(edges, w.shape), w)
+        case(f"random-{t}", w, x)
+    return {"cases": cases}
+
+
+def top_seq_vectors(*, params, seed=0):
+    """Request events and expected replies of :class:`hw.top.Accelerator` with the sequencer.
+
+    Over the host link: write a BFP layer (weights, input, bias) and a LUT table, then programs
+    written with ``MEM_WRITE`` and started with ``RUN``: LOADW, CONFIG, MATVEC with bias, LUT
+    and HALT in nearest rounding with a fixed output exponent; the same layer in stochastic
+    rounding with the maximum exponent (PRNG seeded by the host); a run stopped by its
+    instruction limit and one stopped by an instruction with a bad address. Then ``MEM_READ``
+    of the results. Expected replies are :class:`sim.link.DeviceModel`'s with the same
+    ``params``; events of ``RUN`` have ``"run": True`` (the reply's last 4 payload bytes,
+    ``cycles``, are 0 in the model).
+    """
+    from sim.network import pack_elements
+    from sim.program import Instruction as I
+    from sim.program import assemble
+
+    rng = np.random.default_rng(seed)
+    model = DeviceModel(**params)
+    reg = {r.name: r.index for r in REGISTERS}
+    n, b = params["matrix_lanes"], params["block"]
+    events = []
+
+    def send(opcode, payload=b"", **extra):
+        request = encode_request(opcode, payload)
+        events.append({"send": list(request), "reply": list(model.feed(request)), **extra})
+
+    def write(word, data):
+        data = bytes(data)
+        step = params["frame_bytes"] - 4
+        for k in range(0, len(data), step):
+            send(Opcode.MEM_WRITE, mem_write_payload(2 * word + k, data[k:k + step]))
+
+    def put(word, words):
+        write(word, np.asarray(words, dtype="<u2").tobytes())
+
+    def run(word, limit=1000):
+        send(Opcode.RUN, int(2 * word).to_bytes(4, "little") + limit.to_bytes(4, "little"),
+             run=True)
+
+    tiles, nb = 2, 2
+    rows, cols = tiles * n, nb * b
+    w_m = rng.integers(-128, 128, (rows, cols))
+    w_e = np.repeat(rng.integers(-6, 2, (rows, nb)), b, axis=1)
+    wsrc = pack_elements(w_m, w_e).reshape(tiles, n, cols).transpose(0, 2, 1).reshape(-1)
+    prog1, prog2, prog3, ws, xa, ba, ya, za, y2, z2 = (0, 64, 96, 128, 200, 216, 232, 248,
+                                                      264, 280)
+    put(ws, wsrc)
+    put(xa, pack_elements(rng.integers(-128, 128, cols), np.repeat(rng.integers(-5, 3, nb), b)))
+    put(ba, pack_elements(rng.integers(-128, 128, rows), rng.integers(-4, 3, rows)))
+    table = rng.integers(0, 256, 256).astype(np.uint8).tobytes()
+    for start in (0, 128):
+        send(Opcode.LUT_WRITE, bytes([1, start]) + table[start:start + 128])
+    send(Opcode.REG_WRITE, reg_write_payload(reg["FIXED_EXP"], (-3) & 0xFF))
+    put(ya, np.full(rows + 8, 0xBEEF))
+    write(prog1, assemble([
+        I.loadw(ws, 0, tiles * cols), I.config(reg["MANT_WIDTH"], 7),
+        I.config(reg["ROUNDING"], 0), I.config(reg["EXP_SELECT"], 1),
+        I.matvec(xa, ya, 0, nb, tiles, bias=ba), I.config(reg["LUT_SELECT"], 1),
+        I.config(reg["LUT_EXP"], 0x85), I.lut(ya, za, rows), I.halt()]))
+    run(prog1)
+    for k, value in enumerate(rng.integers(0, 1 << 32, 4, dtype=np.uint64)):
+        send(Opcode.REG_WRITE, reg_write_payload(reg[f"PRNG_SEED{k}"], int(value)))
+    write(prog2, assemble([
+        I.config(reg["ROUNDING"], 2), I.config(reg["EXP_SELECT"], 0),
+        I.matvec(xa, y2, 0, nb, tiles, bias=ba), I.lut(y2, z2, rows), I.halt()]))
+    run(prog2)
+    write(prog3, assemble([I.config(reg["MANT_WIDTH"], 6), I.lut(ya, ya, rows),
+                           I.move(ya, 0x7FFF, 4), I.halt()]))
+    run(prog3, limit=1)                                   # LIMIT after one instruction
+    run(prog3)                                            # BAD_ADDRESS at the MOVE
+    send(Opcode.MEM_READ, mem_read_payload(2 * xa, 2 * (z2 + rows - xa)))
+    send(Opcode.REG_READ, reg_read_payload(reg["MANT_WIDTH"]))
+    return {"events": events, "scratch": list(model.scratch)}

@@ -16,7 +16,7 @@ import random
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import FallingEdge, ReadOnly, RisingEdge, Timer
 
 PERIOD_NS = 10
 
@@ -264,3 +264,27 @@ async def run_phases(dut, job, *, settle=16):
         for port, sink in sinks.items():
             assert not read(sink.valid), f"{port}: a beat beyond the expected ones"
         await RisingEdge(dut.clk)
+
+
+# --- UART host (8N1 at the top's bit period) ------------------------------------------------------
+
+async def uart_send(dut, byte, bit_ns):
+    """Send one 8N1 frame on ``rx``: start bit, 8 data bits LSB first, stop bit."""
+    for level in [0] + [byte >> k & 1 for k in range(8)] + [1]:
+        dut.rx.value = level
+        await Timer(bit_ns, unit="ns")
+
+
+async def uart_monitor(dut, bit_ns, out):
+    """Decode ``tx`` forever (falling edge, then mid-bit samples), appending bytes to ``out``."""
+    while True:
+        await FallingEdge(dut.tx)
+        await Timer(bit_ns // 2, unit="ns")
+        assert int(dut.tx.value) == 0, "tx: start bit shorter than half a bit"
+        byte = 0
+        for k in range(8):
+            await Timer(bit_ns, unit="ns")
+            byte |= int(dut.tx.value) << k
+        await Timer(bit_ns, unit="ns")
+        assert int(dut.tx.value) == 1, f"tx: framing error after byte {byte:#04x}"
+        out.append(byte)

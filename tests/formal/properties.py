@@ -40,6 +40,7 @@ import hw.engines
 from hw.bfp import BFPColumn
 from hw.discrete import DiscreteUnit
 from hw.engines import GrandHandler, LUTHandler
+from hw.floatmac import FloatMAC
 from hw.grand import GrandUnit, sample_layout
 from hw.link import HostLink, PingHandler
 from hw.lut import TransferLUT
@@ -372,6 +373,8 @@ QuantiserStreams = functools.partial(_OutputStream, functools.partial(
     "quantiser_o")
 GrandStreams = functools.partial(_OutputStream, functools.partial(
     GrandUnit, lanes=1, modes=("trunc2",)), "grand_o", restart="seed_load")
+FloatMacStreams = functools.partial(_OutputStream, functools.partial(
+    FloatMAC, lanes=1, fmt="f16", max_len=4), "floatmac_o")
 
 
 class _HandlerContract:
@@ -622,6 +625,7 @@ PROOFS = {
     "bfp_streams": Proof(BfpStreams, "prove", 4),
     "discrete_streams": Proof(DiscreteStreams, "prove", 4),
     "quantiser_streams": Proof(QuantiserStreams, "prove", 4),
+    "floatmac_streams": Proof(FloatMacStreams, "prove", 4),
     "grand_sample_buffer": Proof(GrandSampleBuffer, "bmc", 20),
     "grand_sample_buffer_cover": Proof(GrandSampleBuffer, "cover", 20),
     "lut_gather_buffer": Proof(LUTGatherBuffer, "bmc", 20),

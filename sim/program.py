@@ -740,29 +740,10 @@ class Machine:
             b_words = np.where(b_words > 0x7FFF, b_words - 0x10000, b_words)
         shift = self.reg("DISC_SHIFT")
         out_exp = _s8(self.reg("FIXED_EXP"))
-        if shift > 24:
-            y = self._wide_shift(codes, book, x_m, b_words, shift)
-        else:
-            layer = DiscreteDense(codes, book, bias=b_words, shift=shift,
-                                  acc_width=d.disc_acc_width, out_exp=out_exp)
-            y, _ = discrete_dense(layer, x_m, lanes=n)
+        layer = DiscreteDense(codes, book, bias=b_words, shift=shift,
+                              acc_width=d.disc_acc_width, out_exp=out_exp)
+        y, _ = discrete_dense(layer, x_m, lanes=n)
         self.write_words(dst, pack_elements(y, out_exp))
-
-    def _wide_shift(self, codes, book, x_m, bias, shift):
-        """DMATVEC requantiser for ``DISC_SHIFT`` 25..31 (beyond :class:`sim.network.
-        DiscreteDense`'s range): the sum and bias as :func:`sim.network.discrete_dense` forms
-        them, then ``clamp(floor((v + 2^(s-1)) / 2^s), ±127)``."""
-        from .discrete import SMFormat
-        from .discrete import matvec as dmatvec
-        d = self.design
-        fmt = SMFormat(8, 0)
-        acc = dmatvec(codes, fmt.from_int(np.clip(x_m, -127, 127)), book, fmt,
-                      acc_width=d.disc_acc_width, lanes=d.matrix_lanes)
-        v = SMFormat(d.disc_acc_width, 0).to_int(acc)
-        if bias is not None:
-            lim = (1 << (d.disc_acc_width - 1)) - 1
-            v = np.clip(v + bias, -lim, lim)
-        return np.clip((v + (1 << (shift - 1))) >> shift, -127, 127)
 
     def _grand(self, src, dst, w, flags):
         count = self._count("GRAND count", w[2])

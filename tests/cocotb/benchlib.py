@@ -288,3 +288,9 @@ async def uart_monitor(dut, bit_ns, out):
         await Timer(bit_ns, unit="ns")
         assert int(dut.tx.value) == 1, f"tx: framing error after byte {byte:#04x}"
         out.append(byte)
+
+
+async def until_count(received, n, bit_ns):
+    """Return once ``received`` holds ``n`` bytes (polled once per bit time)."""
+    while len(received) < n:
+        await Timer(bit_ns, unit="ns")

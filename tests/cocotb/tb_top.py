@@ -8,33 +8,8 @@ driver: it sends the next request only after the reply to the previous one has a
 """
 
 import cocotb
-from benchlib import PERIOD_NS, load_job, start
-from cocotb.triggers import FallingEdge, Timer, with_timeout
-
-
-async def uart_send(dut, byte, bit_ns):
-    for level in [0] + [byte >> k & 1 for k in range(8)] + [1]:
-        dut.rx.value = level
-        await Timer(bit_ns, unit="ns")
-
-
-async def uart_monitor(dut, bit_ns, out):
-    while True:
-        await FallingEdge(dut.tx)
-        await Timer(bit_ns // 2, unit="ns")
-        assert int(dut.tx.value) == 0, "tx: start bit shorter than half a bit"
-        byte = 0
-        for k in range(8):
-            await Timer(bit_ns, unit="ns")
-            byte |= int(dut.tx.value) << k
-        await Timer(bit_ns, unit="ns")
-        assert int(dut.tx.value) == 1, f"tx: framing error after byte {byte:#04x}"
-        out.append(byte)
-
-
-async def _until_count(received, n, bit_ns):
-    while len(received) < n:
-        await Timer(bit_ns, unit="ns")
+from benchlib import PERIOD_NS, load_job, start, uart_monitor, uart_send, until_count
+from cocotb.triggers import Timer, with_timeout
 
 
 @cocotb.test()
@@ -55,7 +30,7 @@ async def uart_frames(dut):
 
         try:
             limit_ns = (len(expected) + 4) * 12 * bit_ns + timeout_ns
-            await with_timeout(_until_count(received, len(expected), bit_ns), limit_ns, "ns")
+            await with_timeout(until_count(received, len(expected), bit_ns), limit_ns, "ns")
         except TimeoutError:
             raise AssertionError(f"event {k}: {len(received)} of {len(expected)} reply bytes "
                                  f"arrived") from None

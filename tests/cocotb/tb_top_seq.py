@@ -14,13 +14,8 @@ import json
 import os
 
 import cocotb
-from benchlib import PERIOD_NS, load_job, start, uart_monitor, uart_send
+from benchlib import PERIOD_NS, load_job, start, uart_monitor, uart_send, until_count
 from cocotb.triggers import Timer, with_timeout
-
-
-async def _until_count(received, n, bit_ns):
-    while len(received) < n:
-        await Timer(bit_ns, unit="ns")
 
 
 @cocotb.test()
@@ -40,7 +35,7 @@ async def sequencer_programs(dut):
         try:
             limit_ns = ((len(expected) + 4) * 12 * bit_ns + timeout_ns
                         + job["run_cycles"] * PERIOD_NS * event.get("run", False))
-            await with_timeout(_until_count(received, len(expected), bit_ns), limit_ns, "ns")
+            await with_timeout(until_count(received, len(expected), bit_ns), limit_ns, "ns")
         except TimeoutError:
             raise AssertionError(f"event {k}: {len(received)} of {len(expected)} reply bytes "
                                  f"arrived") from None

@@ -16,11 +16,25 @@ not among the blocks, ``docs/bench/bfp.json``).
     python scripts/bench.py --quick              # UP5K only, seed 1
     python scripts/bench.py --blocks grand lut --devices up5k hx8k --seeds 1 2 3 4 5
     python scripts/bench.py --no-float           # blocks only
+    python scripts/bench.py --resume             # reuse the cached builds of unchanged netlists
+
+Every finished build (one block, device and placement seed) is stored at once in the run
+cache (``--cache``, default ``docs/bench/runs.json``) under the SHA-256 of the wrapped block's
+RTLIL (``src`` attributes stripped), the device, the seed, the DSP mapping and the clock target.
+With ``--resume`` a build whose key is cached is not repeated, so an interrupted run continues
+where it stopped and a change to one block rebuilds only that block.
+
+Throughput is results per cycle (from the block's parameters: MACs for ``bfp`` and
+``floatmac``, samples for ``grand``, 64-bit words for ``prng``, lookups for ``lut``, elements
+for ``quantiser``, lane operations for ``discrete``) times the median Fmax. Where DESIGN §7
+gives the device a ceiling for that kind of result, the table gives the ratio to it.
 """
 
 import argparse
+import hashlib
 import inspect
 import json
+import re
 import statistics
 import sys
 import time
@@ -58,29 +72,109 @@ def block_params(name, device):
     return params
 
 
-def bench_one(name, device, seeds, say):
+#: Results per cycle of a block, from its parameters: (unit, function of the parameters).
+RATES = {
+    "bfp": ("MAC", lambda p: p.get("lanes", 16)),
+    "floatmac": ("MAC", lambda p: p.get("lanes", 16)),
+    "grand": ("sample", lambda p: p.get("lanes", 2)),
+    "prng": ("64-bit word", lambda p: p.get("lanes", 1)),
+    "lut": ("lookup", lambda p: p.get("lanes", 4)),
+    "quantiser": ("element", lambda p: p.get("lanes", 2)),
+    "discrete": ("lane op", lambda p: p.get("lanes", 4)),
+}
+
+#: DESIGN §7 ceilings per (device, unit): (results per second, description). ECP5 has no
+#: published anchor; its MAC ceiling is every MULT18X18D at the block's own Fmax (None).
+CEILINGS = {
+    ("up5k", "MAC"): (16 * 86e6, "8 SB_MAC16 dual 8x8 = 16 MAC/cycle at 86 MHz"),
+    ("hx8k", "MAC"): (16 * 82e6, "16 LUT lanes at 82 MHz"),
+    ("ecp5-25f", "MAC"): (None, "28 MULT18X18D at the block's Fmax"),
+    ("ecp5-85f", "MAC"): (None, "156 MULT18X18D at the block's Fmax"),
+    ("up5k", "sample"): (4 * 59e6, "4-lane generator at 59 MHz"),
+}
+
+_ECP5_DSPS = {"ecp5-25f": 28, "ecp5-85f": 156}
+
+
+def throughput(name, device, params, fmax_mhz):
+    """``{"unit", "per_cycle", "per_second", "ceiling", "ceiling_ratio"}`` or None."""
+    if name not in RATES or not fmax_mhz:
+        return None
+    unit, per_cycle = RATES[name][0], RATES[name][1](params)
+    rate = per_cycle * fmax_mhz * 1e6
+    out = {"unit": unit, "per_cycle": per_cycle, "per_second": rate}
+    if (device, unit) in CEILINGS:
+        ceiling, what = CEILINGS[device, unit]
+        if ceiling is None:
+            ceiling = _ECP5_DSPS[device] * fmax_mhz * 1e6
+        out.update(ceiling=ceiling, ceiling_what=what, ceiling_ratio=round(rate / ceiling, 3))
+    return out
+
+
+def netlist_key(component, device, seed, dsp):
+    """Cache key of one build: the wrapped block's RTLIL without ``src`` attributes, the
+    device, the placement seed and the DSP mapping."""
+    from amaranth.back import rtlil
+
+    from boards.toolchain import OOCWrapper
+    text = rtlil.convert(OOCWrapper(component), name="top")
+    text = re.sub(r"^\s*attribute \\src .*\n", "", text, flags=re.M)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+    return f"{digest}:{device}:{seed}:{int(dsp)}"
+
+
+class RunCache:
+    """Finished builds by :func:`netlist_key`, saved to ``path`` after every build."""
+
+    def __init__(self, path, use):
+        self.path, self.use = Path(path), use
+        self.runs = json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def get(self, key):
+        return self.runs.get(key) if self.use else None
+
+    def put(self, key, result):
+        self.runs[key] = result
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.runs, indent=1, sort_keys=True) + "\n")
+        tmp.replace(self.path)
+
+
+def bench_one(name, device, seeds, say, cache=None):
     runs = []
     params = block_params(name, device)
+    # LUT multipliers mean LUT logic: keep synthesis from mapping them to DSPs.
+    dsp = params.get("mult", params.get("multiplier")) != "lut"
     for seed in seeds:
         comp = block_class(name)(**params)
+        key = netlist_key(comp, device, seed, dsp) if cache is not None else None
+        cached = cache.get(key) if cache is not None else None
+        if cached is not None:
+            runs.append(cached)
+            say(f"  {name:<10} {device:<9} seed {seed}: {cached['lcs']} LC, "
+                f"{cached['fmax_mhz']} MHz (cached)")
+            continue
         try:
-            # LUT multipliers mean LUT logic: keep synthesis from mapping them to DSPs.
-            lut_mult = params.get("mult", params.get("multiplier")) == "lut"
-            runs.append(implement(comp, device, seed=seed, name=name, dsp=not lut_mult))
+            runs.append(implement(comp, device, seed=seed, name=name, dsp=dsp))
         except ToolchainError as e:
             say(f"  {name} on {device} seed {seed}: {e}")
             return {"block": name, "device": device, "params": params, "error": str(e)}
+        if cache is not None:
+            cache.put(key, runs[-1])
         say(f"  {name:<10} {device:<9} seed {seed}: {runs[-1]['lcs']} LC, "
             f"{runs[-1]['fmax_mhz']} MHz ({runs[-1]['seconds']} s)")
     fmaxes = [r["fmax_mhz"] for r in runs if r["fmax_mhz"]]
+    fmax = round(statistics.median(fmaxes), 2) if fmaxes else None
     dev = DEVICES[device]
     r0 = runs[0]
     return {
         "block": name, "device": device, "params": params, "seeds": seeds,
         "lcs": r0["lcs"], "lcs_block": r0["lcs_block"], "wrapper_lcs": r0["wrapper_lcs"],
         "ffs": r0.get("ffs"), "dsps": r0["dsps"], "rams": r0["rams"], "spram": r0["spram"],
-        "fmax_mhz_median": round(statistics.median(fmaxes), 2) if fmaxes else None,
+        "fmax_mhz_median": fmax,
         "fmax_mhz_all": fmaxes,
+        "throughput": throughput(name, device, params, fmax),
         "lcs_pct": round(100 * r0["lcs_block"] / dev["lcs"], 1),
         "dsps_pct": round(100 * r0["dsps"] / dev["dsps"], 1) if dev["dsps"] else None,
     }
@@ -108,20 +202,30 @@ def render_markdown(rows, command):
              "measurement wrapper's estimated cells subtracted; see `boards/toolchain.py`).", "",
              f"Reproduce: `{command}`", "",
              "| block | device | LC | % of device | DSP | RAM | SPRAM | Fmax MHz (median) "
-             "| seeds |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
+             "| seeds | throughput | of ceiling |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['block']} | {r['device']} | — | — | — | — | — | failed: "
-                         f"{r['error'][:60]} | |")
+                         f"{r['error'][:60]} | | | |")
             continue
+        tp = r.get("throughput")
+        rate = ratio = "—"
+        if tp:
+            rate = f"{tp['per_second'] / 1e6:.0f} M {tp['unit']}/s"
+            if "ceiling_ratio" in tp:
+                ratio = f"{tp['ceiling_ratio']:.2f}"
         lines.append(f"| {r['block']} | {r['device']} | {r['lcs_block']} | {r['lcs_pct']} | "
                      f"{r['dsps']} | {r['rams']} | {r['spram']} | {r['fmax_mhz_median']} | "
-                     f"{', '.join(map(str, r['seeds']))} |")
+                     f"{', '.join(map(str, r['seeds']))} | {rate} | {ratio} |")
     lines += ["", "Device ceilings (DESIGN §7): UP5K has 8 SB_MAC16 (16 int8 MACs/cycle in dual "
               "8×8 mode); a bare 16-lane DSP array closes at ~86 MHz (≈1.4 GMAC/s); 16 LUT lanes "
-              "on HX8K at ~82 MHz. Per-block throughput: `scripts/bench_<block>.py` and "
-              "`docs/bench/<block>.json`.", ""]
+              "on HX8K at ~82 MHz; a 4-lane Irwin–Hall generator at ~59 MHz on UP5K (236 M "
+              "samples/s). ECP5 has no anchor: its MAC ceiling is every MULT18X18D (28 on the "
+              "25F, 156 on the 85F) at the block's own Fmax. Throughput is results per cycle × "
+              "median Fmax: an upper bound for blocks that stall (the BFP column's sustained "
+              "MAC/cycle and the other per-block figures: `scripts/bench_<block>.py`, "
+              "`docs/bench/<block>.json`).", ""]
     return "\n".join(lines)
 
 
@@ -141,6 +245,10 @@ def main(argv=None):
     ap.add_argument("--keep-blocks", action="store_true",
                     help="do not build the blocks: keep the block rows of the existing --json "
                          "(to refresh only the float section)")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse cached builds of unchanged netlists (see --cache)")
+    ap.add_argument("--cache", default=str(ROOT / "docs" / "bench" / "runs.json"),
+                    help="run cache: every finished build is stored here")
     ap.add_argument("--json", default=str(ROOT / "docs" / "bench" / "all.json"))
     ap.add_argument("--markdown", default=str(ROOT / "docs" / "PERFORMANCE.md"))
     args = ap.parse_args(argv)
@@ -162,10 +270,11 @@ def main(argv=None):
             kept = json.loads(Path(args.json).read_text())
             rows, block_command = kept.get("rows", []), kept.get("command", command)
     else:
+        cache = RunCache(args.cache, args.resume)
         for device in args.devices:
             for name in blocks:
                 try:
-                    rows.append(bench_one(name, device, args.seeds, say))
+                    rows.append(bench_one(name, device, args.seeds, say, cache))
                 except (TypeError, ValueError) as e:
                     say(f"  {name} on {device}: not buildable with this profile: {e}")
                     rows.append({"block": name, "device": device, "error": str(e)})

@@ -1,0 +1,57 @@
+"""The benchmark suite's run cache and throughput figures (scripts/bench.py), without builds."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+
+import bench  # noqa: E402
+
+from hw.prng import Xoroshiro128aox  # noqa: E402
+
+
+def test_netlist_key_is_stable_and_tracks_the_netlist():
+    key = bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 1, True)
+    assert key == bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 1, True)
+    assert key != bench.netlist_key(Xoroshiro128aox(lanes=2), "up5k", 1, True)
+    assert key != bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 2, True)
+    assert key != bench.netlist_key(Xoroshiro128aox(lanes=1), "hx8k", 1, True)
+    assert key != bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 1, False)
+
+
+def fake_implement(calls):
+    def implement(component, device, *, seed, name, dsp):
+        calls.append((name, device, seed))
+        return {"lcs": 300 + seed, "lcs_block": 200 + seed, "wrapper_lcs": 100, "dsps": 0,
+                "rams": 0, "spram": 0, "fmax_mhz": 50.0 + seed, "seconds": 1.0}
+    return implement
+
+
+def test_resume_reuses_cached_builds_and_saves_each_build(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench, "implement", fake_implement(calls))
+    path = tmp_path / "runs.json"
+    first = bench.bench_one("prng", "up5k", [1, 2, 3], lambda msg: None,
+                            bench.RunCache(path, use=True))
+    assert len(calls) == 3 and first["fmax_mhz_median"] == 52.0
+    assert len(bench.RunCache(path, use=True).runs) == 3
+    again = bench.bench_one("prng", "up5k", [1, 2, 3, 4], lambda msg: None,
+                            bench.RunCache(path, use=True))
+    assert calls[3:] == [("prng", "up5k", 4)]
+    assert again["fmax_mhz_all"] == [51.0, 52.0, 53.0, 54.0]
+    # Without --resume every build runs again (and refreshes the cache).
+    bench.bench_one("prng", "up5k", [1], lambda msg: None, bench.RunCache(path, use=False))
+    assert len(calls) == 5
+
+
+def test_throughput_and_ceiling_ratio():
+    t = bench.throughput("bfp", "up5k", {"lanes": 16}, 43.0)
+    assert t["per_second"] == pytest.approx(16 * 43e6)
+    assert t["ceiling_ratio"] == pytest.approx(43 / 86, abs=1e-3)
+    t = bench.throughput("bfp", "ecp5-85f", {"lanes": 64}, 100.0)
+    assert t["ceiling_ratio"] == pytest.approx(64 / 156, abs=1e-3)
+    assert "ceiling" not in bench.throughput("lut", "hx8k", {"lanes": 4}, 80.0)
+    assert bench.throughput("link", "up5k", {}, 80.0) is None
+    assert bench.throughput("bfp", "up5k", {"lanes": 16}, None) is None

@@ -246,6 +246,13 @@ class ExponentPredictor:
 class ColumnModel:
     """Bit-exact model of :class:`hw.bfp.BFPColumn` with the same generator parameters.
 
+    Every step is vectorised over the lanes, the row tiles and a batch of vectors
+    (:meth:`matvec_batch`); only the predicted exponent selector, whose state carries from one
+    product to the next, loops over the products (in order). Integers are int64 when every
+    intermediate value fits (``AW + R <= 61``, e.g. every column with ``W_max <= 8``), else
+    Python integers in object arrays; the block products are formed in float64, exact because
+    every partial sum is below ``2^(PW - 1) <= 2^39``.
+
     Parameters
     ----------
     lanes : int
@@ -274,8 +281,8 @@ class ColumnModel:
     pw, aw : int
         Widths of the exact block product and of the accumulator (see the module docstring).
     predictor : ExponentPredictor
-        The predicted selector's history, carried from one :meth:`matvec` to the next (as in
-        the gateware). Products in the ``"max"`` and ``"fixed"`` modes clear it.
+        The predicted selector's history, carried from one product to the next (as in the
+        gateware). Products in the ``"max"`` and ``"fixed"`` modes clear it.
 
     Raises
     ------
@@ -299,67 +306,210 @@ class ColumnModel:
         if not isinstance(predictor, (bool, np.bool_)):
             raise TypeError(f"predictor must be a bool, not {predictor!r}")
         self.has_predictor = bool(predictor)
+        # The widest intermediate value of the rounding step is below 2^(AW + R + 1).
+        self._dtype = np.int64 if self.aw + self.rand_bits <= 61 else object
+        self._nan = nan_exponent(self.exp_bits)
+        self._e_min, self._e_max = exponent_range(self.exp_bits)
 
-    # -- steps ------------------------------------------------------------------------------
+    # -- operands and configuration -------------------------------------------------------------
 
-    def _combine(self, a, ea, p, e, first):
+    def _operands(self, w_m, w_e, x_m, x_e, bias_m, bias_e, *, rows=None):
+        """Checked int64 operands: ``w`` (R, nb·B) and (R, nb), ``x`` (V, nb·B) and (V, nb),
+        bias (R,) or None. ``rows`` (the lane count for one product) fixes ``R``; without it
+        the vectors are a batch (2-d)."""
+        b = self.block
+        w_m, w_e, x_m, x_e = (np.asarray(v, dtype=np.int64) for v in (w_m, w_e, x_m, x_e))
+        nb = x_e.shape[-1] if x_e.ndim else 0
+        if not 1 <= nb <= self.max_blocks:
+            raise ValueError(f"Block count must be between 1 and {self.max_blocks}, not {nb}")
+        if rows is None:
+            ok = (w_m.ndim == 2 and w_m.shape[0] >= 1 and x_m.ndim == 2 and x_e.ndim == 2 and
+                  x_m.shape[0] == x_e.shape[0])
+            n, v = (w_m.shape[0], x_m.shape[0]) if ok else (0, 0)
+        else:
+            ok, n, v = x_m.ndim == 1 and x_e.ndim == 1, rows, 1
+            x_m, x_e = x_m.reshape(1, -1), x_e.reshape(1, -1)
+        if not ok or w_m.shape != (n, nb * b) or w_e.shape != (n, nb) or \
+                x_m.shape != (v, nb * b):
+            raise ValueError("Operand shapes do not match the column's lanes and block size")
+        if not (_fits(w_m, self.width) and _fits(x_m, self.width)):
+            raise ValueError(f"Mantissas must fit in {self.width} signed bits")
+        for name, ex in (("Weight", w_e), ("Vector", x_e)):
+            if not _fits(ex, self.exp_bits):
+                raise ValueError(f"{name} exponents must fit in {self.exp_bits} signed bits")
+        if bias_m is not None:
+            bias_m = np.broadcast_to(np.asarray(bias_m, dtype=np.int64), (n,))
+            bias_e = np.broadcast_to(np.asarray(bias_e, dtype=np.int64), (n,))
+            if not _fits(bias_m, self.width):
+                raise ValueError(f"Bias mantissas must fit in {self.width} signed bits")
+            if not _fits(bias_e, self.exp_bits):
+                raise ValueError(f"Bias exponents must fit in {self.exp_bits} signed bits")
+        return w_m, w_e, x_m, x_e, bias_m, bias_e
+
+    def _config(self, *, width, rounding, exp_mode, pred_k, pred_margin):
+        if rounding not in ROUNDINGS:
+            raise ValueError(f"Rounding must be one of {', '.join(ROUNDINGS)}, not {rounding!r}")
+        if exp_mode not in EXP_MODES:
+            raise ValueError(f"Exponent mode must be one of {', '.join(EXP_MODES)}, "
+                             f"not {exp_mode!r}")
+        width = self._runtime_width(width)
+        pred_k = _check_int("Spread multiple", pred_k, 1, 7)
+        pred_margin = _check_int("Underflow margin", pred_margin, 0, 7)
+        if exp_mode == "predicted" and not self.has_predictor:
+            exp_mode = "max"
+        return width, exp_mode, pred_k, pred_margin
+
+    def _fixed(self, fixed_exp):
+        return _check_int("Fixed exponent", fixed_exp, -(1 << (self.exp_bits - 1)),
+                          (1 << (self.exp_bits - 1)) - 1)
+
+    def _runtime_width(self, width):
+        if width is None:
+            return self.width
+        return _check_int("Runtime mantissa width", width, 2, self.width)
+
+    # -- steps, vectorised ----------------------------------------------------------------------
+
+    def _combine(self, acc, ea, c, e, e_add):
+        """Combine contributions ``c = P · 2^F`` of exponents ``e`` into the accumulators
+        ``(acc, ea)``. ``e_add`` is ``e``, or far below every exponent where ``P == 0`` (then
+        the sum below leaves ``(acc, ea)`` unchanged)."""
+        top = self.aw - 1
+        d = np.minimum(np.maximum(e_add - ea, -top), top)
+        sa = np.maximum(d, 0)                       # e > ea: shift A; else shift c by -d
+        total = (acc >> sa) + (c >> (sa - d))
+        fresh = acc == 0
+        return np.where(fresh, c, total), np.where(fresh, e, np.maximum(ea, e_add))
+
+    def _accumulate(self, w_m, w_e, x_m, x_e, bias_m, bias_e):
+        """Accumulators ``(A, ea, nan)`` of shape (V, R) of checked operands."""
+        b, nb = self.block, w_e.shape[1]
+        v, r = x_m.shape[0], w_m.shape[0]
+        # All block products at once, (nb, V, R); float64 is exact (|partial sums| < 2^39).
+        xf = x_m.reshape(v, nb, b).transpose(1, 0, 2).astype(np.float64)
+        wf = w_m.reshape(r, nb, b).transpose(1, 2, 0).astype(np.float64)
+        p = np.matmul(xf, wf).astype(np.int64)
+        e = x_e.T[:, :, None] + w_e.T[:, None, :]
+        if bias_m is not None:
+            p = np.concatenate([p, np.broadcast_to(bias_m, (1, v, r))])
+            e = np.concatenate([e, np.broadcast_to(bias_e, (1, v, r))])
+        e_add = np.where(p == 0, -(1 << 40), e)
+        if self._dtype is object:
+            p = p.astype(object)
         c = p << self.frac_bits
-        if first or a == 0:
-            return c, e
-        if p == 0:
-            return a, ea
-        if e > ea:
-            return (a >> min(e - ea, self.aw - 1)) + c, e
-        return a + (c >> min(ea - e, self.aw - 1)), ea
+        acc, ea = c[0], e[0]
+        for k in range(1, len(c)):
+            acc, ea = self._combine(acc, ea, c[k], e[k], e_add[k])
+        nan = (w_e == self._nan).any(axis=1)[None, :] | (x_e == self._nan).any(axis=1)[:, None]
+        if bias_m is not None:
+            nan = nan | (bias_e == self._nan)[None, :]
+        return acc, ea, nan
+
+    def _raw_max(self, acc, ea, width):
+        """Max rule's unclamped exponent over the last axis, and whether every lane is 0."""
+        zero = acc == 0
+        # |A| < 2^(AW - 1) <= 2^53 converts to float64 exactly: no carry to correct.
+        top = np.where(zero, -(1 << 40), _bitlen(np.abs(acc), exact=self.aw <= 54) + ea)
+        top = top.max(axis=-1)
+        return top - self.frac_bits - (width - 1), zero.all(axis=-1)
+
+    def _round(self, a, s, width, rounding, r):
+        """Output mantissas of accumulators ``a`` for right shifts ``s`` (negative: left)."""
+        dt = a.dtype
+        mx = (1 << (width - 1)) - 1
+        sr = np.minimum(np.maximum(s, 1), self.aw + self.rand_bits)
+        if dt.kind == "O":
+            sr = sr.astype(object)
+        if rounding == "nearest":
+            # Half to even: floor((a + 2^(sr-1) - 1 + lsb) / 2^sr), lsb that of floor(a / 2^sr).
+            q = (a + ((1 << (sr - 1)) - 1) + ((a >> sr) & 1)) >> sr
+        elif rounding == "zero":
+            q = (a + np.where(a < 0, (1 << sr) - 1, 0)) >> sr
+        else:
+            # floor(a / 2^sr + r / 2^R) = q + [rem · 2^R + r · 2^sr >= 2^(sr + R)], divided
+            # by 2^min(sr, R) so that no term exceeds 2^sr.
+            q = a >> sr
+            rem = a - (q << sr)                     # in [0, 2^sr)
+            big, r, t = 1 << self.rand_bits, np.asarray(r).astype(dt), sr - self.rand_bits
+            up = np.where(t >= 0, rem >= (big - r) << np.maximum(t, 0),
+                          (rem << np.maximum(-t, 0)) + r >= big)
+            q = q + up.astype(dt)
+        left = s <= 0
+        if left.any():
+            # A value beyond 2^W_max saturates after any left shift, as the clipped one does.
+            lim = 1 << self.width
+            shift = np.minimum(np.maximum(-s, 0), self.width + 1)
+            shifted = np.minimum(np.maximum(a, -lim), lim) << shift
+            q = np.where(left, shifted, q)
+        return np.minimum(np.maximum(q, -mx), mx).astype(np.int64)
+
+    def _products(self, w_m, w_e, x_m, x_e, bias_m, bias_e, rand, *, width, rounding,
+                  exp_mode, fixed_exp, pred_k, pred_margin):
+        """Products of checked operands, vector-major then tile: ``m`` (V, T, N), ``e4`` (V, T).
+
+        ``w`` has ``T·N`` rows (padded by the caller).
+        """
+        n, f = self.lanes, self.frac_bits
+        acc, ea, nan = self._accumulate(w_m, w_e, x_m, x_e, bias_m, bias_e)
+        v, t = acc.shape[0], acc.shape[1] // n
+        acc, ea = acc.reshape(v, t, n), ea.reshape(v, t, n)
+        nan = nan.reshape(v, t, n).any(axis=2)
+        raw, zero = self._raw_max(acc, ea, width)
+        e_min, e_max = self._e_min, self._e_max
+        if exp_mode == "predicted":
+            m = np.zeros((v, t, n), dtype=np.int64)
+            e4 = np.full((v, t), self._nan, dtype=np.int64)
+            pred = self.predictor
+            for i, j in np.ndindex(v, t):
+                e, restart = pred.select(None if zero[i, j] else int(raw[i, j]),
+                                         margin=pred_margin, nan=bool(nan[i, j]))
+                if nan[i, j]:
+                    continue
+                e4[i, j] = e = min(max(int(raw[i, j]) if restart else e, e_min), e_max)
+                m[i, j] = self._round(acc[i, j], e - ea[i, j] + f, width, rounding,
+                                      None if rand is None else rand[i, j])
+                if pred.event != "zero":
+                    pred.update(int(np.abs(m[i, j]).max()), e, width=width, k=pred_k,
+                                restart=pred.event != "predicted")
+            return m, e4
+        if exp_mode == "max":
+            e4 = np.where(zero, 0, raw)
+        else:
+            e4 = np.full((v, t), self._fixed(fixed_exp), dtype=np.int64)
+        e4 = np.minimum(np.maximum(e4, e_min), e_max)
+        m = self._round(acc, e4[:, :, None] - ea + f, width, rounding, rand)
+        if nan.any():
+            m[nan] = 0
+            e4[nan] = self._nan
+        if v * t:
+            self.predictor.clear()
+            self.predictor.event = None
+        return m, e4
+
+    # -- one product, step by step ---------------------------------------------------------------
 
     def accumulate(self, w_m, w_e, x_m, x_e, bias_m=None, bias_e=None):
         """Per-lane accumulators ``(A, ea, nan)`` after all blocks and the optional bias.
 
-        Returns lists of Python ints / bools of length ``N``.
+        Operands as :meth:`matvec`. Returns lists of Python ints / bools of length ``N``.
         """
-        n, b = self.lanes, self.block
-        w_m, w_e, x_m, x_e = (np.asarray(v, dtype=np.int64) for v in (w_m, w_e, x_m, x_e))
-        nb = x_e.shape[0]
-        if not 1 <= nb <= self.max_blocks:
-            raise ValueError(f"Block count must be between 1 and {self.max_blocks}, not {nb}")
-        if w_m.shape != (n, nb * b) or w_e.shape != (n, nb) or x_m.shape != (nb * b,):
-            raise ValueError("Operand shapes do not match the column's lanes and block size")
-        lo, hi = -(1 << (self.width - 1)), (1 << (self.width - 1)) - 1
-        if w_m.min() < lo or w_m.max() > hi or x_m.min() < lo or x_m.max() > hi:
-            raise ValueError(f"Mantissas must fit in {self.width} signed bits")
-        nan_code = nan_exponent(self.exp_bits)
-        e_lo, e_hi = nan_code, -nan_code - 1
-        for name, ex in (("Weight", w_e), ("Vector", x_e)):
-            if ex.min() < e_lo or ex.max() > e_hi:
-                raise ValueError(f"{name} exponents must fit in {self.exp_bits} signed bits")
-        acc = [0] * n
-        ea = [0] * n
-        nan = [False] * n
-        for k in range(nb):
-            sl = slice(k * b, (k + 1) * b)
-            prods = w_m[:, sl] @ x_m[sl]
-            for i in range(n):
-                nan[i] |= bool(w_e[i, k] == nan_code or x_e[k] == nan_code)
-                acc[i], ea[i] = self._combine(acc[i], ea[i], int(prods[i]),
-                                              int(w_e[i, k] + x_e[k]), k == 0)
-        if bias_m is not None:
-            bias_m = np.broadcast_to(np.asarray(bias_m, dtype=np.int64), (n,))
-            bias_e = np.broadcast_to(np.asarray(bias_e, dtype=np.int64), (n,))
-            if bias_m.min() < lo or bias_m.max() > hi:
-                raise ValueError(f"Bias mantissas must fit in {self.width} signed bits")
-            if bias_e.min() < e_lo or bias_e.max() > e_hi:
-                raise ValueError(f"Bias exponents must fit in {self.exp_bits} signed bits")
-            for i in range(n):
-                nan[i] |= bool(bias_e[i] == nan_code)
-                acc[i], ea[i] = self._combine(acc[i], ea[i], int(bias_m[i]), int(bias_e[i]),
-                                              False)
-        return acc, ea, nan
+        ops = self._operands(w_m, w_e, x_m, x_e, bias_m, bias_e, rows=self.lanes)
+        acc, ea, nan = self._accumulate(*ops)
+        return [int(a) for a in acc[0]], ea[0].tolist(), nan[0].tolist()
+
+    def accumulate_batch(self, w_m, w_e, x_m, x_e, bias_m=None, bias_e=None):
+        """Accumulators of every row against every vector (rows need not fill whole tiles).
+
+        Operands as :meth:`matvec_batch`. Returns ``(A, ea, nan)``, arrays of shape (V, R):
+        ``A`` int64, or object (Python ints) for columns with ``AW + R > 61``.
+        """
+        return self._accumulate(*self._operands(w_m, w_e, x_m, x_e, bias_m, bias_e))
 
     def raw_max_exponent(self, acc, ea, *, width=None):
         """The max rule's exponent before clamping, ``None`` if every lane is zero."""
-        width = self._runtime_width(width)
-        tops = [abs(a).bit_length() + e for a, e in zip(acc, ea, strict=True) if a != 0]
-        return max(tops) - self.frac_bits - (width - 1) if tops else None
+        raw, zero = self._raw_max(np.array(acc, dtype=self._dtype),
+                                  np.asarray(ea, dtype=np.int64), self._runtime_width(width))
+        return None if zero else int(raw)
 
     def select_exponent(self, acc, ea, nan, *, width=None, exp_mode="max", fixed_exp=0,
                         pred_margin=2):
@@ -370,8 +520,8 @@ class ColumnModel:
         """
         width = self._runtime_width(width)
         e_min, e_max = exponent_range(self.exp_bits)
+        raw = self.raw_max_exponent(acc, ea, width=width)
         if exp_mode == "predicted":
-            raw = self.raw_max_exponent(acc, ea, width=width)
             e4, restart = self.predictor.select(raw, margin=pred_margin, nan=any(nan))
             if any(nan):
                 return nan_exponent(self.exp_bits)
@@ -379,11 +529,9 @@ class ColumnModel:
         if any(nan):
             return nan_exponent(self.exp_bits)
         if exp_mode == "max":
-            raw = self.raw_max_exponent(acc, ea, width=width)
             e4 = 0 if raw is None else raw
         elif exp_mode == "fixed":
-            e4 = _check_int("Fixed exponent", fixed_exp, -(1 << (self.exp_bits - 1)),
-                            (1 << (self.exp_bits - 1)) - 1)
+            e4 = self._fixed(fixed_exp)
         else:
             raise ValueError(f"Exponent mode must be one of {', '.join(EXP_MODES)}, "
                              f"not {exp_mode!r}")
@@ -391,33 +539,12 @@ class ColumnModel:
 
     def shift_round(self, a, s, *, width=None, rounding="nearest", r=0):
         """Output mantissa of accumulator ``a`` for right shift ``s`` (negative: left)."""
-        width = self._runtime_width(width)
-        mx = (1 << (width - 1)) - 1
-        if s <= 0:
-            q = a << min(-s, self.width + 1)
-        else:
-            s = min(s, self.aw + self.rand_bits)
-            q = a >> s
-            rem = a - (q << s)                      # in [0, 2^s)
-            if rounding == "nearest":
-                half = 1 << (s - 1)
-                q += rem > half or (rem == half and q & 1)
-            elif rounding == "zero":
-                q += a < 0 and rem != 0
-            elif rounding == "stochastic":
-                # floor(a / 2^s + r / 2^R) = q + [rem · 2^R + r · 2^s >= 2^(s + R)]
-                q += (rem << self.rand_bits) + (r << s) >= 1 << (s + self.rand_bits)
-            else:
-                raise ValueError(f"Rounding must be one of {', '.join(ROUNDINGS)}, "
-                                 f"not {rounding!r}")
-        return max(-mx, min(mx, q))
+        if rounding not in ROUNDINGS:
+            raise ValueError(f"Rounding must be one of {', '.join(ROUNDINGS)}, not {rounding!r}")
+        return int(self._round(np.array([a], dtype=self._dtype), np.array([s], dtype=np.int64),
+                               self._runtime_width(width), rounding, np.array([r]))[0])
 
-    def _runtime_width(self, width):
-        if width is None:
-            return self.width
-        return _check_int("Runtime mantissa width", width, 2, self.width)
-
-    # -- the whole product ------------------------------------------------------------------
+    # -- whole products ---------------------------------------------------------------------------
 
     def clear_history(self):
         """Clear the predicted selector's history (the gateware's ``pred_clear``)."""
@@ -466,30 +593,91 @@ class ColumnModel:
             if rand.shape != (self.lanes,) or rand.min() < 0 or \
                     rand.max() >= 1 << self.rand_bits:
                 raise ValueError(f"rand must be {self.lanes} integers in [0, 2^{self.rand_bits})")
+            rand = rand.reshape(1, 1, -1)
         else:
-            rand = np.zeros(self.lanes, dtype=np.int64)
-        if exp_mode not in EXP_MODES:
-            raise ValueError(f"Exponent mode must be one of {', '.join(EXP_MODES)}, "
-                             f"not {exp_mode!r}")
-        width = self._runtime_width(width)
-        pred_k = _check_int("Spread multiple", pred_k, 1, 7)
-        pred_margin = _check_int("Underflow margin", pred_margin, 0, 7)
-        if exp_mode == "predicted" and not self.has_predictor:
-            exp_mode = "max"
-        acc, ea, nan = self.accumulate(w_m, w_e, x_m, x_e, bias_m, bias_e)
-        e4 = self.select_exponent(acc, ea, nan, width=width, exp_mode=exp_mode,
-                                  fixed_exp=fixed_exp, pred_margin=pred_margin)
-        if exp_mode != "predicted":
-            self.predictor.clear()
-            self.predictor.event = None
-        if any(nan):
-            return np.zeros(self.lanes, dtype=np.int64), e4
-        m = [self.shift_round(a, e4 - e + self.frac_bits, width=width, rounding=rounding,
-                              r=int(r)) for a, e, r in zip(acc, ea, rand, strict=True)]
-        if exp_mode == "predicted" and self.predictor.event not in ("zero", "nan"):
-            self.predictor.update(max(abs(v) for v in m), e4, width=width, k=pred_k,
-                                  restart=self.predictor.event != "predicted")
-        return np.array(m, dtype=np.int64), e4
+            rand = None
+        width, exp_mode, pred_k, pred_margin = self._config(
+            width=width, rounding=rounding, exp_mode=exp_mode, pred_k=pred_k,
+            pred_margin=pred_margin)
+        ops = self._operands(w_m, w_e, x_m, x_e, bias_m, bias_e, rows=self.lanes)
+        m, e4 = self._products(*ops, rand, width=width, rounding=rounding, exp_mode=exp_mode,
+                               fixed_exp=fixed_exp, pred_k=pred_k, pred_margin=pred_margin)
+        return m[0, 0], int(e4[0, 0])
+
+    def tiles(self, rows):
+        """Row tiles of ``N`` lanes needed for ``rows`` output rows."""
+        return -(-int(rows) // self.lanes)
+
+    def matvec_batch(self, w_m, w_e, x_m, x_e, *, bias_m=None, bias_e=None, width=None,
+                     rounding="nearest", exp_mode="max", fixed_exp=0, rand=None, pred_k=3,
+                     pred_margin=2):
+        """``V`` products ``W · x_v + b`` of a matrix of any height, as the column runs them.
+
+        The ``R`` rows are processed in ``T`` = :meth:`tiles` ``(R)`` tiles of ``N`` rows, the
+        last padded with zero rows (exponents 0, zero biases of exponent 0); each tile and
+        vector is one :meth:`matvec`, issued vector by vector and, within a vector, tile by
+        tile. That order matters for ``"predicted"`` (the history carries from product to
+        product) and for the random numbers of stochastic rounding.
+
+        Parameters
+        ----------
+        w_m : array_like of int, shape (R, nb·B)
+        w_e : array_like of int, shape (R, nb)
+        x_m : array_like of int, shape (V, nb·B)
+        x_e : array_like of int, shape (V, nb)
+        bias_m, bias_e : array_like of int, shape (R,) or scalar, optional
+        width, rounding, exp_mode, fixed_exp, pred_k, pred_margin
+            As :meth:`matvec`, for every product.
+        rand : array_like of int, shape (V, T, N), optional
+            Stochastic rounding's random numbers in ``[0, 2^R)``, per product and lane.
+
+        Returns
+        -------
+        m, e : numpy.ndarray of int64, shape (V, R)
+            Output mantissas and the exponent of each element's tile.
+        """
+        width, exp_mode, pred_k, pred_margin = self._config(
+            width=width, rounding=rounding, exp_mode=exp_mode, pred_k=pred_k,
+            pred_margin=pred_margin)
+        w_m, w_e, x_m, x_e, bias_m, bias_e = self._operands(w_m, w_e, x_m, x_e, bias_m, bias_e)
+        rows, v, n = w_m.shape[0], x_m.shape[0], self.lanes
+        t = self.tiles(rows)
+        if rounding == "stochastic":
+            if rand is None:
+                raise ValueError("Stochastic rounding needs rand, one integer per lane")
+            rand = np.asarray(rand, dtype=np.int64)
+            if rand.shape != (v, t, n):
+                raise ValueError(f"rand must have shape {(v, t, n)}, not {rand.shape}")
+            if rand.size and (rand.min() < 0 or rand.max() >= 1 << self.rand_bits):
+                raise ValueError(f"rand must be integers in [0, 2^{self.rand_bits})")
+        else:
+            rand = None
+        pad = t * n - rows
+        w_m, w_e = np.pad(w_m, ((0, pad), (0, 0))), np.pad(w_e, ((0, pad), (0, 0)))
+        if bias_m is not None:
+            bias_m, bias_e = np.pad(bias_m, (0, pad)), np.pad(bias_e, (0, pad))
+        m, e4 = self._products(w_m, w_e, x_m, x_e, bias_m, bias_e, rand, width=width,
+                               rounding=rounding, exp_mode=exp_mode, fixed_exp=fixed_exp,
+                               pred_k=pred_k, pred_margin=pred_margin)
+        return m.reshape(v, t * n)[:, :rows], np.repeat(e4, n, axis=1)[:, :rows]
+
+
+def _bitlen(a, exact=False):
+    """``bit_length`` of every element of a non-negative int64 or object array (as int64);
+    ``exact``: every element converts to float64 exactly."""
+    if a.dtype.kind == "O":
+        return np.frompyfunc(lambda v: int(v).bit_length(), 1, 1)(a).astype(np.int64)
+    _, bits = np.frexp(a.astype(np.float64))
+    bits = bits.astype(np.int64)
+    if exact:
+        return bits
+    # The conversion to float64 rounds to nearest, which may carry into the next power of 2.
+    return bits - ((a > 0) & (a < np.left_shift(np.int64(1), np.maximum(bits - 1, 0))))
+
+
+def _fits(a, bits):
+    """Every element of int64 array ``a`` is a ``bits``-bit two's complement value."""
+    return a.size == 0 or int(((a >> (bits - 1)) + 1).view(np.uint64).max()) <= 1
 
 
 def reference_matvec(w_m, w_e, x_m, x_e, *, block, bias_m=None, bias_e=None, exp_bits=8):

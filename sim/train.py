@@ -18,12 +18,13 @@ A backend is the set of products the accelerator runs (:class:`Backend`):
 * :meth:`Backend.grand` — normal samples of the Irwin–Hall grand unit (weight initialisation);
 * :meth:`Backend.seed_rounding` — loads the rounding PRNG (``PRNG_SEED0..3``).
 
-:class:`GoldenBackend` runs the golden models (vectorised: :class:`FastColumn` equals
-``ColumnModel.matvec`` bit for bit) and models the rounding PRNG's draws exactly as
-:mod:`sim.program` specifies them (one xoroshiro128aox lane, the low ``R`` bits of one output
-word per random number, ``N`` per tile in lane order, vectors in call order). It draws only for
-stochastic rounding. :class:`DeviceBackend` sends the same calls, in the same order, to a
-:class:`boards.driver.Accelerator` (model transport, simulated top, or a board).
+:class:`GoldenBackend` runs the golden models (a batch of vectors is one
+:meth:`sim.bfp_column.ColumnModel.matvec_batch`, vectorised over vectors and tiles) and models
+the rounding PRNG's draws exactly as :mod:`sim.program` specifies them (one xoroshiro128aox
+lane, the low ``R`` bits of one output word per random number, ``N`` per tile in lane order,
+vectors in call order). It draws only for stochastic rounding. :class:`DeviceBackend` sends
+the same calls, in the same order, to a :class:`boards.driver.Accelerator` (model transport,
+simulated top, or a board).
 
 Arithmetic of one training step (BFP variants)
 ----------------------------------------------
@@ -106,7 +107,7 @@ from .grand import WORDS_PER_RESULT, GrandModel, f16_values, results_from_words
 from .prng import Xoroshiro128aox, seed_lanes
 from .schedule import PrecisionSchedule, ThresholdController, Widths, quantisation_error
 
-__all__ = ["load_digits_split", "validation_split", "FastColumn", "RoundingPRNG", "Backend",
+__all__ = ["load_digits_split", "validation_split", "RoundingPRNG", "Backend",
            "GoldenBackend", "DeviceBackend", "DISCRETE_BOOK", "FPRIME_BOOK", "FixedPolicy",
            "MixedPolicy", "TrainConfig", "Trainer", "VARIANTS", "variant_config",
            "discrete_dense_batch", "train"]
@@ -152,152 +153,6 @@ DISCRETE_BOOK = CodeBook.from_values([-1, -0.5, -0.25, -2**-7, 2**-7, 0.25, 0.5,
 #: 1-bit book of the ReLU derivative ``f′`` on the shift/XOR datapath: code 0 is ``+1``,
 #: code 1 is ``+2^-7`` (an int8 magnitude shifted right by 7 is 0).
 FPRIME_BOOK = CodeBook.from_values([1, 2**-7])
-
-
-# -- the column, vectorised ------------------------------------------------------------------
-
-class FastColumn:
-    """Vectorised :meth:`sim.bfp_column.ColumnModel.matvec` over many vectors and row tiles.
-
-    Parameters
-    ----------
-    model : sim.bfp_column.ColumnModel
-        The column whose arithmetic is reproduced (its accumulator must fit 52 bits).
-
-    Raises
-    ------
-    TypeError
-        If ``model`` is not a ColumnModel.
-    ValueError
-        If the accumulator is wider than 52 bits.
-    """
-
-    def __init__(self, model):
-        if not isinstance(model, ColumnModel):
-            raise TypeError(f"Column must be a sim.bfp_column.ColumnModel, not {model!r}")
-        if model.aw + model.rand_bits > 52:
-            raise ValueError("FastColumn needs an accumulator of at most 52 bits")
-        self._model = model
-
-    @property
-    def model(self):
-        return self._model
-
-    def tiles(self, rows):
-        """Row tiles of ``N`` lanes needed for ``rows`` output rows."""
-        return -(-rows // self._model.lanes)
-
-    def matvec(self, w_m, w_e, x_m, x_e, *, bias_m=None, bias_e=None, width=8,
-               rounding="nearest", exp_mode="max", fixed_exp=0, rand=None):
-        """``V`` products ``W · x_v + b`` as the column computes them, tile by tile.
-
-        Parameters
-        ----------
-        w_m : array of int, shape (R, K)
-        w_e : array of int, shape (R, K // B)
-        x_m : array of int, shape (V, K)
-        x_e : array of int, shape (V, K // B)
-        bias_m, bias_e : array of int, shape (R,), optional
-        width, rounding, exp_mode, fixed_exp
-            As :meth:`ColumnModel.matvec`.
-        rand : array of int, shape (V, T, N), optional
-            Stochastic rounding's random numbers, ``T`` = :meth:`tiles` ``(R)``.
-
-        Returns
-        -------
-        m, e : numpy.ndarray of int64, shape (V, R)
-            Output mantissas and the exponent of each element's tile.
-        """
-        c = self._model
-        n, b, f = c.lanes, c.block, c.frac_bits
-        w_m, w_e = np.asarray(w_m, np.int64), np.asarray(w_e, np.int64)
-        x_m, x_e = np.asarray(x_m, np.int64), np.asarray(x_e, np.int64)
-        rows, k = w_m.shape
-        nb = k // b
-        if k % b or w_e.shape != (rows, nb) or x_m.ndim != 2 or x_m.shape[1] != k or \
-                x_e.shape != (x_m.shape[0], nb):
-            raise ValueError("Operand shapes do not match the column's block size")
-        if not 1 <= nb <= c.max_blocks:
-            raise ValueError(f"Block count must be between 1 and {c.max_blocks}, not {nb}")
-        lim = 1 << (c.width - 1)
-        for name, a in (("Weight", w_m), ("Vector", x_m)):
-            if a.size and (a.min() < -lim or a.max() >= lim):
-                raise ValueError(f"{name} mantissas must fit in {c.width} signed bits")
-        e_lo, e_hi = -(1 << (c.exp_bits - 1)) + 1, (1 << (c.exp_bits - 1)) - 1
-        for name, a in (("Weight", w_e), ("Vector", x_e)):
-            if a.size and (a.min() < e_lo or a.max() > e_hi):
-                raise ValueError(f"{name} exponents must be finite {c.exp_bits}-bit codes")
-        t = self.tiles(rows)
-        pad = t * n - rows
-        w_m = np.pad(w_m, ((0, pad), (0, 0)))
-        w_e = np.pad(w_e, ((0, pad), (0, 0)))
-        v = x_m.shape[0]
-        acc = np.zeros((v, t * n), np.int64)
-        ea = np.zeros((v, t * n), np.int64)
-        for kb in range(nb):
-            sl = slice(kb * b, (kb + 1) * b)
-            p = x_m[:, sl] @ w_m[:, sl].T
-            e = x_e[:, kb, None] + w_e[None, :, kb]
-            acc, ea = self._combine(acc, ea, p, e, kb == 0)
-        if bias_m is not None:
-            bm = np.pad(np.asarray(bias_m, np.int64), (0, pad))
-            be = np.pad(np.asarray(bias_e, np.int64), (0, pad))
-            if bm.min() < -lim or bm.max() >= lim or be.min() < e_lo or be.max() > e_hi:
-                raise ValueError("Bias mantissas or exponents out of range")
-            acc, ea = self._combine(acc, ea, np.broadcast_to(bm, acc.shape),
-                                    np.broadcast_to(be, acc.shape), False)
-        acc = acc.reshape(v, t, n)
-        ea = ea.reshape(v, t, n)
-        mx = (1 << (width - 1)) - 1
-        if exp_mode == "max":
-            _, bits = np.frexp(np.abs(acc).astype(np.float64))
-            tops = np.where(acc != 0, bits.astype(np.int64) + ea, np.iinfo(np.int64).min)
-            top = tops.max(axis=2)
-            e4 = np.where(top == np.iinfo(np.int64).min, 0, top - f - (width - 1))
-        elif exp_mode == "fixed":
-            e4 = np.full((v, t), int(fixed_exp), np.int64)
-        else:
-            raise ValueError(f"Exponent mode must be 'max' or 'fixed', not {exp_mode!r}")
-        e4 = np.clip(e4, e_lo, e_hi)
-        s = e4[:, :, None] - ea + f
-        if rounding == "stochastic":
-            rand = np.asarray(rand, np.int64)
-            if rand.shape != (v, t, n):
-                raise ValueError(f"rand must have shape {(v, t, n)}, not {rand.shape}")
-        q = self._shift_round(acc, s, rounding, rand)
-        q = np.clip(q, -mx, mx).reshape(v, t * n)[:, :rows]
-        return q, np.repeat(e4, n, axis=1)[:, :rows]
-
-    def _combine(self, acc, ea, p, e, first):
-        c = p << self._model.frac_bits
-        if first:
-            return c, e.copy()
-        top = self._model.aw - 1
-        up = e > ea
-        grown = (acc >> np.minimum(np.where(up, e - ea, 0), top)) + c
-        kept = acc + (c >> np.minimum(np.where(up, 0, ea - e), top))
-        new_acc = np.where(acc == 0, c, np.where(p == 0, acc, np.where(up, grown, kept)))
-        new_ea = np.where(acc == 0, e, np.where(p == 0, ea, np.where(up, e, ea)))
-        return new_acc, new_ea
-
-    def _shift_round(self, a, s, rounding, rand):
-        c = self._model
-        left = a << np.minimum(np.maximum(-s, 0), c.width + 1)
-        sr = np.clip(s, 1, c.aw + c.rand_bits)
-        q = a >> sr
-        rem = a - (q << sr)
-        if rounding == "nearest":
-            half = np.int64(1) << (sr - 1)
-            q = q + ((rem > half) | ((rem == half) & (q & 1 == 1)))
-        elif rounding == "zero":
-            q = q + ((a < 0) & (rem != 0))
-        elif rounding == "stochastic":
-            r = c.rand_bits
-            q = q + ((rem << r) + (rand << sr) >= (np.int64(1) << (sr + r)))
-        else:
-            raise ValueError(f"Rounding must be 'nearest', 'zero' or 'stochastic', not "
-                             f"{rounding!r}")
-        return np.where(s <= 0, left, q)
 
 
 # -- the rounding PRNG -------------------------------------------------------------------------
@@ -383,8 +238,8 @@ class Backend:
 
 
 class GoldenBackend(Backend):
-    """Golden-model backend: :class:`FastColumn`, :func:`discrete_dense_batch`,
-    :class:`sim.grand.GrandModel` and :class:`RoundingPRNG`.
+    """Golden-model backend: :meth:`sim.bfp_column.ColumnModel.matvec_batch`,
+    :func:`discrete_dense_batch`, :class:`sim.grand.GrandModel` and :class:`RoundingPRNG`.
 
     Parameters
     ----------
@@ -403,7 +258,6 @@ class GoldenBackend(Backend):
 
     def __init__(self, column=None, *, disc_lanes=4, disc_acc_width=16, grand_lanes=2):
         self.column = ColumnModel() if column is None else column
-        self._fast = FastColumn(self.column)
         self.disc_lanes = disc_lanes
         self.disc_acc_width = disc_acc_width
         self.grand_lanes = grand_lanes
@@ -432,14 +286,14 @@ class GoldenBackend(Backend):
     def bfp_matvec(self, w_m, w_e, x_m, x_e, *, bias_m=None, bias_e=None, width=8,
                    rounding="nearest"):
         v, k = np.shape(x_m)
-        t = self._fast.tiles(len(w_m))
+        t = self.column.tiles(len(w_m))
         rand = None
         if rounding == "stochastic":
             rand = self._prng.draw(v * t * self.column.lanes).reshape(v, t, self.column.lanes)
         self.calls["matvec"] += v
         self.calls["beats"] += v * t * k
-        return self._fast.matvec(w_m, w_e, x_m, x_e, bias_m=bias_m, bias_e=bias_e, width=width,
-                                 rounding=rounding, rand=rand)
+        return self.column.matvec_batch(w_m, w_e, x_m, x_e, bias_m=bias_m, bias_e=bias_e,
+                                        width=width, rounding=rounding, rand=rand)
 
     def discrete_matvec(self, w_codes, x_m, *, book, bias=None, shift=0):
         self.calls["dmatvec"] += len(x_m)

@@ -12,7 +12,6 @@ from sim.schedule import PrecisionSchedule, ThresholdController, Widths
 from sim.train import (
     VARIANTS,
     DeviceBackend,
-    FastColumn,
     FixedPolicy,
     GoldenBackend,
     MixedPolicy,
@@ -49,7 +48,7 @@ def test_digits_split(data):
     assert all(np.array_equal(a, b) for a, b in zip(data, again, strict=True))
 
 
-# -- vectorised column == ColumnModel ----------------------------------------------------------
+# -- the golden backend's column products == ColumnModel per vector and tile ------------------
 
 def _column_case(rng, trial):
     lanes = int(rng.choice([4, 8, 16]))
@@ -68,9 +67,7 @@ def _column_case(rng, trial):
     if trial % 11 == 0:
         x_m[1] = 0                              # an all-zero vector
     kw = dict(width=int(rng.integers(2, wmax + 1)),
-              rounding=("nearest", "zero", "stochastic")[trial % 3],
-              exp_mode="fixed" if trial % 5 == 0 else "max",
-              fixed_exp=int(rng.integers(-20, 20)))
+              rounding=("nearest", "zero", "stochastic")[trial % 3])
     if trial % 2 == 0:
         kw["bias_m"] = rng.integers(-lim, lim, rows)
         kw["bias_e"] = rng.integers(-30, 30, rows)
@@ -79,15 +76,23 @@ def _column_case(rng, trial):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_fast_column_equals_column_model(seed):
-    """FastColumn is ColumnModel.matvec bit for bit (tiles, padding, bias, all modes)."""
+def test_golden_backend_is_column_model_per_vector_and_tile(seed):
+    """GoldenBackend.bfp_matvec (one ColumnModel.matvec_batch per call) is ColumnModel.matvec
+    on every tile of every vector, the rounding PRNG drawn N per tile, vectors in call order
+    (tiles, padding, bias, every rounding)."""
     rng = np.random.default_rng(seed)
     for trial in range(40):
         col, w_m, w_e, x_m, x_e, kw = _column_case(rng, trial)
-        fast = FastColumn(col)
-        rows, t, n = len(w_m), fast.tiles(len(w_m)), col.lanes
-        rand = rng.integers(0, 1 << col.rand_bits, (len(x_m), t, n))
-        m, e = fast.matvec(w_m, w_e, x_m, x_e, rand=rand, **kw)
+        gold = GoldenBackend(col)
+        gold.seed_rounding(seed + trial)
+        m, e = gold.bfp_matvec(w_m, w_e, x_m, x_e, **kw)
+        rows, n = len(w_m), col.lanes
+        t = -(-rows // n)
+        assert gold.calls["matvec"] == len(x_m) and gold.calls["beats"] == len(x_m) * t * \
+            w_m.shape[1]
+        prng = RoundingPRNG(seed + trial, col.rand_bits)
+        ref = ColumnModel(lanes=col.lanes, block=col.block, width=col.width, max_blocks=4,
+                          frac_bits=col.frac_bits, rand_bits=col.rand_bits)
         pad = t * n - rows
         wm, we = np.pad(w_m, ((0, pad), (0, 0))), np.pad(w_e, ((0, pad), (0, 0)))
         for v in range(len(x_m)):
@@ -97,28 +102,12 @@ def test_fast_column_equals_column_model(seed):
                 if "bias_m" in kw:
                     ref_kw["bias_m"] = np.pad(kw["bias_m"], (0, pad))[sl]
                     ref_kw["bias_e"] = np.pad(kw["bias_e"], (0, pad))[sl]
-                rm, re_ = col.matvec(wm[sl], we[sl], x_m[v], x_e[v], rand=rand[v, tile],
-                                     **ref_kw)
+                if kw["rounding"] == "stochastic":
+                    ref_kw["rand"] = prng.draw(n)
+                rm, re_ = ref.matvec(wm[sl], we[sl], x_m[v], x_e[v], **ref_kw)
                 real = min(n, rows - tile * n)
                 assert np.array_equal(m[v, sl][:real], rm[:real]), (seed, trial, v, tile)
                 assert np.all(e[v, sl][:real] == re_), (seed, trial, v, tile)
-
-
-def test_fast_column_checks():
-    with pytest.raises(TypeError, match="ColumnModel"):
-        FastColumn("column")
-    with pytest.raises(ValueError, match="52 bits"):
-        FastColumn(ColumnModel(width=16, max_blocks=4096, frac_bits=8, rand_bits=16))
-    fast = FastColumn(ColumnModel(lanes=4, block=4))
-    with pytest.raises(ValueError, match="shapes"):
-        fast.matvec(np.zeros((4, 6), int), np.zeros((4, 1), int), np.zeros((1, 6), int),
-                    np.zeros((1, 1), int))
-    with pytest.raises(ValueError, match="mantissas must fit"):
-        fast.matvec(np.full((4, 4), 200), np.zeros((4, 1), int), np.zeros((1, 4), int),
-                    np.zeros((1, 1), int))
-    with pytest.raises(ValueError, match="rand must have shape"):
-        fast.matvec(np.zeros((4, 4), int), np.zeros((4, 1), int), np.zeros((1, 4), int),
-                    np.zeros((1, 1), int), rounding="stochastic", rand=np.zeros((1, 4), int))
 
 
 # -- random sources ------------------------------------------------------------------------------

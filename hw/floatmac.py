@@ -149,7 +149,11 @@ class FloatMAC(wiring.Component):
     LATENCY = 5
 
     def _unpacked(self):
-        # e and f are meaningful only when none of zero / inf / nan is set.
+        # e and f are meaningful only when none of zero / inf / nan is set. Combinational values
+        # of this layout assign their fields unconditionally (Mux, not an m.If override): a
+        # field driven only by constants in a struct that is partly assigned under m.If comes
+        # out of Yosys as an `always @*` without sensitivity, which Icarus never runs
+        # (tests/test_cocotb.py scans for it).
         return data.StructLayout({"s": 1, "e": self._eb, "f": self._p - 1,
                                   "zero": 1, "inf": 1, "nan": 1})
 
@@ -176,10 +180,10 @@ class FloatMAC(wiring.Component):
         eb = self._eb
         under = er < 1
         over = er >= (1 << eb) - 1
-        m.d.comb += [out.s.eq(s), out.e.eq(er[:eb]), out.f.eq(frac), out.nan.eq(0),
-                     out.zero.eq(under), out.inf.eq(over)]
-        with m.If(under | over):
-            m.d.comb += [out.e.eq(0), out.f.eq(0)]
+        special = under | over
+        m.d.comb += [out.s.eq(s), out.e.eq(Mux(special, 0, er[:eb])),
+                     out.f.eq(Mux(special, 0, frac)), out.zero.eq(under), out.inf.eq(over),
+                     out.nan.eq(0)]
 
     def elaborate(self, platform):
         m = Module()
@@ -356,10 +360,9 @@ class FloatMAC(wiring.Component):
         ne = Signal(signed(eb + 2), name=f"{name}_ne")
         m.d.comb += ne.eq(xe - lzn)
         near = Signal(self._unpacked(), name=f"{name}_near")
-        m.d.comb += [near.s.eq(Mux(r1[-1], b.s, acc.s)), near.e.eq(ne[:eb]),
-                     near.f.eq(nsh[1:p]), near.zero.eq((mag == 0) | (lzn >= xe))]
-        with m.If(mag == 0):
-            m.d.comb += near.s.eq(0)
+        m.d.comb += [near.s.eq(Mux(mag == 0, 0, Mux(r1[-1], b.s, acc.s))), near.e.eq(ne[:eb]),
+                     near.f.eq(nsh[1:p]), near.zero.eq((mag == 0) | (lzn >= xe)),
+                     near.inf.eq(0), near.nan.eq(0)]
         use_near = sub & ((d == 0) | ((d == 1) & ~mag[p]))
 
         # Far path.

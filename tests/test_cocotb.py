@@ -10,14 +10,20 @@ disagreement between the two simulators cannot hide behind different stimuli.
 
 import os
 import re
+import subprocess
 import sys
 
 import pytest
+from amaranth.back import verilog
+from amaranth.hdl import Module
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "cocotb"))
 
 import cocotb_runner as cr  # noqa: E402
 
+from hw.registry import block_names  # noqa: E402
 from sim import vectors  # noqa: E402
 from sim.harness import run_stream  # noqa: E402
 
@@ -419,41 +425,131 @@ def test_arith_verilog_other_sizes(tmp_path, name, params):
     cr.run_bench(name, params, bench, job, tmp_path)
 
 
+# --- Verilog that every simulator runs ----------------------------------------------------------
+
+#: Yosys' Verilog backend writes the bits of a signal that Amaranth assigns in a process (e.g. a
+#: struct with some fields set under ``m.If``) as ``always @*`` blocks, one per group of bits. A
+#: group whose right-hand sides are all constants (a field left at its reset value, or set only
+#: to constants) gives an ``always @*`` with an empty sensitivity list: Icarus never runs it and
+#: those bits stay X. The scan below finds such blocks in ``verilog.convert`` output.
+_ALWAYS_COMB = re.compile(r"always @\*\s")
+_BEGIN_END = re.compile(r"\\\S+\s|\bbegin\b|\bend\b")     # escaped identifiers are skipped
+#: Yosys' first statement of a ``begin`` block: reads a ``reg`` initialised to 0 (an event at
+#: time 0 in Verilog-2005). It is not a read of the design, so it does not count.
+_BACKEND_TRIGGER = re.compile(r"if \(\\\$auto\$verilog_backend\.cc:\d+:dump_module\$\d+ \) "
+                              r"begin end")
+_ASSIGNED = re.compile(r"^\s*[^=;\n]+?\s=(?!=)", re.M)
+_KEYWORDS = re.compile(r"\b(?:begin|end|if|else|casez|case|endcase|default)\b")
+_LITERAL = re.compile(r"\b\d*'[sS]?[hbdoHBDO][0-9a-fA-FxXzZ?_]+|\b\d+\b")
+_IDENTIFIER = re.compile(r"\\\S+|[A-Za-z_][\w$]*")
+
+
+def always_comb_blocks(text):
+    """The bodies of the ``always @*`` blocks of Yosys Verilog ``text`` (one statement, or a
+    ``begin`` ... ``end`` block), in order."""
+    for match in _ALWAYS_COMB.finditer(text):
+        rest = text[match.end():]
+        if not re.match(r"begin\b", rest):
+            yield rest[:rest.index(";") + 1]
+            continue
+        depth = 0
+        for token in _BEGIN_END.finditer(rest):
+            if token.group() in ("begin", "end"):
+                depth += 1 if token.group() == "begin" else -1
+                if depth == 0:
+                    yield rest[:token.end()]
+                    break
+
+
+def constant_only_processes(text):
+    """The ``always @*`` bodies of ``text`` that read no signal: every right-hand side and
+    condition is a literal, so the block has nothing to be sensitive to."""
+    def reads(body):
+        for pattern in (_BACKEND_TRIGGER, _ASSIGNED, _KEYWORDS, _LITERAL):
+            body = pattern.sub(" ", body)
+        return _IDENTIFIER.findall(body)
+    return [body for body in always_comb_blocks(text) if not reads(body)]
+
+
+class _PartlyConstantStruct(wiring.Component):
+    """The pattern FloatMAC had: a struct assigned in a process (a field set under ``m.If``),
+    with a field never driven (left at its reset value) and a field driven by a constant."""
+
+    def __init__(self):
+        super().__init__({"a": In(4), "y": Out(data.StructLayout({"v": 4, "k": 2, "s": 1,
+                                                                  "z": 1}))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += [self.y.v.eq(self.a), self.y.s.eq(self.a[0]), self.y.z.eq(0)]
+        with m.If(self.a == 0):
+            m.d.comb += self.y.v.eq(15)
+        return m
+
+
+def test_constant_only_scan():
+    """The scan finds exactly the constant-only blocks Yosys writes for the old FloatMAC pattern
+    (the undriven field and the constant one, not the fields read from ``a``), and knows both
+    shapes of ``always @*`` (one statement, ``begin`` ... ``end``) and case statements."""
+    text = verilog.convert(_PartlyConstantStruct(), name="partly_constant")
+    assert sorted(body.split()[0] for body in constant_only_processes(text)) == ["y[5:4]",
+                                                                                   "y[7]"]
+    assert len(list(always_comb_blocks(text))) > 2        # v and s are not flagged
+    handmade = ("  always @*\n    x[1:0] = 2'h0;\n"
+                "  always @*\n    x[3:2] = \\$12 [1:0];\n"
+                "  always @* begin\n    if (\\$auto$verilog_backend.cc:2355:dump_module$1 ) "
+                "begin end\n    y = 4'h3;\n    if (1'h1) begin\n      y = 4'b0001;\n    end\n"
+                "  end\n"
+                "  always @* begin\n    z = 1'h0;\n    casez (sel)\n      2'b?1:\n"
+                "        z = 1'h1;\n    endcase\n  end\n"
+                "  always @* begin\n    w = 1'h0;\n    if (en) begin\n      w = 1'h1;\n"
+                "    end\n  end\n")
+    assert len(list(always_comb_blocks(handmade))) == 5
+    assert [body.split()[0] for body in constant_only_processes(handmade)] == ["x[1:0]",
+                                                                               "begin"]
+
+
+@pytest.mark.parametrize("params", [
+    {"fmt": "f16"}, {"fmt": "f32"},
+    {"fmt": "f16", "mult": "sb_mac16"}, {"fmt": "f32", "mult": "mult18x18d"},
+    {"fmt": "f16", "mult": "mult18x18d", "sim_model": False},
+], ids=lambda params: "-".join(str(v) for v in params.values()))
+def test_floatmac_verilog_has_no_constant_only_process(params):
+    """FloatMAC's Verilog (default ``lut`` multipliers and the hard-multiplier styles, f16 and
+    f32) has no ``always @*`` that Icarus would never run. (It had: the NaN / Inf flags of the
+    adder's near path and the NaN flag of the rounded product.)"""
+    _, text = cr.generate_verilog("floatmac", dict(params, lanes=2, max_len=4))
+    assert constant_only_processes(text) == []
+
+
+def icarus_warnings(tmp_path, text):
+    """Icarus Verilog's compile-time messages for the Verilog ``text`` (Verilog-2005 mode)."""
+    source = tmp_path / "design.v"
+    source.write_text(text)
+    done = subprocess.run(["iverilog", *cr.ICARUS_ARGS, "-o", str(tmp_path / "design.vvp"),
+                           str(source)], capture_output=True, text=True, check=True)
+    return done.stdout + done.stderr
+
+
+@needs_sim
+@pytest.mark.parametrize("fmt", ["f16", "f32"])
+def test_floatmac_verilog_icarus_triggers_every_process(tmp_path, fmt):
+    """Icarus itself agrees: it warns about an ``always @*`` that can never trigger for the
+    pattern FloatMAC had (negative control), and not for FloatMAC's Verilog."""
+    toy = icarus_warnings(tmp_path, verilog.convert(_PartlyConstantStruct(), name="toy"))
+    assert toy.count("@* found no sensitivities so it will never trigger") == 2
+    _, text = cr.generate_verilog("floatmac", {"lanes": 2, "fmt": fmt, "max_len": 4})
+    assert "found no sensitivities" not in icarus_warnings(tmp_path, text)
+
+
+@pytest.mark.parametrize("block", block_names())
+def test_registry_verilog_has_no_constant_only_process(block):
+    """Every block as ``lowbit verilog BLOCK`` builds it on defaults."""
+    _, text = cr.generate_verilog(block, {})
+    assert constant_only_processes(text) == []
+
+
 # --- Float MAC baseline (#10) and the top with the layer sequencer --------------------------------
-
-#: A combinational process of Yosys' Verilog backend that only assigns a constant (bits of a
-#: signal that Amaranth drives with a constant, e.g. the NaN/Inf flags of FloatMAC's near path).
-#: Such an ``always @*`` has no sensitivity, so in Icarus it never runs and the bits stay X.
-_CONSTANT_ALWAYS = re.compile(r"always @\*\n(\s+)([^\n=;]+) = (\d+'[hbd][0-9a-fA-F_]+);\n")
-
-
-def icarus_constant_drivers(text):
-    """Yosys Verilog with every constant-only ``always @*`` turned into an ``initial`` that
-    assigns the same constant (nothing else drives those bits: same meaning, and Icarus then
-    simulates it). See ``docs/verification.md``."""
-    return _CONSTANT_ALWAYS.sub(lambda m: f"initial\n{m[1]}{m[2]} = {m[3]};\n", text)
-
-
-@pytest.fixture
-def constant_drivers_fixed(monkeypatch):
-    generate = cr.generate_verilog
-
-    def patched(block, params):
-        component, text = generate(block, params)
-        return component, icarus_constant_drivers(text)
-    monkeypatch.setattr(cr, "generate_verilog", patched)
-
-
-def test_icarus_constant_driver_rewrite():
-    """FloatMAC's Verilog has constant-only ``always @*`` processes (why the fixture exists),
-    and the rewrite touches nothing else."""
-    _, text = cr.generate_verilog("floatmac", {"lanes": 1, "fmt": "f16", "max_len": 4})
-    found = _CONSTANT_ALWAYS.findall(text)
-    assert found and all(lhs.startswith(("a0_near", "p0_res")) for _, lhs, _ in found)
-    fixed = icarus_constant_drivers(text)
-    assert fixed.count("always @*") == text.count("always @*") - len(found)
-    assert fixed.replace("initial\n", "always @*\n") == text
-
 
 FLOATMAC_PARAMS = {"f16": {"lanes": 4, "fmt": "f16", "max_len": 16},
                    "f32": {"lanes": 4, "fmt": "f32", "max_len": 16}}
@@ -476,11 +572,11 @@ def floatmac_job(fmt, seed):
 
 @needs_sim
 @pytest.mark.parametrize("fmt", ["f16", "f32"])
-def test_floatmac_verilog(tmp_path, fmt, constant_drivers_fixed):
+def test_floatmac_verilog(tmp_path, fmt):
     """FloatMAC's Verilog against sim.floatmac bit for bit: every pair of edge values, overflow,
     Inf - Inf, cancellation, flush to zero, subnormal inputs and random products, with valid
-    gaps, back-pressure, stream rules and a reset in mid-product. (Verilog with the constant
-    drivers made visible to Icarus: :func:`icarus_constant_drivers`.)"""
+    gaps, back-pressure, stream rules and a reset in mid-product, on the Verilog exactly as
+    ``lowbit verilog floatmac`` writes it."""
     _, _, job, params = floatmac_job(fmt, 0)
     cr.run_bench("floatmac", params, "tb_floatmac", job, tmp_path)
 
@@ -495,7 +591,7 @@ def test_floatmac_vectors_in_amaranth(fmt):
 
 
 @needs_sim
-def test_floatmac_bench_catches_a_wrong_vector(tmp_path, constant_drivers_fixed):
+def test_floatmac_bench_catches_a_wrong_vector(tmp_path):
     """Negative control: one flipped expected bit of an edge-pair product fails the bench."""
     _, _, job, params = floatmac_job("f16", 0)
     job["phases"][0]["outputs"]["o"][7] ^= 1 << 16

@@ -95,9 +95,11 @@ class GrandUnit(wiring.Component):
     A     the PRNG word (bits [59:0]) and the mode sequencer (first / last word of a result)
     B1    sums of two 5-bit fields (six of them); the first sums of the truncation fallbacks
     B     sums of four 5-bit fields (three of them); the truncation fallbacks' field sums
-    C     ``n = S − 186``; the fallback numerator of the current mode
+    C     ``n = S − 186``; ``fc``: the fallback numerator of the current truncated mode, or
+          the uniform's numerator
     D     the mode's signed result ``v · 2^-E`` (the normal-144 accumulator, the N1/N2
-          selection of the truncated modes)
+          selection of the truncated modes: the range flags ``|n| ≤ 64`` and ``|n| ≤ 96``
+          are both registered with the candidate, the mode picks one in the next cycle)
     D2    sign and magnitude ``|v| < 2^12``
     E1    position ``p`` of the leading one
     E2    ``M = |v| << (11 − p)``
@@ -243,15 +245,19 @@ class GrandUnit(wiring.Component):
         cur = Signal(GrandMode)                  # mode of the result in progress
         rem = Signal(4)                          # words of that result still to come
         rem_zero = Signal()
+        raw_q = Signal()                         # mode_q is RAW
+        m.d.sync += raw_q.eq(req == GrandMode.RAW)
         eff = Signal(GrandMode)
         last = Signal()
         rem_cur = Signal(4)
         is_raw = Signal()
+        # A raw result is one word, so a word that does not start a result is never raw:
+        # is_raw needs first and raw_q only (no mode compare on the path to valid[0]).
         m.d.comb += [
             eff.eq(Mux(first, mode_q, cur)),
             last.eq(Mux(first, single_q, rem_zero)),
             rem_cur.eq(Mux(first, words_m1_q, rem)),
-            is_raw.eq(eff == GrandMode.RAW),
+            is_raw.eq(first & raw_q),
         ]
         # Per-stage copies of (first word of a result, mode); bubbles look like raw words.
         ctl = [(Signal(name=f"first_{c}"), Signal(GrandMode, name=f"mode_{c}"))
@@ -289,8 +295,8 @@ class GrandUnit(wiring.Component):
         else:
             m.d.comb += take_n.eq(1)
 
-        # Registered decodes of stage C's (first, mode), one copy per lane: a shared mode
-        # register fanning out to every lane's stage-D multiplexers was the critical path.
+        # Registered decodes of stage C's (first, mode), written per lane (Yosys merges the
+        # identical flip-flops, so the netlist holds one copy fanning out to every lane).
         dec = []
         for k in lanes:
             d = {name: Signal(name=f"{name}_c_{k}")
@@ -308,25 +314,22 @@ class GrandUnit(wiring.Component):
                 ]
             dec.append(d)
         # Stages B1, B and C: n = S - 186 by an adder tree (B1: sums of two fields, B: of four;
-        # one carry chain per stage); the truncation fallbacks; the uniform's 11 bits.
+        # one carry chain per stage); fc: the truncation fallbacks, or the uniform.
         nc = [Signal(signed(10), name=f"nc_{k}") for k in lanes]
         fc = [Signal(signed(12), name=f"fc_{k}") for k in lanes]
-        uc = [Signal(11, name=f"uc_{k}") for k in lanes]
         truncs = [x for x in (GrandMode.TRUNC_2SIGMA, GrandMode.TRUNC_3SIGMA) if has(x)]
+        mode_b = ctl[2][1]
         for k in lanes:
             w = wa[k]
             f = [w[5 * i:5 * i + 5] for i in range(12)]
             pb = [Signal(6, name=f"pb{j}_{k}") for j in range(6)]
             qb = [Signal(7, name=f"qb{j}_{k}") for j in range(3)]
-            ub1 = Signal(11, name=f"ub1_{k}")
-            ub = Signal(11, name=f"ub_{k}")
             with m.If(adv):
                 m.d.sync += [p.eq(f[2 * j] + f[2 * j + 1]) for j, p in enumerate(pb)]
                 m.d.sync += [q.eq(pb[2 * j] + pb[2 * j + 1]) for j, q in enumerate(qb)]
                 # n = q0 + q1 + q2 - 186.
                 m.d.sync += nc[k].eq((qb[0] + qb[1]) + (qb[2] - 186))
-                if has(GrandMode.UNIFORM):
-                    m.d.sync += [ub1.eq(w[:11]), ub.eq(ub1), uc[k].eq(ub)]
+            fcv = None
             if truncs:
                 # The fallbacks over 2^9 (see sim.grand).
                 fb2_1 = Signal(11, name=f"fb2_1_{k}")
@@ -337,9 +340,21 @@ class GrandUnit(wiring.Component):
                 with m.If(adv):
                     m.d.sync += [fb2_1.eq(w[0:10] + w[10:20]),
                                  fb3_1.eq(w[0:9] + w[9:18]), w3_1.eq(w[18:27]),
-                                 fb2.eq(fb2_1), fb3.eq(fb3_1 + w3_1),
-                                 fc[k].eq(Mux(ctl[2][1] == GrandMode.TRUNC_2SIGMA,
-                                              fb2 + 1 - 1024, fb3.shift_left(1) + 3 - 1536))]
+                                 fb2.eq(fb2_1), fb3.eq(fb3_1 + w3_1)]
+                fcv = Mux(mode_b == GrandMode.TRUNC_2SIGMA,
+                          fb2 + 1 - 1024, fb3.shift_left(1) + 3 - 1536)
+            if has(GrandMode.UNIFORM):
+                # The uniform's numerator over 2^11 shares fc (and stage D's fallback input):
+                # 2i + 1 - 2048 in two's complement is {~i[10], i[9:0], 1}.
+                ub1 = Signal(11, name=f"ub1_{k}")
+                ub = Signal(11, name=f"ub_{k}")
+                with m.If(adv):
+                    m.d.sync += [ub1.eq(w[:11]), ub.eq(ub1)]
+                uv = Cat(1, ub[0:10], ~ub[10]).as_signed()
+                fcv = uv if fcv is None else Mux(mode_b == GrandMode.UNIFORM, uv, fcv)
+            if fcv is not None:
+                with m.If(adv):
+                    m.d.sync += fc[k].eq(fcv)
 
         # Stage D: the mode's result as a signed value v · 2^-E(kind), |v| < 2^12:
         # xd = {kind[1:0], v[13:0]}. Stage D2 turns it into sign and magnitude:
@@ -356,41 +371,40 @@ class GrandUnit(wiring.Component):
             total = Signal(signed(14), name=f"total_{k}")
             m.d.comb += total.eq(Mux(first_c, 0, acc) + n)
             sel = Signal(signed(10), name=f"sel_{k}")
-            ok = Signal(name=f"ok_{k}")
+            in64 = Signal(name=f"in64_{k}")     # |sel| <= 64 (2σ)
+            in96 = Signal(name=f"in96_{k}")     # |sel| <= 96 (3σ)
 
             def put(v, kind, xd=xd[k]):
-                return xd.eq(Cat(_sext(v, 14), Const(kind, 2)))
+                return xd.eq(Cat(_sext(v, 14), kind))
 
-            # The modes' cases (mutually exclusive decodes; the rest, bubbles included, is
-            # NORMAL).
-            cases = []
-            if has(GrandMode.UNIFORM):
-                cases.append(dec[k]["u"])
-            if has(GrandMode.NORMAL_144):
-                cases.append(dec[k]["m"])
+            # fsel: the result is fc (the uniform, or a truncation's fallback).
+            fsel = dec[k]["u"] if has(GrandMode.UNIFORM) else Const(0)
             if truncs:
-                cases.append(dec[k]["t"])
+                # Both range flags are registered, the mode picks one a cycle later: no
+                # mode multiplexer between n and the flags. |n| <= 186 < 256, so n[8] is
+                # n[9] and the compares need 9 bits.
+                n9 = Cat(n[:8], n[9]).as_signed()
+                with m.If(adv & dec[k]["t"] & (first_c | (~in64 & t2_c))):
+                    m.d.sync += [sel.eq(n), in64.eq((n9 <= 64) & (n9 >= -64)),
+                                 in96.eq((n9 <= 96) & (n9 >= -96))]
+                fsel = fsel | (dec[k]["t"] & ~Mux(t3_c, in96, in64))
+            # Mutually exclusive cases, in priority order; the rest (bubbles too) is NORMAL.
+            cases = []
+            if has(GrandMode.NORMAL_144):
+                # D2 takes the total from acc (a shorter path than through xd).
+                cases.append((dec[k]["m"], [acc.eq(total), xd[k][14:16].eq(_KIND_M)]))
+            if has(GrandMode.UNIFORM) or truncs:
+                kind = (Mux(dec[k]["u"], _KIND_U, _KIND_F) if has(GrandMode.UNIFORM)
+                        else Const(_KIND_F, 2))
+                cases.append((fsel, [put(fc[k], kind)]))
+            if truncs:
+                cases.append((dec[k]["t"], [put(sel, Const(_KIND_N, 2))]))
             with m.If(adv):
-                if has(GrandMode.UNIFORM):
-                    with m.If(dec[k]["u"]):
-                        # 2i + 1 - 2048 in two's complement is {~i[10], i[9:0], 1}.
-                        u = uc[k]
-                        m.d.sync += put(Cat(1, u[0:10], ~u[10]).as_signed(), _KIND_U)
-                if has(GrandMode.NORMAL_144):
-                    with m.If(dec[k]["m"]):
-                        # D2 takes the total from acc (a shorter path than through xd).
-                        m.d.sync += [acc.eq(total), xd[k][14:16].eq(_KIND_M)]
-                if truncs:
-                    in_range = Mux(t3_c, (n <= 96) & (n >= -96), (n <= 64) & (n >= -64))
-                    with m.If(dec[k]["t"]):
-                        with m.If(first_c | (~ok & t2_c)):
-                            m.d.sync += [sel.eq(n), ok.eq(in_range)]
-                        with m.If(ok):
-                            m.d.sync += put(sel, _KIND_N)
-                        with m.Else():
-                            m.d.sync += put(fc[k], _KIND_F)
-                with m.If(~Cat(*cases).any() if cases else 1):
-                    m.d.sync += put(n, _KIND_N)
+                for i, (cond, stmts) in enumerate(cases):
+                    with (m.Elif if i else m.If)(cond):
+                        m.d.sync += stmts
+                with (m.Else() if cases else m.If(1)):
+                    m.d.sync += put(n, Const(_KIND_N, 2))
             v = Signal(signed(14), name=f"v_{k}")
             if has(GrandMode.NORMAL_144):
                 m.d.comb += v.eq(Mux(is_m, acc, xd[k][:14].as_signed()))

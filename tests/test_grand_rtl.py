@@ -202,6 +202,35 @@ def test_rtl_all_373_sums_top_bits_and_lane_order():
     assert f16[0, 0] == 0xC5D0 and f32[0, 0] == 0xC0BA0000
 
 
+@pytest.mark.parametrize("mode", ["trunc2", "trunc3"])
+def test_rtl_truncation_range_flags_for_every_sum(mode):
+    """The range flags (|n| ≤ 64 for 2σ, ≤ 96 for 3σ) for every stage-C value n = S − 186.
+
+    The first word of a truncated result is loaded with each sum 0..372, twice, in two
+    different lanes: where |N1| is in range the result is N1, else the fallback of the words
+    after it; both are compared with the model on the loaded generator's words.
+    """
+    lanes = 8
+    rng = np.random.default_rng(11)
+    sums = np.concatenate([np.arange(373), np.arange(373)[::-1]])
+    sums = np.concatenate([sums, np.zeros((-len(sums)) % lanes, dtype=int)]).reshape(-1, lanes)
+    words = [[_word_with_sum(int(s), int(rng.integers(0, 16))) for s in row] for row in sums]
+    got = _first_results(GrandUnit(lanes=lanes), MODE_OF[mode], words)
+    k = WORDS_PER_RESULT[mode]
+    limit = 64 if mode == "trunc2" else 96
+    kept = 0
+    for row, got_row, sum_row in zip(words, got, sums, strict=True):
+        gen = Xoroshiro128aox.from_state([state_for_first_word(w) for w in row])
+        f16, f32 = results_from_words(gen.take(k), mode)
+        assert [(int(a), int(b)) for a, b in zip(f16[0], f32[0], strict=True)] == got_row
+        for s, h in zip(sum_row, f16[0], strict=True):
+            if abs(int(s) - 186) <= limit:
+                assert h == normal_f16_bits(np.array([s]))[0]       # N1 kept, boundary included
+                kept += 1
+    assert kept == 2 * (2 * limit + 1) + sum(abs(int(s) - 186) <= limit
+                                             for s in sums.ravel()[2 * 373:])
+
+
 def test_rtl_first_word_in_every_single_word_mode():
     w = [0xF0123456789ABCDE, 0x0FEDCBA987654321]
     for mode in ("normal", "uniform", "raw"):

@@ -30,6 +30,7 @@ import typing
 import numpy as np
 
 from sim.link import (
+    DESIGN_PARAMS,
     DESIGN_VERSION,
     ENGINE_BITS,
     MAGIC,
@@ -41,6 +42,7 @@ from sim.link import (
     Opcode,
     ReplyParser,
     Status,
+    decode_design_registers,
     encode_request,
     mem_read_payload,
     mem_write_payload,
@@ -50,7 +52,8 @@ from sim.link import (
 
 __all__ = ["Accelerator", "LinkError", "StatusError", "BadCRC", "BadOpcode", "BadAddress",
            "BadLength", "Truncated", "ReadOnly", "Busy", "Limit", "NoReply", "ReplyError",
-           "IdentityError", "MissingEngine", "RunError", "Activations", "design_of"]
+           "IdentityError", "MissingEngine", "RunError", "Activations", "design_of",
+           "device_params", "ID_REGISTERS"]
 
 
 class LinkError(RuntimeError):
@@ -146,23 +149,81 @@ class Activations(typing.NamedTuple):
         return np.ldexp(self.m.astype(np.float64), self.e)
 
 
-#: Design parameters and their defaults (those of hw.top.Accelerator / sim.link.DeviceModel).
-_DESIGN_DEFAULTS = dict(matrix_lanes=8, block=16, max_blocks=16, weight_depth=512,
-                        lut_tables=4, frac_bits=3, rand_bits=8, disc_acc_width=16,
-                        grand_modes=None)
+#: Identification registers :meth:`Accelerator.identify` reads after the IDENTIFY record.
+ID_REGISTERS = ("ID_MATRIX", "ID_ENGINE")
+
+#: Top parameters a device reports (IDENTIFY record, ``ID_MATRIX``, ``ID_ENGINE``) and their
+#: defaults (those of :class:`hw.top.Accelerator` and :class:`sim.link.DeviceModel`;
+#: ``scratch_bytes=None``: 131072 with SPRAM, else 4096).
+_TOP_DEFAULTS = dict(lanes=2, scratch_bytes=None, frame_bytes=512, use_spram=False, grand=True,
+                     sequencer=False, bfp=True, quantiser=True, discrete=True, **DESIGN_PARAMS)
 
 
-def design_of(identity, params=None):
-    """The :class:`sim.program.Design` of a device from its IDENTIFY record and the top's
-    parameters ``params`` (a dict; parameters it lacks take the top's defaults)."""
+def _grand_modes(modes):
+    from sim.grand import MODES
+    return MODES if modes is None else tuple(m for m in MODES if m in set(modes))
+
+
+def device_params(identity, registers):
+    """The top parameters (names of :class:`hw.top.Accelerator`) a device reports, from its
+    IDENTIFY record ``identity`` and the values of ``ID_MATRIX`` / ``ID_ENGINE`` (``registers``,
+    a dict by register name). ``bfp``, ``quantiser`` and ``discrete`` say whether the engine is
+    present (they are always ``False`` without the sequencer)."""
+    bits = {name: bool(identity.engines >> bit & 1) for name, bit in ENGINE_BITS.items()}
+    return dict(lanes=identity.lanes, scratch_bytes=identity.scratch_bytes,
+                frame_bytes=identity.frame_bytes, use_spram=identity.use_spram,
+                grand=bits["grand"], sequencer=bits["sequencer"], bfp=bits["bfp"],
+                quantiser=bits["quantiser"], discrete=bits["discrete"],
+                **decode_design_registers(registers["ID_MATRIX"], registers["ID_ENGINE"]))
+
+
+def design_of(identity, registers):
+    """The :class:`sim.program.Design` of a device from its IDENTIFY record and the values of
+    its ``ID_MATRIX`` / ``ID_ENGINE`` registers (``registers``, a dict by register name).
+
+    Raises
+    ------
+    ValueError
+        If the values describe no valid design.
+    """
     from sim.program import ENGINES, Design
-    params = dict(params or {})
-    kw = {k: params.get(k, v) for k, v in _DESIGN_DEFAULTS.items()}
+    p = device_params(identity, registers)
     engines = frozenset(e for e in ENGINES if identity.engines >> ENGINE_BITS[e] & 1)
+    kw = {k: p[k] for k in ("matrix_lanes", "block", "max_blocks", "weight_depth", "lut_tables",
+                            "frac_bits", "rand_bits", "disc_acc_width", "grand_modes",
+                            "bfp_stochastic", "bfp_predictor")}
     if "lut" not in engines:
         kw["lut_tables"] = 0
     return Design(scratch_bytes=identity.scratch_bytes, lanes=identity.lanes,
                   engines=engines - {"lut"}, **kw)
+
+
+def _expected_params(params):
+    """The device parameters a top built with ``params`` reports (defaults filled in)."""
+    exp = {**_TOP_DEFAULTS, **{k: v for k, v in params.items() if k in _TOP_DEFAULTS}}
+    if exp["scratch_bytes"] is None:
+        exp["scratch_bytes"] = 131072 if exp["use_spram"] else 4096
+    exp["grand_modes"] = _grand_modes(exp["grand_modes"])
+    if not exp["sequencer"]:
+        exp.update(bfp=False, quantiser=False, discrete=False)
+    if params.get("engines") is not None:       # sim.link.DeviceModel's bitmask override
+        exp.update({name: bool(params["engines"] >> ENGINE_BITS[name] & 1)
+                    for name in ("grand", "sequencer", "bfp", "quantiser", "discrete")})
+    return exp
+
+
+def _mismatches(device, params):
+    """``(name, device value, expected value)`` of every parameter where ``device`` (from
+    :func:`device_params`) differs from a top built with ``params``."""
+    exp = _expected_params(params)
+    out = []
+    for name, value in device.items():
+        want = exp[name]
+        if isinstance(want, bool):
+            value = bool(value)
+        if value != want:
+            out.append((name, value, want))
+    return out
 
 
 class Accelerator:
@@ -175,23 +236,31 @@ class Accelerator:
     check : bool
         Run :meth:`identify` now (raises :class:`IdentityError` for a foreign device).
     params : dict, optional
-        The top's generator parameters (``matrix_lanes``, ``block``, ``max_blocks``,
-        ``weight_depth``, ``lut_tables``, ...) that the IDENTIFY record does not carry;
-        missing ones take the top's defaults. :meth:`model` and :meth:`simulated` pass theirs;
-        for a board pass its profile's.
+        The :class:`hw.top.Accelerator` parameters the device is expected to have been built
+        with (e.g. a board profile's ``top``; parameters it lacks mean the top's defaults,
+        hardware-only ones such as ``baud`` are ignored). The design is always read from the
+        device (:meth:`identify`); ``params`` only checks it: any disagreement raises
+        :class:`IdentityError`. ``None``: no check.
 
     Attributes
     ----------
     identity : sim.link.Identity or None
         The record from the last :meth:`identify`.
+    device_params : dict or None
+        The top parameters the device reported at the last :meth:`identify`
+        (:func:`device_params`).
     network : sim.program.NetworkLayout or None
         The network placed by the last :meth:`load_network`.
     """
 
     def __init__(self, port, *, check=True, params=None):
+        if params is not None and not isinstance(params, dict):
+            raise TypeError(f"Expected parameters must be a dict, not {params!r}")
         self.port = port
         self.identity = None
-        self.params = dict(params or {})
+        self.device_params = None
+        self._design = None
+        self.params = None if params is None else dict(params)
         self.network = None
         self._program_count = None
         self._parser = ReplyParser()
@@ -200,8 +269,9 @@ class Accelerator:
 
     @classmethod
     def open(cls, port, baud=1_000_000, *, timeout=1.0, check=True, params=None):
-        """Open a board on serial ``port`` (e.g. ``"/dev/ttyUSB1"``) with pyserial; ``params``
-        are the top parameters of the board's build (see the class)."""
+        """Open a board on serial ``port`` (e.g. ``"/dev/ttyUSB1"``) with pyserial; the design
+        is read from the device; ``params`` (optional) are the top parameters the board's
+        build is expected to have (e.g. its profile's), checked by :meth:`identify`."""
         try:
             import serial
         except ImportError as e:  # pragma: no cover - pyserial is a dependency
@@ -290,13 +360,20 @@ class Accelerator:
         return echo
 
     def identify(self):
-        """Read and check the identification record; returns :class:`sim.link.Identity`.
+        """Read and check the identification record and registers; returns
+        :class:`sim.link.Identity`.
+
+        After the IDENTIFY record it reads ``ID_MATRIX`` and ``ID_ENGINE`` (REG_READ), which
+        with the record describe the design (:attr:`design`, :attr:`device_params`).
 
         Raises
         ------
         IdentityError
-            If the magic is not ``b"LOWB"``, the protocol version differs or the design's
-            major version differs from the driver's.
+            If the magic is not ``b"LOWB"``, the protocol version differs, the design's major
+            version differs from the driver's, the identification registers cannot be read
+            (gateware older than design 0.2) or describe no valid design, or the device
+            disagrees with the expected :attr:`params` (the message names every parameter with
+            the device's and the expected value).
         """
         body = self.command(Opcode.IDENTIFY)
         try:
@@ -312,7 +389,29 @@ class Accelerator:
         if ident.design[0] != DESIGN_VERSION[0]:
             raise IdentityError(f"Design version {ident.design[0]}.{ident.design[1]} on the "
                                 f"device, driver expects {DESIGN_VERSION[0]}.x")
-        self.identity = ident
+        regs = {}
+        for name in ID_REGISTERS:
+            try:
+                regs[name] = self.read_reg(name)
+            except (StatusError, ReplyError) as e:
+                raise IdentityError(
+                    f"The device (design {ident.design[0]}.{ident.design[1]}) cannot read the "
+                    f"identification register {name} ({e}); its gateware predates design "
+                    f"{DESIGN_VERSION[0]}.2, which reports the generator parameters: rebuild "
+                    f"and reprogram it") from e
+        params = device_params(ident, regs)
+        try:
+            design = design_of(ident, regs)
+        except ValueError as e:
+            raise IdentityError(f"The device's identification registers describe no valid "
+                                f"design ({', '.join(f'{k}=0x{v:08X}' for k, v in regs.items())}"
+                                f"): {e}") from e
+        if self.params is not None:
+            bad = _mismatches(params, self.params)
+            if bad:
+                raise IdentityError("The device differs from the expected parameters: " + "; ".join(
+                    f"{name}: device {dev!r}, expected {want!r}" for name, dev, want in bad))
+        self.identity, self.device_params, self._design = ident, params, design
         return ident
 
     @staticmethod
@@ -453,10 +552,11 @@ class Accelerator:
     # -- layer programs -------------------------------------------------------------------------
     @property
     def design(self):
-        """The device's :class:`sim.program.Design` (IDENTIFY record + :attr:`params`)."""
-        if self.identity is None:
+        """The device's :class:`sim.program.Design`, as the device describes itself (IDENTIFY
+        record and identification registers, read by :meth:`identify`)."""
+        if self._design is None:
             self.identify()
-        return design_of(self.identity, self.params)
+        return self._design
 
     def has_engine(self, name):
         """True if the IDENTIFY record lists engine ``name`` (a ``sim.link.ENGINE_BITS`` key)."""

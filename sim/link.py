@@ -46,14 +46,16 @@ __all__ = [
     "ENGINE_OPCODES", "Register", "REGISTERS", "REGISTER_BY_NAME", "ENGINE_BITS", "Identity",
     "crc16", "encode_request", "encode_reply", "decode_request", "decode_reply", "FrameError",
     "ReplyParser", "DeviceModel", "reg_read_payload", "reg_write_payload", "mem_read_payload",
-    "mem_write_payload", "identity_registers",
+    "mem_write_payload", "identity_registers", "DESIGN_PARAMS", "design_registers",
+    "decode_design_registers",
 ]
 
 SOF_REQUEST = 0xA5
 SOF_REPLY = 0x5A
 PROTOCOL_VERSION = 1
 #: (major, minor) of the gateware design; the driver refuses a different major version.
-DESIGN_VERSION = (0, 1)
+#: Minor 2 added the identification registers ``ID_MATRIX`` and ``ID_ENGINE``.
+DESIGN_VERSION = (0, 2)
 MAGIC = b"LOWB"
 #: Length of the IDENTIFY reply payload.
 IDENTITY_BYTES = 16
@@ -122,6 +124,14 @@ REGISTERS = (
     Register("LINK_ERRORS", 0x06, 16, "ro", 0, "error replies sent (saturating)"),
     Register("UART_ERRORS", 0x07, 16, "ro", 0,
              "UART framing errors [7:0], receive overruns [15:8] (saturating)"),
+    Register("ID_MATRIX", 0x08, 32, "ro", 0,
+             "matrix lanes N [7:0], log2 block B [15:8], max_blocks - 1 [23:16], "
+             "log2 weight_depth [31:24]"),
+    Register("ID_ENGINE", 0x09, 31, "ro", 0,
+             "lut_tables [7:0], code_bits [9:8], BFP column with stochastic rounding [10] "
+             "and with the predicted exponent selector [11], frac_bits [15:12], "
+             "rand_bits - 1 [19:16], disc_acc_width - 1 [24:20], grand modes built "
+             "(bit 25 + k: sim.grand.MODES[k]) [30:25]"),
     Register("MANT_WIDTH", 0x10, 4, "rw", 8, "BFP mantissa width W"),
     Register("ROUNDING", 0x11, 2, "rw", 0, "rounding mode (hw.common.Rounding)"),
     Register("EXP_SELECT", 0x12, 2, "rw", 0, "exponent selector: 0 max, 1 fixed, 2 predicted"),
@@ -187,14 +197,110 @@ class Identity:
         return [name for name, bit in ENGINE_BITS.items() if self.engines >> bit & 1]
 
 
-def identity_registers(identity):
-    """Values of the read-only identification registers of a design, by register name."""
+#: Generator parameters carried by ``ID_MATRIX`` / ``ID_ENGINE`` and their defaults (those of
+#: :class:`hw.top.Accelerator`; ``frac_bits``, ``rand_bits`` and ``disc_acc_width`` are
+#: constants of :mod:`hw.sequencer` in the gateware). ``grand_modes=None`` means all modes.
+DESIGN_PARAMS = dict(matrix_lanes=8, block=16, max_blocks=16, weight_depth=512, lut_tables=4,
+                     code_bits=3, bfp_stochastic=True, bfp_predictor=True, frac_bits=3,
+                     rand_bits=8, disc_acc_width=16, grand_modes=None)
+
+# (name, low bit, bits, kind, offset): field = log2(value) ("log2"), int(value) ("bool") or
+# value - offset ("int").
+_ID_FIELDS = {
+    "ID_MATRIX": (("matrix_lanes", 0, 8, "int", 0), ("block", 8, 8, "log2", 0),
+                  ("max_blocks", 16, 8, "int", 1), ("weight_depth", 24, 8, "log2", 0)),
+    "ID_ENGINE": (("lut_tables", 0, 8, "int", 0), ("code_bits", 8, 2, "int", 0),
+                  ("bfp_stochastic", 10, 1, "bool", 0), ("bfp_predictor", 11, 1, "bool", 0),
+                  ("frac_bits", 12, 4, "int", 0), ("rand_bits", 16, 4, "int", 1),
+                  ("disc_acc_width", 20, 5, "int", 1)),
+}
+_GRAND_MODES_LSB = 25
+
+
+def _grand_mode_names():
+    from .grand import MODES
+    return MODES
+
+
+def design_registers(**params):
+    """Values of ``ID_MATRIX`` and ``ID_ENGINE`` (by name) for generator parameters ``params``
+    (names of :data:`DESIGN_PARAMS`; missing ones take its defaults).
+
+    Raises
+    ------
+    TypeError
+        For an unknown parameter, or a value that is not an integer (``grand_modes``: not an
+        iterable of mode names).
+    ValueError
+        For a value the register field cannot carry (e.g. a block size that is not a power of
+        two, a lane count above 255) or an unknown grand mode.
+    """
+    unknown = set(params) - set(DESIGN_PARAMS)
+    if unknown:
+        raise TypeError(f"Unknown design parameters: {', '.join(sorted(unknown))}")
+    p = {**DESIGN_PARAMS, **params}
+    regs = {}
+    for reg, fields in _ID_FIELDS.items():
+        value = 0
+        for name, lsb, bits, kind, offset in fields:
+            v = p[name]
+            if kind == "bool":
+                if not isinstance(v, (bool, np.bool_)):
+                    raise TypeError(f"Design parameter {name} must be a bool, not {v!r}")
+                value |= int(v) << lsb
+                continue
+            if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
+                raise TypeError(f"Design parameter {name} must be an integer, not {v!r}")
+            if kind == "log2":
+                if v < 1 or v & (v - 1):
+                    raise ValueError(f"Design parameter {name} must be a power of two, not {v}")
+                field = int(v).bit_length() - 1
+            else:
+                field = int(v) - offset
+            if not 0 <= field < 1 << bits:
+                raise ValueError(f"Design parameter {name} must be between {offset} and "
+                                 f"{(1 << bits) - 1 + offset} to fit {reg}, not {v}")
+            value |= field << lsb
+        regs[reg] = value
+    modes = _grand_mode_names()
+    chosen = modes if p["grand_modes"] is None else p["grand_modes"]
+    if isinstance(chosen, str) or not hasattr(chosen, "__iter__"):
+        raise TypeError(f"Grand modes must be an iterable of mode names, not {chosen!r}")
+    chosen = set(chosen)
+    if chosen - set(modes):
+        raise ValueError(f"Grand modes must be names of {', '.join(modes)}, not "
+                         f"{sorted(chosen - set(modes))}")
+    regs["ID_ENGINE"] |= sum(1 << (_GRAND_MODES_LSB + k) for k, m in enumerate(modes)
+                             if m in chosen)
+    return regs
+
+
+def decode_design_registers(id_matrix, id_engine):
+    """The generator parameters (dict, the keys of :data:`DESIGN_PARAMS`) that register values
+    ``id_matrix`` and ``id_engine`` carry; ``grand_modes`` is a tuple in
+    :data:`sim.grand.MODES` order. The inverse of :func:`design_registers`."""
+    out = {}
+    for reg, value in (("ID_MATRIX", id_matrix), ("ID_ENGINE", id_engine)):
+        for name, lsb, bits, kind, offset in _ID_FIELDS[reg]:
+            field = int(value) >> lsb & ((1 << bits) - 1)
+            out[name] = {"log2": 1 << field, "bool": bool(field)}.get(kind, field + offset)
+    modes = _grand_mode_names()
+    out["grand_modes"] = tuple(m for k, m in enumerate(modes)
+                               if int(id_engine) >> (_GRAND_MODES_LSB + k) & 1)
+    return out
+
+
+def identity_registers(identity, **design):
+    """Values of the constant identification registers of a design, by register name:
+    ``ID_MAGIC`` .. ``ID_FRAME`` from ``identity`` (the IDENTIFY record) and ``ID_MATRIX`` /
+    ``ID_ENGINE`` from the generator parameters ``design`` (:func:`design_registers`)."""
     return {
         "ID_MAGIC": int.from_bytes(identity.magic, "little"),
         "ID_VERSION": identity.protocol | identity.design[0] << 8 | identity.design[1] << 16,
         "ID_PARAMS": identity.lanes | identity.engines << 8 | int(identity.use_spram) << 16,
         "ID_SCRATCH": identity.scratch_bytes,
         "ID_FRAME": identity.frame_bytes,
+        **design_registers(**design),
     }
 
 
@@ -349,7 +455,15 @@ class DeviceModel:
         The sequencer (``RUN``) and, with it only, the engines of the MATVEC, QUANT and DMATVEC
         instructions.
     matrix_lanes, block, max_blocks, weight_depth, frac_bits, rand_bits, disc_acc_width : int
-        Sequencer and engine parameters (:class:`sim.program.Design`).
+        Sequencer and engine parameters (:class:`sim.program.Design`); ``block`` and
+        ``weight_depth`` powers of two (as in the gateware; ``ID_MATRIX`` carries their log2).
+    code_bits : int
+        Largest discrete code width of the discrete unit and the quantiser (reported in
+        ``ID_ENGINE``; the model itself accepts every code width).
+    bfp_stochastic, bfp_predictor : bool
+        The BFP column has stochastic rounding / the predicted exponent selector
+        (:class:`sim.program.Design`; without one a MATVEC needing it fails with
+        ``BAD_OPCODE``). ``bfp_acc_block_ram`` and ``bfp_pipelined`` are hardware-only.
     engines : int, optional
         Engine bitmask of the identity record; default: derived from the parameters.
     **hardware
@@ -360,13 +474,13 @@ class DeviceModel:
 
     #: Top parameters without effect on the protocol.
     HARDWARE_ONLY = frozenset({"clk_freq", "baud", "timeout_bits", "uart", "simulation",
-                               "multiplier", "code_bits"})
+                               "multiplier", "bfp_acc_block_ram", "bfp_pipelined"})
 
     def __init__(self, *, lanes=2, scratch_bytes=None, frame_bytes=512, use_spram=False,
                  lut_tables=4, grand=True, grand_modes=None, engines=None, sequencer=False,
                  matrix_lanes=8, block=16, max_blocks=16, weight_depth=512, bfp=True,
                  quantiser=True, discrete=True, frac_bits=3, rand_bits=8, disc_acc_width=16,
-                 **hardware):
+                 code_bits=3, bfp_stochastic=True, bfp_predictor=True, **hardware):
         from .program import Design, Machine
         unknown = set(hardware) - self.HARDWARE_ONLY
         if unknown:
@@ -388,10 +502,20 @@ class DeviceModel:
             weight_depth=weight_depth, scratch_bytes=scratch_bytes, lanes=lanes,
             lut_tables=lut_tables, frac_bits=frac_bits, rand_bits=rand_bits,
             disc_acc_width=disc_acc_width, grand_modes=grand_modes,
-            engines=frozenset(n for n, on in present.items() if on and n != "sequencer"))
+            engines=frozenset(n for n, on in present.items() if on and n != "sequencer"),
+            bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor)
         self.identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, lanes, scratch_bytes,
                                  frame_bytes, engines, use_spram)
-        ids = identity_registers(self.identity)
+        if not isinstance(code_bits, int) or isinstance(code_bits, bool) or \
+                not 1 <= code_bits <= 3:
+            raise ValueError(f"Code width must be an integer between 1 and 3, not {code_bits!r}")
+        self.code_bits = code_bits
+        ids = identity_registers(self.identity, matrix_lanes=matrix_lanes, block=block,
+                                 max_blocks=max_blocks, weight_depth=weight_depth,
+                                 lut_tables=lut_tables, code_bits=code_bits,
+                                 bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
+                                 frac_bits=frac_bits, rand_bits=rand_bits,
+                                 disc_acc_width=disc_acc_width, grand_modes=grand_modes)
         self.regs = {r.index: ids.get(r.name, r.reset) for r in REGISTERS}
         self.scratch = bytearray(scratch_bytes)
         #: Byte tables of the LUT engine, ``luts[table][code]`` (power-on contents are 0).

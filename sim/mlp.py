@@ -403,21 +403,9 @@ def _quantise_bias(b, width):
 
 def _bfp_accumulators(layer, x_m, x_e, column):
     """Exact accumulator values ``A · 2^(ea - F)`` (n, R) of a BFP layer over a batch."""
-    n = column.lanes
-    tiles = -(-layer.rows // n)
-    pad = tiles * n - layer.rows
-    w_m = np.pad(layer.w_m, ((0, pad), (0, 0)))
-    w_e = np.pad(layer.w_e, ((0, pad), (0, 0)))
-    b_m = np.pad(layer.bias_m, (0, pad))
-    b_e = np.pad(layer.bias_e, (0, pad))
-    out = np.zeros((len(x_m), tiles * n))
-    for i, (xm, xe) in enumerate(zip(x_m, x_e, strict=True)):
-        for t in range(tiles):
-            rows = slice(t * n, (t + 1) * n)
-            acc, ea, _ = column.accumulate(w_m[rows], w_e[rows], xm, xe, b_m[rows], b_e[rows])
-            out[i, rows] = np.ldexp(np.array(acc, dtype=np.float64),
-                                    np.array(ea, dtype=np.int64) - column.frac_bits)
-    return out[:, :layer.rows]
+    acc, ea, _ = column.accumulate_batch(layer.w_m, layer.w_e, x_m, x_e, layer.bias_m,
+                                         layer.bias_e)
+    return np.ldexp(np.asarray(acc).astype(np.float64), ea - column.frac_bits)
 
 
 def _check_column(column, hidden, width):

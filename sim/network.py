@@ -18,7 +18,14 @@ BFP dense layer (:class:`BFPDense`, :func:`bfp_dense`)
    exponents are 0 and zero biases), each tile one :meth:`~sim.bfp_column.ColumnModel.matvec`
    with the layer's bias, runtime width ``W``, rounding and exponent selector. With
    ``exp_mode="fixed"`` every tile's output exponent is ``out_exp`` (clamped to the exponent
-   range); with ``"max"`` each tile has its own.
+   range); with ``"max"`` each tile has its own; with ``"predicted"`` each tile's exponent comes
+   from the column's predicted selector (:class:`sim.bfp_column.ExponentPredictor`, ``k = 3``,
+   margin 2): its history is cleared when the layer starts and carried from tile to tile in
+   order, so the first tile uses the max rule and later tiles the prediction from the earlier
+   tiles' outputs when it neither overflows nor underflows (else the max rule, restarting the
+   statistics). This is MATVEC with ``EXP_SELECT`` 2 as the first product after the history
+   was cleared (:class:`sim.program.Machine`; a RUN clears it, and a layer program clears it
+   before each predicted layer, see :class:`sim.program.NetworkLayout`).
 2. **Activation** (optional): the output mantissas index a 256-entry transfer table
    (:func:`sim.lut.transfer_table`, code reinterpreted as uint8); the looked-up int8 codes get
    exponent ``table_exp``. A table needs ``exp_mode="fixed"``, because a table encodes one input
@@ -84,7 +91,8 @@ class BFPDense:
     width : int
         Output mantissa width ``W`` (runtime, 2..8).
     rounding : {"nearest", "zero", "stochastic"}
-    exp_mode : {"fixed", "max"}
+    exp_mode : {"fixed", "max", "predicted"}
+        Output exponent selector of the tiles (module docstring).
     out_exp : int
         Output exponent of the fixed selector.
     table : array of 256 int, or None
@@ -120,8 +128,9 @@ class BFPDense:
                 if b.shape != (w_m.shape[0],):
                     raise ValueError(f"{name} must have shape ({w_m.shape[0]},), not {b.shape}")
                 object.__setattr__(self, name, b)
-        if self.exp_mode not in ("fixed", "max"):
-            raise ValueError(f"Exponent mode must be 'fixed' or 'max', not {self.exp_mode!r}")
+        if self.exp_mode not in ("fixed", "max", "predicted"):
+            raise ValueError(f"Exponent mode must be 'fixed', 'max' or 'predicted', not "
+                             f"{self.exp_mode!r}")
         if self.rounding not in ("nearest", "zero", "stochastic"):
             raise ValueError(f"Rounding must be 'nearest', 'zero' or 'stochastic', not "
                              f"{self.rounding!r}")
@@ -231,7 +240,8 @@ def bfp_dense(layer, x_m, x_e, column, *, rand=None):
     x_e : array of int, shape (K // B,)
         Input block exponents.
     column : sim.bfp_column.ColumnModel
-        The column (lanes ``N``, block ``B`` = ``layer.block``).
+        The column (lanes ``N``, block ``B`` = ``layer.block``). Its predicted selector's
+        history is cleared first and, in ``"predicted"`` mode, left as the last tile made it.
     rand : array of int, shape (tiles, N), optional
         Random numbers of stochastic output rounding, one row per tile.
 
@@ -248,25 +258,13 @@ def bfp_dense(layer, x_m, x_e, column, *, rand=None):
     if column.block != layer.block:
         raise ValueError(f"Layer block size {layer.block} differs from the column's "
                          f"{column.block}")
-    n = column.lanes
-    tiles = -(-layer.rows // n)
-    pad = tiles * n - layer.rows
-    w_m = np.pad(layer.w_m, ((0, pad), (0, 0)))
-    w_e = np.pad(layer.w_e, ((0, pad), (0, 0)))
-    if layer.bias_m is not None:
-        b_m, b_e = np.pad(layer.bias_m, (0, pad)), np.pad(layer.bias_e, (0, pad))
-    out_m, out_e = [], []
-    for t in range(tiles):
-        rows = slice(t * n, (t + 1) * n)
-        bias = {} if layer.bias_m is None else {"bias_m": b_m[rows], "bias_e": b_e[rows]}
-        r = None if rand is None else np.asarray(rand)[t]
-        m, e = column.matvec(w_m[rows], w_e[rows], x_m, x_e, width=layer.width,
-                             rounding=layer.rounding, exp_mode=layer.exp_mode,
-                             fixed_exp=layer.out_exp, rand=r, **bias)
-        out_m.append(np.asarray(m, dtype=np.int64))
-        out_e.append(np.full(n, e, dtype=np.int64))
-    m = np.concatenate(out_m)[:layer.rows]
-    e = np.concatenate(out_e)[:layer.rows]
+    column.clear_history()
+    m, e = column.matvec_batch(
+        layer.w_m, layer.w_e, np.asarray(x_m)[None], np.asarray(x_e)[None],
+        bias_m=layer.bias_m, bias_e=layer.bias_e, width=layer.width, rounding=layer.rounding,
+        exp_mode=layer.exp_mode, fixed_exp=layer.out_exp,
+        rand=None if rand is None else np.asarray(rand)[None])
+    m, e = m[0], e[0]
     if layer.table is not None:
         m = lookup(layer.table, m)
         e = np.full_like(e, layer.table_exp)

@@ -359,11 +359,7 @@ class DeviceBackend(Backend):
         self.accel.grand_seed(seed, mode="normal")
 
     def grand(self, n):
-        # Chunks of 128 samples: sim.prng's take() mishandles some longer requests (see
-        # _take), and the model transport's grand unit calls it with the request's size.
-        out = [np.asarray(self.accel.grand_samples(min(128, int(n) - k)), dtype=np.float64)
-               for k in range(0, int(n), 128)]
-        return np.concatenate(out) if out else np.zeros(0)
+        return np.asarray(self.accel.grand_samples(int(n)), dtype=np.float64)
 
     def _batch(self, layer, words):
         """Run one-layer network ``layer`` on element words ``(V, K)``: weights loaded once,

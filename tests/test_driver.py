@@ -130,6 +130,116 @@ def test_identity_mismatch():
     assert Accelerator(ModelPort(model)).identity.design[1] == 99     # minor may differ
 
 
+# == Identification: the design from the device ===================================================
+
+class OldDevicePort(ModelPort):
+    """A device that answers REG_READ of ``missing`` registers with ``status`` (a design
+    older than 0.2 has no ID_MATRIX / ID_ENGINE: BAD_ADDRESS), or with the payload ``reply``."""
+
+    def __init__(self, model, *, missing=("ID_MATRIX", "ID_ENGINE"), status=L.Status.BAD_ADDRESS,
+                 reply=None):
+        super().__init__(model)
+        self.missing = {L.REGISTER_BY_NAME[name].index for name in missing}
+        self.status, self.reply = status, reply
+
+    def write(self, data):
+        opcode, payload = L.decode_request(data)
+        if opcode == L.Opcode.REG_READ and int.from_bytes(payload, "little") in self.missing:
+            self.rx += L.encode_reply(self.status) if self.reply is None else \
+                L.encode_reply(L.Status.OK, self.reply)
+        else:
+            super().write(data)
+
+
+@pytest.mark.parametrize("board", ["icebreaker", "hx8k", "ulx3s", "orangecrab"])
+def test_design_read_from_device_equals_profile(board):
+    from boards.profiles import get_board
+    top = get_board(board).top
+    model = L.DeviceModel(**top)
+    acc = Accelerator(ModelPort(model))                 # no parameters: the device alone
+    assert acc.params is None and acc.design == model.design
+    d = acc.design
+    assert (d.matrix_lanes, d.block, d.max_blocks, d.weight_depth) == tuple(
+        top.get(k, L.DESIGN_PARAMS[k]) for k in ("matrix_lanes", "block", "max_blocks",
+                                                 "weight_depth"))
+    assert acc.device_params["code_bits"] == top["code_bits"]
+    assert acc.device_params["lanes"] == top["lanes"]
+    checked = Accelerator(ModelPort(L.DeviceModel(**top)), params=top)   # the profile agrees
+    assert checked.design == model.design
+
+
+def test_parameter_tables_follow_the_top():
+    """Every hw.top.Accelerator parameter is a DeviceModel parameter with the same default or
+    hardware-only; the driver's defaults of what a device reports are the top's."""
+    import inspect
+
+    from boards.driver import _TOP_DEFAULTS
+    from hw.top import Accelerator as Top
+    top = {k: p.default for k, p in inspect.signature(Top).parameters.items()}
+    model = {k: p.default for k, p in inspect.signature(L.DeviceModel).parameters.items()
+             if p.kind == p.KEYWORD_ONLY}
+    for name, default in top.items():
+        if name not in L.DeviceModel.HARDWARE_ONLY:
+            assert name in model and model[name] == default, name
+    for name, default in _TOP_DEFAULTS.items():
+        assert top.get(name, L.DESIGN_PARAMS.get(name)) == default, name
+
+
+def test_wrong_profile_raises():
+    from boards.profiles import get_board
+    ulx3s, ice = get_board("ulx3s").top, get_board("icebreaker").top
+    with pytest.raises(IdentityError, match="matrix_lanes: device 16, expected 4") as e:
+        Accelerator(ModelPort(L.DeviceModel(**ulx3s)), params=ice)
+    for part in ("lanes: device 8, expected 1", "use_spram: device False, expected True",
+                 "quantiser: device True, expected False", "scratch_bytes: device 65536, "
+                 "expected 32768", "grand: device True, expected False"):
+        assert part in str(e.value), part
+    assert "weight_depth" not in str(e.value)            # 1024 on both
+    with pytest.raises(IdentityError, match=r"^The device differs from the expected parameters: "
+                                            r"weight_depth: device 1024, expected 512$"):
+        Accelerator(ModelPort(L.DeviceModel(**ulx3s)), params={**ulx3s, "weight_depth": 512})
+    with pytest.raises(IdentityError, match=r"parameters: bfp_predictor: device True, "
+                                            r"expected False$"):
+        Accelerator(ModelPort(L.DeviceModel(**ulx3s)), params={**ulx3s, "bfp_predictor": False})
+    # Parameters a profile leaves out mean the top's defaults.
+    with pytest.raises(IdentityError, match="code_bits: device 2, expected 3"):
+        Accelerator(ModelPort(L.DeviceModel(code_bits=2)), params={})
+    with pytest.raises(IdentityError, match=r"grand_modes: device \('normal',\), expected "
+                                            r"\('normal', 'normal144'"):
+        Accelerator(ModelPort(L.DeviceModel(grand_modes=["normal"])), params={})
+    # Hardware-only parameters are not checked; without the sequencer its engines are absent.
+    Accelerator(ModelPort(L.DeviceModel(**ulx3s)), params={**ulx3s, "baud": 9600,
+                                                           "clk_freq": 1e6, "multiplier": "lut"})
+    Accelerator(ModelPort(L.DeviceModel(bfp=False)), params={"bfp": True})
+    assert Accelerator.model(engines=0b10001).identity.engine_names == ["grand", "lut"]
+    with pytest.raises(TypeError, match="Expected parameters must be a dict"):
+        Accelerator(ModelPort(L.DeviceModel()), params=[("lanes", 2)])
+
+
+def test_old_or_broken_device_gives_identity_error():
+    old = L.DeviceModel()
+    old.identity = dataclasses.replace(old.identity, design=(L.DESIGN_VERSION[0], 1))
+    with pytest.raises(IdentityError, match=r"design 0\.1\) cannot read the identification "
+                                            r"register ID_MATRIX \(REG_READ failed with status "
+                                            r"BAD_ADDRESS\); its gateware predates design 0\.2"):
+        Accelerator(OldDevicePort(old))
+    with pytest.raises(IdentityError, match="ID_ENGINE"):
+        Accelerator(OldDevicePort(L.DeviceModel(), missing=("ID_ENGINE",)),
+                    params={"sequencer": False})
+    with pytest.raises(IdentityError, match="REG_READ reply has 2 bytes"):
+        Accelerator(OldDevicePort(L.DeviceModel(), missing=("ID_MATRIX",), reply=b"\x08\x00"))
+    with pytest.raises(IdentityError, match=r"describe no valid design \(ID_MATRIX=0x00000000, "
+                                            r"ID_ENGINE=.*Matrix lane count"):
+        Accelerator(OldDevicePort(L.DeviceModel(), missing=("ID_MATRIX",), reply=bytes(4)))
+    # Nothing is half-set after a failed identify; check=False defers it to first use.
+    acc = Accelerator(OldDevicePort(old), check=False)
+    with pytest.raises(IdentityError):
+        acc.has_engine("bfp")
+    with pytest.raises(IdentityError):
+        _ = acc.design
+    assert acc.identity is None and acc.device_params is None
+
+
 def test_reply_faults():
     with pytest.raises(NoReply, match="No reply to opcode 0x02"):
         Accelerator(ModelPort(L.DeviceModel(), silent=True))
@@ -416,6 +526,44 @@ def test_network_stochastic_layer_equals_machine(macc):
     assert np.array_equal(out.m, ref[0])
 
 
+def _predicted_layer(rng, rows, cols, **kw):
+    """A BFP layer in predicted mode whose output blocks have similar magnitudes (so later
+    tiles use the prediction), with a bias."""
+    return BFPDense(rng.integers(-127, 128, (rows, cols)), rng.integers(-8, -6, (rows, cols // 8)),
+                    rng.integers(-127, 128, rows), rng.integers(-8, -5, rows),
+                    exp_mode="predicted", **kw)
+
+
+def test_predicted_dense_and_network_over_model(macc):
+    """``exp_mode="predicted"``: dense() equals bfp_dense on the design's column, and a
+    two-layer predicted network over several RUN chunks equals the reference (each layer of
+    each sample starts with a cleared history)."""
+    rng = np.random.default_rng(13)
+    col = macc.design.column()
+    differs = 0
+    for k in range(6):
+        layer = _predicted_layer(rng, 37, 16, width=int(rng.integers(3, 9)),
+                                 rounding=("nearest", "zero")[k % 2])
+        x_m, x_e = rng.integers(-127, 128, 16), rng.integers(-3, 1, 2)
+        m, e = macc.dense(layer, (x_m, x_e))
+        ref = bfp_dense(layer, x_m, x_e, col)
+        assert np.array_equal(m, ref[0]) and np.array_equal(e, ref[1])
+        got = macc.bfp_matvec(layer.w_m, layer.w_e, x_m, x_e, bias_m=layer.bias_m,
+                              bias_e=layer.bias_e, width=layer.width, rounding=layer.rounding,
+                              exp_mode="predicted")
+        assert np.array_equal(got[0], m) and np.array_equal(got[1], e)
+        as_max = bfp_dense(dataclasses.replace(layer, exp_mode="max"), x_m, x_e, col)
+        differs += not np.array_equal(as_max[1], e)
+    assert differs >= 3                      # the predicted selector did choose exponents
+    layers = [_predicted_layer(rng, 24, 16), _predicted_layer(rng, 17, 24, width=6)]
+    lay = macc.load_network(layers, quantise_input="host")
+    x = rng.normal(size=(lay.chunk + 3, 16))
+    out, stats = macc.run_network(x)
+    ref = lay.reference(x)
+    assert np.array_equal(out.m, ref[0]) and np.array_equal(out.e, ref[1])
+    assert stats["runs"] == 2
+
+
 def test_robustness_model():
     """Garbage, truncated frames, bad CRCs, unknown opcodes, bad RUN payloads and failing
     programs: each gets its error reply (or is skipped), the next good command works and no
@@ -560,6 +708,32 @@ def test_sim_network_matches_golden(sim_acc):
     ref = lay.reference(x)
     assert np.array_equal(out.m, ref[0]) and np.array_equal(out.e, ref[1])
     assert stats["runs"] == 1 and stats["cycles"] > 0
+
+
+def test_sim_design_from_device_and_predicted_network(sim_acc):
+    """The real top describes itself: the design read from its registers is the model's for
+    the same parameters; a predicted-mode network (3 tiles, then 2; two samples in one RUN)
+    equals the golden reference."""
+    model = Accelerator.model(**SEQ)
+    assert sim_acc.design == model.design
+    assert sim_acc.device_params == model.device_params
+    rng = np.random.default_rng(14)
+    lay = sim_acc.load_network([_predicted_layer(rng, 24, 16, width=7),
+                                _predicted_layer(rng, 12, 24, rounding="zero")],
+                               quantise_input="host")
+    x = rng.normal(size=(2, 16))
+    out, stats = sim_acc.run_network(x)
+    ref = lay.reference(x)
+    assert np.array_equal(out.m, ref[0]) and np.array_equal(out.e, ref[1])
+    assert stats["runs"] == 1
+    # The first layer's predicted exponents are not all the max rule's (the prediction was
+    # used on the device).
+    from sim.network import unpack_elements
+    m, e = unpack_elements(lay.input_words(x))
+    col, first = lay.design.column(), lay.layers[0]
+    as_max = dataclasses.replace(first, exp_mode="max")
+    assert any(not np.array_equal(bfp_dense(first, m[k], e[k][7::8], col)[1],
+                                  bfp_dense(as_max, m[k], e[k][7::8], col)[1]) for k in range(2))
 
 
 @pytest.mark.slow

@@ -142,6 +142,76 @@ def test_tables_are_consistent():
     assert L.Identity.from_bytes(ident.to_bytes()) == ident
     assert ident.engine_names == ["grand", "bfp", "lut"]
     assert L.identity_registers(ident)["ID_MAGIC"] == 0x42574F4C
+    assert set(L.identity_registers(ident)) == {r.name for r in L.REGISTERS
+                                                if r.name.startswith("ID_")}
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(1, 255), lg_b=st.integers(0, 8), nb=st.integers(1, 256),
+       lg_d=st.integers(0, 16), tables=st.integers(0, 255), code=st.integers(0, 3),
+       stoch=st.booleans(), pred=st.booleans(),
+       frac=st.integers(0, 15), rand=st.integers(1, 16), acc=st.integers(1, 32),
+       modes=st.sets(st.sampled_from(("normal", "normal144", "trunc2", "trunc3", "uniform",
+                                      "raw"))))
+def test_design_registers_round_trip(n, lg_b, nb, lg_d, tables, code, stoch, pred, frac, rand,
+                                     acc, modes):
+    params = dict(matrix_lanes=n, block=1 << lg_b, max_blocks=nb, weight_depth=1 << lg_d,
+                  lut_tables=tables, code_bits=code, bfp_stochastic=stoch, bfp_predictor=pred,
+                  frac_bits=frac, rand_bits=rand,
+                  disc_acc_width=acc, grand_modes=modes)
+    regs = L.design_registers(**params)
+    assert regs["ID_MATRIX"] < 1 << 32 and regs["ID_ENGINE"] < 1 << 31
+    got = L.decode_design_registers(regs["ID_MATRIX"], regs["ID_ENGINE"])
+    order = ("normal", "normal144", "trunc2", "trunc3", "uniform", "raw")
+    assert got == {**params, "grand_modes": tuple(m for m in order if m in modes)}
+
+
+def test_design_registers_layout_and_defaults():
+    regs = L.design_registers()
+    # N 8, log2 B 4, max_blocks-1 15, log2 depth 9; tables 4, code 3, stochastic and
+    # predictor, frac 3, rand-1 7, acc-1 15, all six grand modes.
+    assert regs == {"ID_MATRIX": 0x090F0408, "ID_ENGINE": 0x3F << 25 | 0xF73F04}
+    assert L.design_registers(bfp_predictor=False)["ID_ENGINE"] == regs["ID_ENGINE"] ^ 1 << 11
+    assert L.design_registers(bfp_stochastic=False)["ID_ENGINE"] == regs["ID_ENGINE"] ^ 1 << 10
+    assert L.decode_design_registers(*regs.values()) == \
+        {**L.DESIGN_PARAMS, "grand_modes": ("normal", "normal144", "trunc2", "trunc3",
+                                            "uniform", "raw")}
+    assert L.design_registers(grand_modes=("raw",))["ID_ENGINE"] >> 25 == 0b100000
+    model = L.DeviceModel(matrix_lanes=16, block=8, weight_depth=64, code_bits=2,
+                          disc_acc_width=20, grand_modes=(), bfp_predictor=False,
+                          bfp_acc_block_ram=True)
+    reg = {r.name: model.regs[r.index] for r in L.REGISTERS}
+    assert L.decode_design_registers(reg["ID_MATRIX"], reg["ID_ENGINE"]) == dict(
+        L.DESIGN_PARAMS, matrix_lanes=16, block=8, weight_depth=64, code_bits=2,
+        disc_acc_width=20, grand_modes=(), bfp_predictor=False)
+    assert not model.design.bfp_predictor and model.design.bfp_stochastic
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    (dict(lanes=4), TypeError, "Unknown design parameters: lanes"),
+    (dict(block=16.0), TypeError, "block must be an integer, not 16.0"),
+    (dict(matrix_lanes=True), TypeError, "matrix_lanes must be an integer"),
+    (dict(block=24), ValueError, "block must be a power of two, not 24"),
+    (dict(weight_depth=0), ValueError, "weight_depth must be a power of two, not 0"),
+    (dict(matrix_lanes=256), ValueError, "matrix_lanes must be between 0 and 255 to fit "
+                                         "ID_MATRIX, not 256"),
+    (dict(max_blocks=0), ValueError, "max_blocks must be between 1 and 256"),
+    (dict(rand_bits=17), ValueError, "rand_bits must be between 1 and 16 to fit ID_ENGINE"),
+    (dict(disc_acc_width=33), ValueError, "disc_acc_width must be between 1 and 32"),
+    (dict(code_bits=4), ValueError, "code_bits must be between 0 and 3"),
+    (dict(bfp_predictor=1), TypeError, "bfp_predictor must be a bool, not 1"),
+    (dict(grand_modes="normal"), TypeError, "iterable of mode names"),
+    (dict(grand_modes=("gauss",)), ValueError, "Grand modes must be names of"),
+])
+def test_design_registers_validation(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        L.design_registers(**kw)
+
+
+@pytest.mark.parametrize("code_bits", [0, 4, 2.0, True])
+def test_device_model_code_bits_validation(code_bits):
+    with pytest.raises(ValueError, match="Code width must be an integer between 1 and 3"):
+        L.DeviceModel(code_bits=code_bits)
 
 
 def test_device_model_rules():

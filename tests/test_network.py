@@ -10,10 +10,13 @@ from sim.network import (
     BFPDense,
     DiscreteDense,
     bfp_dense,
+    block_exponents,
     discrete_dense,
     pack_elements,
     unpack_elements,
 )
+from sim.prng import Xoroshiro128aox
+from sim.program import Design, InputQuant, Machine, NetworkLayout, assemble
 
 RNG = np.random.default_rng(2026)
 
@@ -67,8 +70,84 @@ def test_table_maps_mantissas_and_sets_exponent():
     assert (m0 < 0).any()
 
 
+def _predicted_case(rng, n, b, rounding):
+    """A random predicted-mode layer: 2..5 tiles of ``n`` rows, rows of varied magnitude (so
+    the selector predicts, overflows and underflows), maybe a bias."""
+    nb = int(rng.integers(1, 4))
+    rows, cols = int(rng.integers(n + 1, 5 * n + 1)), nb * b
+    e0 = int(rng.integers(-10, -5))
+    w_m = rng.integers(-127, 128, (rows, cols)) >> rng.integers(0, 5, (rows, 1))
+    bias = {}
+    if rng.random() < 0.5:
+        bias = dict(bias_m=rng.integers(-127, 128, rows), bias_e=rng.integers(-8, -3, rows))
+    return BFPDense(w_m, rng.integers(e0, e0 + 2, (rows, nb)), width=int(rng.integers(2, 9)),
+                    rounding=rounding, exp_mode="predicted", **bias)
+
+
+@pytest.mark.parametrize("seed", range(9))
+def test_predicted_layer_equals_machine_program(seed):
+    """bfp_dense in predicted mode == sim.program.Machine running the layer's program
+    (NetworkLayout: EXP_SELECT 2, its history cleared before the layer) on several samples in
+    one RUN, for every rounding (stochastic: the PRNG's numbers, N per tile, in order)."""
+    rng = np.random.default_rng(500 + seed)
+    n, b = [(4, 4), (8, 8), (4, 16)][seed % 3]
+    rounding = ("nearest", "zero", "stochastic")[seed // 3]
+    design = Design(matrix_lanes=n, block=b, max_blocks=4, weight_depth=512, scratch_bytes=8192)
+    layer = _predicted_case(rng, n, b, rounding)
+    lay = NetworkLayout([layer], design, input=InputQuant("host"))
+    samples = 3
+    x_m = rng.integers(-127, 128, (samples, layer.cols))
+    x_e = rng.integers(-3, 1, (samples, layer.cols // b))
+    machine = Machine(design)
+    machine.rng = Xoroshiro128aox(seed, 1)
+    machine.load_weights(0, lay.weight_words())
+    for addr, words in lay.bias_words():
+        machine.write_words(addr, words)
+    for s_ in range(samples):
+        machine.write_words(lay.in_addr + s_ * lay.in_words,
+                            pack_elements(x_m[s_], block_exponents(x_e[s_], b, layer.cols)))
+    raw = assemble(lay.program(samples))
+    machine.scratch[:len(raw)] = raw
+    assert machine.run(0, lay.instructions(samples)).status == 0
+    got_m, got_e = unpack_elements(machine.read_words(lay.out_addr, samples * lay.out_words)
+                                   .reshape(samples, -1)[:, :layer.rows])
+    draws = Xoroshiro128aox(seed, 1)
+    tiles = -(-layer.rows // n)
+    column = design.column()
+    for s_ in range(samples):
+        rand = None
+        if rounding == "stochastic":
+            rand = (draws.take(tiles * n)[:, 0] & np.uint64(0xFF)).astype(np.int64) \
+                .reshape(tiles, n)
+        m, e = bfp_dense(layer, x_m[s_], x_e[s_], column, rand=rand)
+        assert np.array_equal(got_m[s_], m) and np.array_equal(got_e[s_], e), s_
+
+
+def test_predicted_mode_uses_the_history_from_tile_to_tile():
+    """Across a layer's tiles the selector predicts (exponents differ from the max rule's);
+    the history starts cleared whatever the column held; without a predictor it is the max
+    rule."""
+    rng = np.random.default_rng(7)
+    col = ColumnModel(lanes=4, block=8, width=8, max_blocks=4)
+    differs = 0
+    for _ in range(10):
+        layer = _predicted_case(rng, 4, 8, "nearest")
+        x_m, x_e = rng.integers(-127, 128, layer.cols), rng.integers(-3, 1, layer.cols // 8)
+        m, e = bfp_dense(layer, x_m, x_e, col)
+        again = bfp_dense(layer, x_m, x_e, col)             # the column's history is dirty now
+        assert np.array_equal(again[0], m) and np.array_equal(again[1], e)
+        as_max = bfp_dense(BFPDense(layer.w_m, layer.w_e, layer.bias_m, layer.bias_e,
+                                    width=layer.width, exp_mode="max"), x_m, x_e, col)
+        differs += not np.array_equal(as_max[1], e)
+        assert np.array_equal(as_max[1][:4], e[:4])         # the first tile: max rule
+        plain = ColumnModel(lanes=4, block=8, width=8, max_blocks=4, predictor=False)
+        no_pred = bfp_dense(layer, x_m, x_e, plain)
+        assert np.array_equal(no_pred[0], as_max[0]) and np.array_equal(no_pred[1], as_max[1])
+    assert differs >= 3
+
+
 @pytest.mark.parametrize("kw, err, match", [
-    (dict(exp_mode="predicted"), ValueError, "Exponent mode"),
+    (dict(exp_mode="min"), ValueError, "Exponent mode must be 'fixed', 'max' or 'predicted'"),
     (dict(rounding="up"), ValueError, "Rounding"),
     (dict(bias_m=np.zeros(20, int)), ValueError, "both bias"),
     (dict(bias_m=np.zeros(3, int), bias_e=np.zeros(3, int)), ValueError, r"shape \(20,\)"),

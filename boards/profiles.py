@@ -63,11 +63,25 @@ BOARDS = {
         platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=12e6,
         top=dict(lanes=1, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
                  baud=1_000_000, lut_tables=4, grand=False, sequencer=True, matrix_lanes=4,
-                 weight_depth=1024, bfp=False, quantiser=False, discrete=True, code_bits=3),
+                 block=16, max_blocks=4, weight_depth=1024, bfp=True, bfp_stochastic=False,
+                 bfp_predictor=False, bfp_acc_block_ram=True, bfp_pipelined=False,
+                 quantiser=False, discrete=False, code_bits=3),
         notes="8 SB_MAC16 DSPs, 4 SPRAM; UART over the FTDI's second channel at 1 Mbaud. "
-              "5280 LCs hold the link, the sequencer, the LUT engine and the discrete unit; "
-              "the BFP column (about 2700 LCs even at 4 lanes), the quantiser and the grand "
-              "unit do not fit beside them (docs/sequencer.md)",
+              "The link, the sequencer, the LUT engine and a 4-lane BFP column (MATVEC, "
+              "K <= 64, nearest / toward-zero rounding, max or fixed output exponent: a MATVEC "
+              "with ROUNDING 2 or EXP_SELECT 2 fails with BAD_OPCODE); the input is quantised "
+              "on the host. The discrete unit is on icebreaker-discrete (docs/sequencer.md)",
+    ),
+    "icebreaker-discrete": BoardProfile(
+        name="icebreaker-discrete",
+        title="1BitSquared iCEBreaker (iCE40UP5K-SG48), discrete unit",
+        platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=12e6,
+        top=dict(lanes=1, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
+                 baud=1_000_000, lut_tables=4, grand=False, sequencer=True, matrix_lanes=4,
+                 weight_depth=1024, bfp=False, quantiser=False, discrete=True, code_bits=3),
+        notes="the iCEBreaker with the discrete unit (DMATVEC, N = 4) in place of the BFP "
+              "column: the link, the sequencer, the LUT engine and the discrete unit "
+              "(docs/sequencer.md)",
     ),
     "hx8k": BoardProfile(
         name="hx8k", title="Lattice iCE40-HX8K Breakout (iCE40HX8K-CT256)",

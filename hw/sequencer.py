@@ -143,6 +143,17 @@ class Sequencer(wiring.Component):
         Entries per weight bank, a power of two, 16..16384.
     bfp, quantiser, discrete : bool
         Build the BFP column (MATVEC), the quantiser (QUANT), the discrete unit (DMATVEC).
+    bfp_stochastic : bool
+        The column rounds stochastically (``ROUNDING`` 2). Without it a MATVEC with
+        ``ROUNDING`` 2 fails with ``BAD_OPCODE``, and without the quantiser there is no
+        rounding PRNG.
+    bfp_predictor : bool
+        The column has the predicted exponent selector (``EXP_SELECT`` 2). Without it a
+        MATVEC with ``EXP_SELECT`` 2 fails with ``BAD_OPCODE``.
+    bfp_acc_block_ram, bfp_pipelined : bool
+        The column's accumulator memory in block RAM, its pipelines with all stages
+        (:class:`hw.bfp.BFPColumn` ``acc_block_ram`` and ``pipelined``; area options for
+        iCE40 at 12 MHz).
     code_bits : int
         Largest discrete code width of the discrete unit and quantiser, 1..3.
     quant_mult_bits : int
@@ -181,7 +192,8 @@ class Sequencer(wiring.Component):
     def __init__(self, *, scratch_bytes=4096, addr_width=11, lanes=8, block=16, max_blocks=16,
                  weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
                  quant_mult_bits=0, lut=True, lut_tables=4, grand=True, mult="lut",
-                 simulation=True):
+                 simulation=True, bfp_stochastic=True, bfp_predictor=True,
+                 bfp_acc_block_ram=False, bfp_pipelined=True):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
@@ -192,6 +204,10 @@ class Sequencer(wiring.Component):
         self._bfp = _check_bool("bfp", bfp)
         self._quantiser = _check_bool("quantiser", quantiser)
         self._discrete = _check_bool("discrete", discrete)
+        self._bfp_stochastic = _check_bool("bfp_stochastic", bfp_stochastic)
+        self._bfp_predictor = _check_bool("bfp_predictor", bfp_predictor)
+        self._bfp_acc_block_ram = _check_bool("bfp_acc_block_ram", bfp_acc_block_ram)
+        self._bfp_pipelined = _check_bool("bfp_pipelined", bfp_pipelined)
         self._code_bits = _check_int("Code width", code_bits, 1, 3)
         self._quant_mult_bits = _check_int("Multiplier width", quant_mult_bits, 0, 16)
         self._lut = _check_bool("lut", lut)
@@ -223,13 +239,15 @@ class Sequencer(wiring.Component):
     block = property(lambda self: self._block)
     max_blocks = property(lambda self: self._max_blocks)
     weight_depth = property(lambda self: self._weight_depth)
+    bfp_stochastic = property(lambda self: self._bfp_stochastic)
+    bfp_predictor = property(lambda self: self._bfp_predictor)
 
     def column_params(self):
         """Keyword parameters of the BFP column (also those of its golden
         :class:`sim.bfp_column.ColumnModel`, less ``mult`` and ``sim_model``)."""
         return dict(lanes=self._lanes, block=self._block, width=8, exp_bits=8,
                     max_blocks=self._max_blocks, frac_bits=COLUMN_FRAC_BITS,
-                    rand_bits=RAND_BITS)
+                    rand_bits=RAND_BITS, predictor=self._bfp_predictor)
 
     def elaborate(self, platform):
         m = Module()
@@ -244,7 +262,7 @@ class Sequencer(wiring.Component):
         # Only the column and the quantiser round stochastically; without them there is no PRNG.
         rand = Signal(RAND_BITS)
         rand_ready = []
-        if self._bfp or self._quantiser:
+        if (self._bfp and self._bfp_stochastic) or self._quantiser:
             m.submodules.prng = prng = Xoroshiro128aox(lanes=1)
             m.d.comb += [prng.seed[0].s0.eq(Cat(self.prng_seed0, self.prng_seed1)),
                          prng.seed[0].s1.eq(Cat(self.prng_seed2, self.prng_seed3)),
@@ -259,14 +277,20 @@ class Sequencer(wiring.Component):
         w_rd_addr = Signal(range(depth))
         w_rd_en = Signal()
         for k in range(N):
-            mem = Memory(shape=16, depth=depth, init=[])
+            # LOADW writes and the engines read at different times, so read-write collisions
+            # never happen: ``no_rw_check`` spares synthesis the collision logic (on iCE40 about
+            # 45 flip-flops and 30 LUTs per bank). It needs the read register in the fabric
+            # description (a combinational port, then a register) to be merged into the RAM.
+            mem = Memory(shape=16, depth=depth, init=[], attrs={"no_rw_check": 1})
             m.submodules[f"weights{k}"] = mem
             wp = mem.write_port()
-            rp = mem.read_port(transparent_for=())
+            rp = mem.read_port(domain="comb")
+            rdata_k = Signal(16, name=f"bank{k}")
             m.d.comb += [wp.addr.eq(w_wr_addr), wp.data.eq(w_wr_data),
-                         wp.en.eq(w_wr_en & (w_wr_lane == k)),
-                         rp.addr.eq(w_rd_addr), rp.en.eq(w_rd_en)]
-            banks.append(rp.data)
+                         wp.en.eq(w_wr_en & (w_wr_lane == k)), rp.addr.eq(w_rd_addr)]
+            with m.If(w_rd_en):
+                m.d.sync += rdata_k.eq(rp.data)
+            banks.append(rdata_k)
 
         # ---- Engines -------------------------------------------------------------------------
         code_book = Cat(self.code_book0, self.code_book1)
@@ -283,7 +307,10 @@ class Sequencer(wiring.Component):
                               Mux(self.mant_width > 8, 8, self.mant_width))),
         ]
         if self._bfp:
-            col = BFPColumn(**self.column_params(), mult=self._mult, sim_model=self._simulation)
+            col = BFPColumn(**self.column_params(), mult=self._mult, sim_model=self._simulation,
+                            stochastic=self._bfp_stochastic,
+                            acc_block_ram=self._bfp_acc_block_ram,
+                            pipelined=self._bfp_pipelined)
             m.submodules.column = col
             m.d.comb += [
                 col.cfg_width.eq(mant_width), col.cfg_rounding.eq(rounding),
@@ -291,9 +318,10 @@ class Sequencer(wiring.Component):
                                         Mux(self.exp_select != 0, ExpMode.FIXED, ExpMode.MAX))),
                 col.pred_clear.eq(run_start),
                 col.cfg_fixed_exp.eq(self.fixed_exp),
-                col.i_rand.valid.eq(1), col.i_rand.payload.eq(rand),
             ]
-            rand_ready.append(col.i_rand.ready)
+            if self._bfp_stochastic:
+                m.d.comb += [col.i_rand.valid.eq(1), col.i_rand.payload.eq(rand)]
+                rand_ready.append(col.i_rand.ready)
         if self._quantiser:
             qu = Quantiser(fmt="f16", lanes=1, block=B, w_max=8, exp_bits=8,
                            rand_bits=RAND_BITS, mult_bits=self._quant_mult_bits,
@@ -322,7 +350,8 @@ class Sequencer(wiring.Component):
             m.d.comb += prng.o.ready.eq(Cat(*rand_ready).any())
 
         # ---- Run state -------------------------------------------------------------------------
-        start = Signal(32)
+        start = Signal(17)            # RUN start byte address, bits 0..16
+        start_hi = Signal()           # any of its bits 17..31 set
         limit = Signal(32)
         nargs = Signal(4)
         status = Signal(8)
@@ -351,7 +380,8 @@ class Sequencer(wiring.Component):
         bias_en = flags[2]
 
         # Weight-range check of MATVEC / DMATVEC (entry + T·K, entry + R·ceil(K/N)) by repeated
-        # addition, stopping as soon as the end passes the weight depth (no multiplier).
+        # addition, stopping as soon as the end passes the weight depth; without the discrete
+        # unit (MATVEC only) by one multiplication.
         mul_acc = Signal(18)
         mul_step = Signal(17)
         mul_cnt = Signal(16)
@@ -438,12 +468,23 @@ class Sequencer(wiring.Component):
                 with m.Else():
                     m.d.comb += c.arg.ready.eq(1)
                     with m.If(c.arg.valid):
-                        m.d.sync += [nargs.eq(nargs + 1),
-                                     Cat(start, limit).eq(Cat(start, limit, c.arg.payload)[8:])]
+                        m.d.sync += nargs.eq(nargs + 1)
+                        b = c.arg.payload
+                        with m.Switch(nargs):
+                            with m.Case(0):
+                                m.d.sync += start[:8].eq(b)
+                            with m.Case(1):
+                                m.d.sync += start[8:16].eq(b)
+                            with m.Case(2):
+                                m.d.sync += [start[16].eq(b[0]), start_hi.eq(b[1:] != 0)]
+                            with m.Case(3):
+                                m.d.sync += start_hi.eq(start_hi | (b != 0))
+                            with m.Default():
+                                m.d.sync += limit.eq(Cat(limit, b)[8:])
             with m.State("CHECK"):
-                m.d.sync += [pc.eq(start[1:18]), executed.eq(0), cycles.eq(0), cnt.eq(0),
+                m.d.sync += [pc.eq(start[1:]), executed.eq(0), cycles.eq(0), cnt.eq(0),
                              ofs_a.eq(0), ofs_b.eq(0), status.eq(Status.OK)]
-                with m.If(start[0] | (start + 16 > self._scratch_bytes)):
+                with m.If(start[0] | start_hi | (start + 16 > self._scratch_bytes)):
                     m.d.sync += status.eq(Status.BAD_ADDRESS)
                     m.next = "RESP_EMPTY"
                 with m.Elif(limit == 0):
@@ -521,9 +562,20 @@ class Sequencer(wiring.Component):
                                 m.next = "RANGE"
                     if self._bfp:
                         with m.Case(Op.MATVEC):
-                            m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
-                                         mul_step.eq(w[4] << lgB)]
-                            with m.If((w[4] == 0) | (w[4] > self._max_blocks) | (w[5] == 0)):
+                            if self._discrete:
+                                m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
+                                             mul_step.eq(w[4] << lgB)]
+                            # A rounding or exponent selector the column lacks: as a missing
+                            # engine (sim.program.Machine checks it first too).
+                            lacks = Const(0)
+                            if not self._bfp_stochastic:
+                                lacks = lacks | (rounding == 2)
+                            if not self._bfp_predictor:
+                                lacks = lacks | (self.exp_select == 2)
+                            with m.If(lacks):
+                                fail(Status.BAD_OPCODE)
+                            with m.Elif((w[4] == 0) | (w[4] > self._max_blocks)
+                                        | (w[5] == 0)):
                                 fail(Status.BAD_LENGTH)
                             with m.Else():
                                 m.next = "MUL"
@@ -538,10 +590,23 @@ class Sequencer(wiring.Component):
                     with m.Default():
                         fail(Status.BAD_OPCODE)
             with m.State("MUL"):
-                with m.If((mul_cnt == 0) | (mul_acc > depth)):
+                if self._discrete:
+                    with m.If((mul_cnt == 0) | (mul_acc > depth)):
+                        m.next = "RANGE"
+                    with m.Else():
+                        m.d.sync += [mul_acc.eq(mul_acc + mul_step), mul_cnt.eq(mul_cnt - 1)]
+                else:
+                    # MATVEC only: entry + T·nb·B in one small multiplication instead of T
+                    # additions. T >= 2·depth/B always ends past the weights (nb >= 1); below,
+                    # T and nb <= max_blocks are narrow; the end is kept up to depth + 1.
+                    t_bits = max(_log2(depth) - lgB, 0) + 1
+                    big = w[5][t_bits:] != 0
+                    prod = Signal(t_bits + self._max_blocks.bit_length())
+                    end = Signal(max(17, len(prod) + lgB) + 1)
+                    m.d.comb += [prod.eq(w[5][:t_bits] * w[4][:self._max_blocks.bit_length()]),
+                                 end.eq(w[3] + (prod << lgB))]
+                    m.d.sync += mul_acc.eq(Mux(big | (end > depth), depth + 1, end))
                     m.next = "RANGE"
-                with m.Else():
-                    m.d.sync += [mul_acc.eq(mul_acc + mul_step), mul_cnt.eq(mul_cnt - 1)]
             with m.State("RANGE"):
                 # One shared checker: source range, destination range (scratchpad, or weight
                 # entries for LOADW), bias range, weight range (MUL), LUT table.
@@ -561,9 +626,11 @@ class Sequencer(wiring.Component):
                         m.d.comb += [len_src.eq(w[4]), len_dst.eq(w[5])]
                     with m.Default():
                         m.d.comb += [len_src.eq(count), len_dst.eq(count)]
-                bad = ((src + len_src > words)
-                       | (dst + len_dst > Mux(op == Op.LOADW, depth, words))
-                       | (is_mat & bias_en & (w[6] + len_dst > words))
+                # Lengths of 2^17 words or more are out of range anyway: 18-bit sums.
+                src_big, dst_big = len_src[17:] != 0, len_dst[17:] != 0
+                bad = ((src_big | (src + len_src[:17] > words))
+                       | (dst_big | (dst + len_dst[:17] > Mux(op == Op.LOADW, depth, words)))
+                       | (is_mat & bias_en & (dst_big | (w[6] + len_dst[:17] > words)))
                        | (is_mat & (mul_acc > depth)))
                 if self._lut:
                     bad = bad | ((op == Op.LUT) & (self.lut_select >= self._lut_tables))

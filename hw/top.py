@@ -325,8 +325,16 @@ class RegisterHandler(wiring.Component):
 
     Read-write registers are flip-flops of their declared width, exposed as ``Out`` ports
     named after the register in lower case (e.g. ``mant_width``). Identification registers
-    are constants from ``identity``. The counters ``LINK_SKIPPED``, ``LINK_ERRORS`` and
-    ``UART_ERRORS`` read the ``In`` ports of the same lower-case names.
+    are constants from ``identity`` and ``design``. The counters ``LINK_SKIPPED``,
+    ``LINK_ERRORS`` and ``UART_ERRORS`` read the ``In`` ports of the same lower-case names.
+
+    REG_READ does not multiplex the flip-flops: every write also goes to a block-RAM copy
+    (identification constants and reset values are its initial contents), and a read takes the
+    copy. So there is no wide read multiplexer, and the flip-flops of registers that no engine
+    of the design reads are removed by synthesis. Memory contents are not reset, so neither are
+    the read-write registers: they take their reset values when the design starts (bitstream
+    load, simulation start) and keep their values across a reset of the ``sync`` domain, and a
+    read always returns what the engines see.
 
     Answers: wrong payload length -> ``BAD_LENGTH``; unknown index -> ``BAD_ADDRESS``; write
     to a read-only register -> ``READ_ONLY`` (nothing written); else ``OK`` with the 4-byte
@@ -341,6 +349,9 @@ class RegisterHandler(wiring.Component):
     Parameters
     ----------
     identity : sim.link.Identity
+    design : dict, optional
+        Generator parameters reported by ``ID_MATRIX`` / ``ID_ENGINE`` (keys of
+        :data:`sim.link.DESIGN_PARAMS`; missing ones take its defaults).
 
     Members
     -------
@@ -352,10 +363,12 @@ class RegisterHandler(wiring.Component):
     DYNAMIC = ("LINK_SKIPPED", "LINK_ERRORS", "UART_ERRORS")
 
     @quiet_on_error
-    def __init__(self, identity):
+    def __init__(self, identity, design=None):
         if not isinstance(identity, Identity):
             raise TypeError(f"Identity must be a sim.link.Identity, not {identity!r}")
-        self._constants = identity_registers(identity)
+        if design is not None and not isinstance(design, dict):
+            raise TypeError(f"Design parameters must be a dict, not {design!r}")
+        self._constants = identity_registers(identity, **(design or {}))
         from .sequencer import ConfigPortSignature
         members = {"command": In(CommandSignature()), "cfg": In(ConfigPortSignature()),
                    "prng_load": Out(1)}
@@ -378,18 +391,59 @@ class RegisterHandler(wiring.Component):
 
         index = args.value[0:16]
         wvalue = args.value[16:48]
+        rw = [r for r in REGISTERS if r.access == "rw"]
+        # Register indices are decoded as "upper bits zero" and a switch on the low bits, which
+        # takes far fewer LUTs than a full 16-bit compare per register.
+        ib = max(r.index for r in REGISTERS).bit_length()
 
+        # One write port for both writers (the host's REG_WRITE in EXEC and the sequencer's
+        # CONFIG, never in the same cycle): each register bit is then a flip-flop with an enable
+        # fed straight from the shared value, not a per-bit multiplexer of two sources.
+        host_we = Signal()
+        w_en = Signal()
+        w_index = Signal(16)
+        w_value = Signal(32)
+        w_rw = Signal()
+        w_mask = Signal(32)
+        m.d.comb += [w_en.eq(host_we | self.cfg.we),
+                     w_index.eq(Mux(host_we, index, self.cfg.index)),
+                     w_value.eq(Mux(host_we, wvalue, self.cfg.value))]
         seed3 = REGISTER_BY_NAME["PRNG_SEED3"].index
-        load = Signal()
-        m.d.sync += self.prng_load.eq(load)
-        m.d.comb += load.eq(self.cfg.we & self.cfg.ok & (self.cfg.index == seed3))
-        with m.Switch(self.cfg.index):
-            for r in REGISTERS:
-                if r.access == "rw":
+        m.d.sync += self.prng_load.eq(w_en & (w_index == seed3))
+        with m.If(self.cfg.index[ib:] == 0):
+            with m.Switch(self.cfg.index[:ib]):
+                for r in rw:
                     with m.Case(r.index):
                         m.d.comb += self.cfg.ok.eq(1)
-                        with m.If(self.cfg.we):
-                            m.d.sync += getattr(self, r.name.lower()).eq(self.cfg.value[:r.width])
+        regs = {r.name: Signal(r.width, init=r.reset, reset_less=True, name=r.name.lower())
+                for r in rw}
+        for r in rw:
+            m.d.comb += getattr(self, r.name.lower()).eq(regs[r.name])
+        with m.If(w_index[ib:] == 0):
+            with m.Switch(w_index[:ib]):
+                for r in rw:
+                    with m.Case(r.index):
+                        m.d.comb += [w_rw.eq(1), w_mask.eq((1 << r.width) - 1)]
+                        with m.If(w_en):
+                            m.d.sync += regs[r.name].eq(w_value[:r.width])
+
+        init = [0] * (1 << ib)
+        for r in REGISTERS:
+            if r.access == "rw":
+                init[r.index] = r.reset
+            elif r.name not in self.DYNAMIC:
+                init[r.index] = self._constants[r.name]
+        # The copy is read only in state READ, when nothing writes it (writes come from EXEC
+        # and from CONFIG, which runs while this handler is idle), so synthesis need not add
+        # read-during-write logic.
+        m.submodules.copy = copy = Memory(shape=32, depth=1 << ib, init=init,
+                                          attrs={"no_rw_check": 1})
+        wr = copy.write_port()
+        rd = copy.read_port(domain="comb")
+        rd_data = Signal(32)
+        m.d.sync += rd_data.eq(rd.data)
+        m.d.comb += [wr.addr.eq(w_index[:ib]), wr.data.eq(w_value & w_mask),
+                     wr.en.eq(w_en & w_rw), rd.addr.eq(index[:ib])]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -407,26 +461,24 @@ class RegisterHandler(wiring.Component):
                 # REG_READ needs 2 bytes, shifted in so they end at the top like a write's.
                 done = args.collect(Mux(opcode == Opcode.REG_READ, 2, 6))
                 with m.If(done):
-                    m.next = "EXEC"
+                    m.next = "READ"
+            with m.State("READ"):
+                # The copy's read register takes the word at the address now, for EXEC.
+                m.next = "EXEC"
             with m.State("EXEC"):
-                m.d.sync += status.eq(Status.BAD_ADDRESS)
-                with m.Switch(index):
-                    for r in REGISTERS:
-                        with m.Case(r.index):
-                            if r.access == "rw":
-                                reg = getattr(self, r.name.lower())
-                                m.d.sync += [value.eq(reg), status.eq(Status.OK)]
-                                with m.If(opcode == Opcode.REG_WRITE):
-                                    m.d.sync += reg.eq(wvalue[:r.width])
-                                    if r.name == "PRNG_SEED3":
-                                        m.d.comb += load.eq(1)
-                            else:
-                                if r.name in self.DYNAMIC:
-                                    m.d.sync += value.eq(getattr(self, r.name.lower()))
+                m.d.sync += [status.eq(Status.BAD_ADDRESS), value.eq(rd_data)]
+                with m.If(index[ib:] == 0):
+                    with m.Switch(index[:ib]):
+                        for r in REGISTERS:
+                            with m.Case(r.index):
+                                if r.access == "rw":
+                                    m.d.sync += status.eq(Status.OK)
+                                    m.d.comb += host_we.eq(opcode == Opcode.REG_WRITE)
                                 else:
-                                    m.d.sync += value.eq(self._constants[r.name])
-                                m.d.sync += status.eq(Mux(opcode == Opcode.REG_WRITE,
-                                                          Status.READ_ONLY, Status.OK))
+                                    if r.name in self.DYNAMIC:
+                                        m.d.sync += value.eq(getattr(self, r.name.lower()))
+                                    m.d.sync += status.eq(Mux(opcode == Opcode.REG_WRITE,
+                                                              Status.READ_ONLY, Status.OK))
                 m.next = "RESP"
             with m.State("RESP"):
                 reading = (status == Status.OK) & (opcode == Opcode.REG_READ)
@@ -595,6 +647,10 @@ class Accelerator(wiring.Component):
         Entries (16-bit words) per weight bank, a power of two, 16 to 16384.
     bfp, quantiser, discrete : bool
         Build the BFP column (MATVEC), the quantiser (QUANT), the discrete unit (DMATVEC).
+    bfp_stochastic, bfp_predictor, bfp_acc_block_ram, bfp_pipelined : bool
+        Area options of the BFP column (:class:`hw.sequencer.Sequencer`): stochastic rounding,
+        the predicted exponent selector (a MATVEC needing one that is left out fails with
+        ``BAD_OPCODE``), the accumulator in block RAM, all pipeline stages.
     code_bits : int
         Largest discrete code width of the discrete unit and the quantiser, 1 to 3.
     multiplier : {"lut", "sb_mac16", "mult18x18d"}
@@ -632,7 +688,8 @@ class Accelerator(wiring.Component):
                  use_spram=False, frame_bytes=512, timeout_bits=10_000, lut_tables=4, grand=True,
                  grand_modes=None, sequencer=False, matrix_lanes=8, block=16, max_blocks=16,
                  weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
-                 multiplier="lut", uart=True, simulation=False):
+                 multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
+                 bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True):
         self._divisor = uart_divisor(clk_freq, baud)
         self._clk_freq = clk_freq
         self._baud = baud
@@ -657,7 +714,11 @@ class Accelerator(wiring.Component):
             bfp=_check_bool("bfp", bfp), quantiser=_check_bool("quantiser", quantiser),
             discrete=_check_bool("discrete", discrete),
             code_bits=_check_int("Code width", code_bits, 1, 3),
-            mult=_check_mult(multiplier))
+            mult=_check_mult(multiplier),
+            bfp_stochastic=_check_bool("bfp_stochastic", bfp_stochastic),
+            bfp_predictor=_check_bool("bfp_predictor", bfp_predictor),
+            bfp_acc_block_ram=_check_bool("bfp_acc_block_ram", bfp_acc_block_ram),
+            bfp_pipelined=_check_bool("bfp_pipelined", bfp_pipelined))
         if sequencer and bfp and multiplier == "sb_mac16" and matrix_lanes % 2:
             raise ValueError("Matrix lane count must be even with sb_mac16")
         self._engines = (((1 << ENGINE_BITS["lut"]) if lut_tables else 0)
@@ -698,6 +759,18 @@ class Accelerator(wiring.Component):
     max_blocks = property(lambda self: self._seq_params["max_blocks"])
     weight_depth = property(lambda self: self._seq_params["weight_depth"])
     multiplier = property(lambda self: self._seq_params["mult"])
+
+    def design_params(self):
+        """Generator parameters reported by the ``ID_MATRIX`` / ``ID_ENGINE`` registers
+        (:func:`sim.link.design_registers`), as the driver reads them back."""
+        from .sequencer import COLUMN_FRAC_BITS, DISCRETE_ACC_WIDTH, RAND_BITS
+        p = self._seq_params
+        return dict(matrix_lanes=p["lanes"], block=p["block"], max_blocks=p["max_blocks"],
+                    weight_depth=p["weight_depth"], lut_tables=self._lut_tables,
+                    code_bits=p["code_bits"], bfp_stochastic=p["bfp_stochastic"],
+                    bfp_predictor=p["bfp_predictor"], frac_bits=COLUMN_FRAC_BITS,
+                    rand_bits=RAND_BITS, disc_acc_width=DISCRETE_ACC_WIDTH,
+                    grand_modes=self._grand_modes)
 
     def sequencer_params(self):
         """Keyword parameters of the :class:`hw.sequencer.Sequencer` of this design."""
@@ -740,7 +813,7 @@ class Accelerator(wiring.Component):
         m.submodules.ping = ping = PingHandler()
         m.submodules.identify = ident = IdentifyHandler(self._identity)
         # Engines read the configuration registers from the ``regs`` ports (e.g. regs.mant_width).
-        m.submodules.registers = regs = RegisterHandler(self._identity)
+        m.submodules.registers = regs = RegisterHandler(self._identity, self.design_params())
         scratch = Scratchpad(size=self._scratch_bytes, use_spram=self._use_spram,
                              simulation=self._simulation)
         m.submodules.scratch = scratch

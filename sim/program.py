@@ -286,6 +286,10 @@ class Design:
     grand_modes : tuple of str, optional
         Modes built into the grand unit (default all of :data:`sim.grand.MODES`); a mode left
         out acts as "normal".
+    bfp_stochastic, bfp_predictor : bool
+        The BFP column rounds stochastically / has the predicted exponent selector (default
+        both). Without one, a MATVEC that needs it (``ROUNDING`` 2 / ``EXP_SELECT`` 2) fails
+        with ``BAD_OPCODE``, as a missing engine does.
     """
     matrix_lanes: int = 8
     block: int = 16
@@ -299,6 +303,8 @@ class Design:
     rand_bits: int = 8
     disc_acc_width: int = 16
     grand_modes: tuple = None
+    bfp_stochastic: bool = True
+    bfp_predictor: bool = True
 
     def __post_init__(self):
         from .grand import MODES
@@ -318,6 +324,9 @@ class Design:
         _check_param("Fraction guard bit count", self.frac_bits, 0, 8)
         _check_param("Random bit count", self.rand_bits, 1, 16)
         _check_param("Discrete accumulator width", self.disc_acc_width, 8, 32)
+        for name in ("bfp_stochastic", "bfp_predictor"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise TypeError(f"{name} must be a bool, not {getattr(self, name)!r}")
         if isinstance(self.engines, str) or not all(isinstance(e, str) for e in self.engines):
             raise TypeError(f"Engines must be a collection of names, not {self.engines!r}")
         engines = frozenset(self.engines) - {"lut", "sequencer"}
@@ -342,7 +351,7 @@ class Design:
         from .bfp_column import ColumnModel
         return ColumnModel(lanes=self.matrix_lanes, block=self.block, width=8, exp_bits=8,
                            max_blocks=self.max_blocks, frac_bits=self.frac_bits,
-                           rand_bits=self.rand_bits)
+                           rand_bits=self.rand_bits, predictor=self.bfp_predictor)
 
 
 class Fault(Exception):
@@ -401,7 +410,9 @@ class Machine:
     ``BAD_LENGTH``; QUANT to discrete codes rounds stochastically when ``ROUNDING`` is 2, else
     to nearest. Random numbers are drawn only when the rounding is stochastic. MATVEC takes the
     exponent of an input block, like that of a weight block, from its last beat. Within one
-    instruction the checks run in this order: engine present (``BAD_OPCODE``), counts
+    instruction the checks run in this order: engine present and, for MATVEC, its rounding and
+    exponent selector built (:class:`Design` ``bfp_stochastic`` / ``bfp_predictor``)
+    (``BAD_OPCODE``), counts
     (``BAD_LENGTH``), register-selected resources such as ``LUT_SELECT`` and ranges
     (``BAD_ADDRESS``).
 
@@ -573,6 +584,8 @@ class Machine:
         if engine is not None and not self.design.has(engine):
             raise Fault(Status.BAD_OPCODE, f"{Op.NAMES[op]} needs the {engine} engine, which "
                         f"this design lacks")
+        if op == Op.MATVEC:
+            self._matvec_features()
         if op == Op.NOP:
             return nxt
         if op == Op.HALT:
@@ -656,6 +669,16 @@ class Machine:
             words = quantise_discrete(x, book, mode=mode, rand=rand,
                                       rand_bits=d.rand_bits if rand is not None else None)
         self.write_words(dst, np.asarray(words, dtype=np.int64))
+
+    def _matvec_features(self):
+        from .link import Status
+        d = self.design
+        if not d.bfp_stochastic and self.reg("ROUNDING") == 2:
+            raise Fault(Status.BAD_OPCODE, "MATVEC with stochastic rounding (ROUNDING 2) needs "
+                        "the column's stochastic rounding, which this design lacks")
+        if not d.bfp_predictor and self.reg("EXP_SELECT") == 2:
+            raise Fault(Status.BAD_OPCODE, "MATVEC with the predicted exponent selector "
+                        "(EXP_SELECT 2) needs the column's predictor, which this design lacks")
 
     def _matvec(self, x, dst, w, flags):
         from .network import pack_elements, unpack_elements
@@ -770,6 +793,7 @@ def config(name, value):
 
 
 _ROUNDING_CODES = {"nearest": 0, "zero": 1, "stochastic": 2}
+_EXP_SELECT_CODES = {"max": 0, "fixed": 1, "predicted": 2}
 _INPUT_MODES = ("device", "host")
 
 
@@ -837,6 +861,10 @@ class NetworkLayout:
     with ``F_OFS_SRC``; or the first layer reads the host-quantised input with ``F_OFS_SRC``),
     then per layer CONFIGs its registers and runs MATVEC / DMATVEC (with bias) and, with a
     table, LUT; the last layer's last instruction writes the output area with ``F_OFS_DST``.
+    A BFP layer with ``exp_mode="predicted"`` is preceded by a one-tile, one-block MATVEC with
+    the max selector and nearest rounding into its own output, which clears the predicted
+    selector's history: every predicted layer of every sample starts afresh, as
+    :func:`sim.network.bfp_dense` does, whatever the batch.
 
     Parameters
     ----------
@@ -887,6 +915,12 @@ class NetworkLayout:
                                      f"most {design.max_blocks}")
                 if layer.width > 8:
                     raise ValueError(f"Layer {i} width {layer.width} exceeds 8")
+                if layer.rounding == "stochastic" and not design.bfp_stochastic:
+                    raise ValueError(f"Layer {i} rounds stochastically; the design's BFP column "
+                                     f"has no stochastic rounding")
+                if layer.exp_mode == "predicted" and not design.bfp_predictor:
+                    raise ValueError(f"Layer {i} uses the predicted exponent selector; the "
+                                     f"design's BFP column has none")
             else:
                 if layer.acc_width != design.disc_acc_width:
                     raise ValueError(f"Layer {i} accumulator width {layer.acc_width} differs "
@@ -1036,7 +1070,7 @@ class NetworkLayout:
         if kind == "bfp":
             return [config("MANT_WIDTH", layer.width),
                     config("ROUNDING", _ROUNDING_CODES[layer.rounding]),
-                    config("EXP_SELECT", 1 if layer.exp_mode == "fixed" else 0),
+                    config("EXP_SELECT", _EXP_SELECT_CODES[layer.exp_mode]),
                     config("FIXED_EXP", layer.out_exp & 0xFF)]
         words = layer.book.words() + [0] * (8 - len(layer.book.words()))
         book0 = sum(v << 8 * k for k, v in enumerate(words[:4]))
@@ -1065,6 +1099,12 @@ class NetworkLayout:
             dst_flag = F_OFS_DST if last and layer.table is None else 0
             entry = self.entries[i][0] if self.entries else 0
             bias = self.bias_addr[i] if self.bias_addr else None
+            if kind == "bfp" and layer.exp_mode == "predicted":
+                # A RUN clears the predicted selector's history only once; a product with
+                # another selector clears it (one tile of one block, nearest rounding so no
+                # random numbers are drawn; the layer's MATVEC overwrites its output).
+                body += [config("EXP_SELECT", 0), config("ROUNDING", 0),
+                         Instruction.matvec(cur, nxt, entry, 1, 1, flags=src_flag | dst_flag)]
             body += self._layer_config(layer, kind)
             if kind == "bfp":
                 body.append(Instruction.matvec(cur, nxt, entry, layer.cols // self.design.block,

@@ -149,7 +149,7 @@ def run_model(model, jobs, *, bias=False, **kwargs):
 
 def check(params, jobs, **kwargs):
     col = BFPColumn(**params)
-    model = ColumnModel(**{k: v for k, v in params.items() if k not in ("mult", "sim_model")})
+    model = ColumnModel(**{k: v for k, v in params.items() if k not in HW_ONLY})
     sim_kwargs = {k: kwargs.pop(k) for k in ("seed", "valid_prob", "ready_prob") if k in kwargs}
     got = run_rtl(col, jobs, **kwargs, **sim_kwargs)
     want = run_model(model, jobs, **kwargs)
@@ -158,6 +158,10 @@ def check(params, jobs, **kwargs):
 
 
 SMALL = {"lanes": 4, "block": 4, "max_blocks": 4}
+#: BFPColumn parameters the golden model does not have (they do not change the results).
+HW_ONLY = ("mult", "sim_model", "stochastic", "acc_block_ram", "pipelined")
+#: The iCEBreaker's area options (boards.profiles): every one of them off.
+LITE = {"stochastic": False, "predictor": False, "acc_block_ram": True, "pipelined": False}
 
 
 # -- parameters --------------------------------------------------------------------------------
@@ -435,3 +439,84 @@ def test_default_size_predicted_sequence():
 def test_rounding_names_cover_enum():
     assert set(ROUNDING) == {"nearest", "zero", "stochastic"}
     assert ROUNDING["stochastic"] is Rounding.STOCHASTIC
+
+
+# -- area options (the iCEBreaker's column) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["stochastic", "acc_block_ram", "pipelined"])
+def test_area_option_validation(name):
+    with pytest.raises(TypeError, match=f"{name} must be a bool, not 1"):
+        BFPColumn(**{name: 1})
+    assert getattr(BFPColumn(**{name: False}), name) is False
+
+
+@pytest.mark.parametrize("options", [
+    LITE, {"pipelined": False}, {"stochastic": False}, {"acc_block_ram": True},
+], ids=["lite", "unpipelined", "no-stochastic", "acc-ebr"])
+@pytest.mark.parametrize("rounding,exp_mode,bias", [
+    ("nearest", "max", True), ("zero", "fixed", False), ("nearest", "fixed", True),
+])
+def test_area_options_match_model(options, rounding, exp_mode, bias):
+    """Every area option keeps the column bit-exact (random stalls on every stream)."""
+    rng = np.random.default_rng(hash((tuple(options), rounding, exp_mode)) % 2 ** 32)
+    jobs = [make_job(rng, 4, 3, 4, kind=kind, bias=bias) for kind in ("gauss", "heavy", "gauss")]
+    check({**SMALL, **options}, jobs, rounding=rounding, exp_mode=exp_mode, fixed_exp=-3,
+          bias=bias, valid_prob=0.7, ready_prob=0.6, seed=2)
+
+
+def test_unpipelined_full_rate_and_edge_cases():
+    """The merged pipelines at full rate (no stalls), with zero, NaN, saturating and
+    full-scale products and a runtime width; the stochastic build unpipelined too."""
+    rng = np.random.default_rng(31)
+    nan = nan_exponent(8)
+    jobs = [make_job(rng, 4, 2, 4, kind="heavy", bias=True) for _ in range(5)]
+    jobs[0]["w_m"][:, :] = 0
+    jobs[0]["w_e"][:, :] = 0
+    jobs[1]["x_e"][1] = nan
+    jobs[2]["w_m"][:, :] = -128
+    jobs[2]["x_m"][:] = -128
+    jobs[3]["b_e"][2] = nan
+    for width in (3, 8):
+        check({**SMALL, **LITE}, jobs, bias=True, width=width)
+    check({**SMALL, "pipelined": False}, jobs, bias=True, rounding="stochastic",
+          valid_prob=0.8, ready_prob=0.5)
+
+
+def test_lite_column_at_the_icebreaker_size():
+    """N = 4, B = 16, 16 blocks (the iCEBreaker's column), with back-pressure."""
+    rng = np.random.default_rng(8)
+    params = {"lanes": 4, "block": 16, "max_blocks": 16, **LITE}
+    jobs = [make_job(rng, 4, 4, 16, bias=True) for _ in range(3)]
+    check(params, jobs, bias=True, exp_mode="max", valid_prob=0.8, ready_prob=0.5, seed=3)
+
+
+def test_without_stochastic_rounding():
+    """No random-number input: ``i_rand`` is never ready and code 2 rounds to nearest; the
+    options show in the netlist (a block-RAM accumulator, fewer registers)."""
+    rng = np.random.default_rng(4)
+    jobs = [make_job(rng, 4, 2, 4) for _ in range(2)]
+    col = BFPColumn(**SMALL, stochastic=False)
+    out = run_stream(col, {"i_w": [{"m": [int(v) for v in j["w_m"][:, b]],
+                                    "e": [int(v) for v in j["w_e"][:, b // 4]]}
+                                   for j in jobs for b in range(8)],
+                           "i_x": [{"m": int(j["x_m"][b]), "e": int(j["x_e"][b // 4])}
+                                   for j in jobs for b in range(8)]},
+                     {"o": 8}, setup=_set_rounding(col, Rounding.STOCHASTIC))["o"]
+    want = run_model(ColumnModel(**SMALL), jobs, rounding="nearest")
+    assert [([o["m"] for o in out[k:k + 4]], out[k]["e"]) for k in (0, 4)] == want
+    text = rtlil.convert(BFPColumn(**SMALL, acc_block_ram=True))
+    assert 'attribute \\ram_style "block"' in text
+    assert 'attribute \\ram_style' not in rtlil.convert(BFPColumn(**SMALL))
+    def registers(**kw):
+        return rtlil.convert(BFPColumn(**SMALL, **kw)).count("cell $dff ")
+    assert registers(pipelined=False) < registers() - 30
+
+
+def _set_rounding(col, code):
+    async def setup(ctx):
+        ctx.set(col.cfg_rounding, code)
+        ctx.set(col.cfg_blocks, 2)
+        assert not ctx.get(col.i_rand.ready)
+        await ctx.tick()
+    return setup

@@ -17,8 +17,21 @@ def test_default_board_is_icebreaker():
 
 def test_unknown_board():
     with pytest.raises(ValueError, match=r"Unknown board 'de0'; supported boards: icebreaker, "
-                                         r"hx8k, ulx3s, orangecrab"):
+                                         r"icebreaker-discrete, hx8k, ulx3s, orangecrab"):
         get_board("de0")
+
+
+def test_icebreaker_profiles():
+    """Two profiles of one board: the default with the BFP MATVEC column (every area option,
+    no discrete unit, no quantiser), and one with the discrete unit (DMATVEC)."""
+    bfp, disc = get_board("icebreaker"), get_board("icebreaker-discrete")
+    assert (bfp.platform, bfp.device, bfp.clk_freq) == (disc.platform, disc.device, disc.clk_freq)
+    assert bfp.top["bfp"] and not bfp.top["discrete"] and not bfp.top["quantiser"]
+    assert disc.top["discrete"] and not disc.top["bfp"]
+    assert {k: bfp.top[k] for k in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram",
+                                    "bfp_pipelined")} == dict(
+        bfp_stochastic=False, bfp_predictor=False, bfp_acc_block_ram=True, bfp_pipelined=False)
+    assert (bfp.top["matrix_lanes"], bfp.top["block"], bfp.top["max_blocks"]) == (4, 16, 4)
 
 
 @pytest.mark.parametrize("board", list(BOARDS))

@@ -19,8 +19,9 @@ def test_boards_lists_every_board_with_its_profile():
     r = lowbit("boards", "--json")
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)
-    assert [row["board"] for row in rows] == ["icebreaker", "hx8k", "ulx3s", "orangecrab"]
-    assert [row["default"] for row in rows] == [True, False, False, False]
+    assert [row["board"] for row in rows] == ["icebreaker", "icebreaker-discrete", "hx8k",
+                                              "ulx3s", "orangecrab"]
+    assert [row["default"] for row in rows] == [True, False, False, False, False]
     for row in rows:
         assert row["profile"]["lanes"] >= 1
     r = lowbit("boards")

@@ -1,6 +1,7 @@
 """``lowbit demo digits``: the digits MLP through the driver, bit for bit (boards.demo)."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -155,7 +156,7 @@ def test_run_digits_validation(tmp_path):
 
 def test_projections(tmp_path):
     rows = {p["board"]: p for p in demo.projections(1000, build_dir=str(tmp_path))}
-    assert set(rows) == {"icebreaker", "hx8k", "ulx3s", "orangecrab"}
+    assert set(rows) == {"icebreaker", "icebreaker-discrete", "hx8k", "ulx3s", "orangecrab"}
     assert rows["icebreaker"]["images_per_s"] == pytest.approx(12_000)
     assert rows["orangecrab"]["images_per_s"] == pytest.approx(48_000)
     # A lowbit build report of a top with the sequencer gives the measured Fmax ...
@@ -188,17 +189,20 @@ def test_board_fit(model, tuned, split):
     """The board profiles decide which network runs where (engines, weight memory)."""
     bfp_net = mlp.convert_bfp(model, split.x_train[:100])
     disc = mlp.convert_discrete(tuned[0], split.x_train[:100], scales=tuned[1])
-    assert "bfp engine" in demo.board_fit("icebreaker", bfp_net)
+    assert demo.board_fit("icebreaker", bfp_net) is None
+    assert "bfp engine" in demo.board_fit("icebreaker-discrete", bfp_net)
+    assert "discrete engine" in demo.board_fit("icebreaker", disc)
     assert demo.board_fit("ulx3s", bfp_net) is None
     assert demo.board_fit("orangecrab", disc) is None
     rows = {p["board"]: p for p in demo.projections(1000, net=bfp_net, lanes=16)}
-    assert rows["icebreaker"]["unfit"] and rows["icebreaker"]["images_per_s"] is None
+    assert rows["icebreaker-discrete"]["unfit"]
+    assert rows["icebreaker-discrete"]["images_per_s"] is None
     assert rows["ulx3s"]["images_per_s"] == pytest.approx(25_000)
     assert not rows["ulx3s"]["other_lanes"]
     text = demo.format_result(demo.DemoResult(
         "bfp", "t", 1, {"matrix_lanes": 16, "block": 16}, 1, 1, 1, 1, 1, 540, 1.0, 1.0, 1000,
         1000.0, 1, list(rows.values())))
-    assert "icebreaker   12.0 MHz: its profile cannot run this network" in text
+    assert re.search(r"icebreaker-discrete +12\.0 MHz: its profile cannot run this network", text)
     # A device without the quantiser gets the input quantised on the host: same numbers.
     acc = Accelerator.model(sequencer=True, matrix_lanes=16, quantiser=False, weight_depth=512)
     codes = mlp.pixels_to_f16(split.x_test[:10])

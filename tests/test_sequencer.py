@@ -578,3 +578,183 @@ def test_matvec_predicted_selector_matches_model_across_tiles_and_runs():
     ref.load_program([config("EXP_SELECT", 0)] + prog[1:])
     ref.run(0, 10)
     assert not np.array_equal(ref.read_mem(800, 2 * 4 * tiles), outs[1][0])
+
+
+# -- the iCEBreaker's BFP profile (boards.profiles "icebreaker"): the column's area options --
+
+def _icebreaker_design():
+    """The sim.program.Design of the iCEBreaker profile's top."""
+    from boards.profiles import get_board
+    from sim.program import Design
+    t = get_board("icebreaker").top
+    return Design(matrix_lanes=t["matrix_lanes"], block=t["block"], max_blocks=t["max_blocks"],
+                  weight_depth=t["weight_depth"], scratch_bytes=t["scratch_bytes"],
+                  lanes=t["lanes"], lut_tables=t["lut_tables"], engines={"bfp"},
+                  bfp_stochastic=t["bfp_stochastic"], bfp_predictor=t["bfp_predictor"])
+
+
+@pytest.fixture(scope="module")
+def icebreaker():
+    from boards.profiles import get_board
+    return Device(**get_board("icebreaker").top)
+
+
+def test_icebreaker_profile_options():
+    """The profile carries the BFP column with every area option, no discrete unit and no
+    rounding PRNG; the Design the model runs knows the two it must (stochastic, predictor)."""
+    from boards.profiles import get_board
+    t = get_board("icebreaker").top
+    assert t["bfp"] and not t["discrete"] and not t["quantiser"] and t["matrix_lanes"] == 4
+    seq = Sequencer(**Accelerator(**t).sequencer_params())
+    seq._MustUse__silence = True
+    assert (seq.bfp_stochastic, seq.bfp_predictor) == (False, False)
+    assert seq.column_params()["predictor"] is False
+    assert _icebreaker_design().column().has_predictor is False
+    for name in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram", "bfp_pipelined"):
+        with pytest.raises(TypeError, match=f"{name} must be a bool, not 1"):
+            Sequencer(**{name: 1})
+    from sim.program import Design, NetworkLayout
+    for name in ("bfp_stochastic", "bfp_predictor"):
+        with pytest.raises(TypeError, match=f"{name} must be a bool, not 1"):
+            Design(**{name: 1})
+    # A network needing what the column lacks is refused when the program is laid out.
+    rng = np.random.default_rng(0)
+    for kw, what in ((dict(rounding="stochastic"), "rounds stochastically"),
+                     (dict(exp_mode="predicted"), "predicted exponent selector")):
+        layer = BFPDense(w_m=rng.integers(-128, 128, (4, 16)), w_e=np.zeros((4, 1), int),
+                         **{"exp_mode": "max", **kw})
+        with pytest.raises(ValueError, match=what):
+            NetworkLayout([layer], _icebreaker_design())
+        NetworkLayout([layer], Design(block=16))
+    from amaranth.back import rtlil
+    text = rtlil.convert(Sequencer(**{**Accelerator(**t).sequencer_params(), "lut": False}))
+    assert "module \\top.prng" not in text and "module \\top.column" in text
+    assert "module \\top.prng" in rtlil.convert(Sequencer(bfp_stochastic=True, quantiser=False))
+
+
+def _run_both(dev, machine, program, at, words, regs):
+    """Same scratchpad words, registers and program on the top and the Machine; returns
+    ``(top RUN result, Machine RunResult)``."""
+    for addr, values in words.items():
+        dev.put(addr, values)
+        machine.write_words(addr, values)
+    for name, value in regs.items():
+        dev.reg(name, value)
+        assert machine.write_reg(REG[name], value) == L.Status.OK
+    code = assemble(program)
+    machine.write_words(at, np.frombuffer(code, dtype="<u2"))
+    return dev.run(program, at=at), machine.run(2 * at, 100)
+
+
+def test_icebreaker_matvec_equals_machine(icebreaker):
+    """One layer program (LOADW, MATVEC with bias and the max selector, LUT, MATVEC with a fixed
+    exponent) on the iCEBreaker's top equals sim.program.Machine word for word."""
+    from sim.program import Machine
+    dev, machine = icebreaker, Machine(_icebreaker_design())
+    rng = np.random.default_rng(44)
+    b, n = 16, 4
+    l1 = BFPDense(w_m=rng.integers(-128, 128, (12, 32)), w_e=rng.integers(-8, -3, (12, 2)),
+                  bias_m=rng.integers(-128, 128, 12), bias_e=rng.integers(-6, -2, 12),
+                  exp_mode="max", width=7)
+    table = rng.integers(0, 256, 256)
+    dev.ok(L.Opcode.LUT_WRITE, bytes([3, 0]) + bytes(int(v) for v in table))
+    machine.luts[3][:] = bytes(int(v) for v in table)
+    tiles = 3
+    w = np.zeros((tiles * n, 32), dtype=np.int64)
+    e = np.zeros((tiles * n, 32), dtype=np.int64)
+    w[:12], e[:12] = l1.w_m, np.repeat(l1.w_e, b, axis=1)
+    wwords = pack_elements(w, e).reshape(tiles, n, 32).transpose(0, 2, 1).reshape(-1)
+    x = pack_elements(rng.integers(-128, 128, 32), np.repeat(rng.integers(-4, 2, 2), b))
+    bias = pack_elements(l1.bias_m, l1.bias_e)
+    X, BI, Y, Z, WS = 3000, 3100, 3200, 3300, 4000
+    program = [I.loadw(WS, 10, tiles * 32), I.matvec(X, Y, 10, 2, tiles, bias=BI),
+               I.config(REG["LUT_SELECT"], 3), I.lut(Y, Z, 12),
+               I.config(REG["EXP_SELECT"], 1), I.matvec(X, Z + 12, 10 + 32, 2, 2), I.halt()]
+    (status, pc, executed, cycles), ref = _run_both(
+        dev, machine, program, 200, {WS: wwords, X: x, BI: bias, Y: np.zeros(20, int)},
+        {"MANT_WIDTH": 7, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": -5 & 0xFF})
+    assert (status, pc, executed) == (ref.status, ref.pc, ref.executed) == \
+        (L.Status.OK, 400 + 16 * 6, 7)
+    for addr, count in ((Y, 12), (Z, 20)):
+        assert dev.get(addr, count).tolist() == machine.read_words(addr, count).tolist()
+    x_m, x_e = unpack_elements(x)
+    m, ee = bfp_dense(l1, x_m, x_e[::b], dev.top.column_model())
+    assert dev.get(Y, 12).tolist() == pack_elements(m, ee).tolist()
+    assert cycles > tiles * 32
+
+
+@pytest.mark.parametrize("regs,program", [
+    ({"ROUNDING": 2, "EXP_SELECT": 0}, "matvec"),      # no stochastic rounding
+    ({"ROUNDING": 0, "EXP_SELECT": 2}, "matvec"),      # no predicted exponent selector
+    ({"ROUNDING": 0, "EXP_SELECT": 0}, "dmatvec"),     # no discrete unit
+    ({"ROUNDING": 0, "EXP_SELECT": 0}, "quant"),       # no quantiser
+])
+def test_icebreaker_rejects_what_it_lacks(icebreaker, regs, program):
+    """A MATVEC needing a left-out option fails with BAD_OPCODE before anything happens (as the
+    Machine says), even with a count that is also bad; ROUNDING 3 (nearest) still runs."""
+    from sim.program import Machine
+    dev, machine = icebreaker, Machine(_icebreaker_design())
+    ins = {"matvec": I.matvec(3000, 3200, 0, 0, 1), "dmatvec": I.dmatvec(3000, 3200, 0, 4, 1),
+           "quant": I.quant(3000, 3200, 16)}[program]
+    before = dev.get(3200, 4).tolist()
+    (status, pc, executed, _), ref = _run_both(dev, machine, [I.nop(), ins, I.halt()], 100,
+                                               {}, regs)
+    assert (status, pc, executed) == (ref.status, ref.pc, ref.executed) == \
+        (L.Status.BAD_OPCODE, 216, 1)
+    assert dev.get(3200, 4).tolist() == before
+    if program == "matvec":
+        rng = np.random.default_rng(10 * regs["ROUNDING"] + regs["EXP_SELECT"])
+        words = {4000: rng.integers(0, 1 << 16, 64), 3000: rng.integers(0, 1 << 16, 16)}
+        (status, *_), ref = _run_both(
+            dev, machine, [I.loadw(4000, 900, 16), I.matvec(3000, 3200, 900, 1, 1), I.halt()],
+            100, words, {"ROUNDING": 3, "EXP_SELECT": 0, "MANT_WIDTH": 8})
+        assert status == ref.status == L.Status.OK
+        assert dev.get(3200, 4).tolist() == machine.read_words(3200, 4).tolist() != before
+
+
+def _digits(images, build_dir, simulator="amaranth"):
+    from boards import demo
+    from boards.driver import Accelerator as Driver
+    from boards.profiles import get_board
+    acc = Driver.simulated(simulator=simulator, **get_board("icebreaker").top)
+    try:
+        return demo.run_digits("bfp", simulator=simulator, images=images, board="icebreaker",
+                               build_dir=str(build_dir), accelerator=acc)
+    finally:
+        acc.close()
+
+
+@pytest.mark.slow
+def test_icebreaker_runs_the_digits_demo(tmp_path):
+    """The default demo (BFP MLP, 64-32-10, input quantised on the host) on the iCEBreaker
+    profile's top in Amaranth's simulator, through the driver: bit for bit with the golden
+    model for two images (run_digits raises MismatchError otherwise). About 40 s; the fast
+    sibling is test_icebreaker_matvec_equals_machine."""
+    r = _digits(2, tmp_path)
+    assert r.images == 2 and r.device_accuracy == r.golden_accuracy
+    assert r.design["matrix_lanes"] == 4 and r.design["block"] == 16
+    assert 500 < r.cycles_per_image < 5000
+
+
+def test_matvec_weight_range_by_multiplication():
+    """Without the discrete unit MATVEC checks ``entry + T·nb·B <= weight_depth`` with one
+    multiplication: the boundary cases and huge tile counts answer as sim.link.DeviceModel."""
+    params = {**BASE, "discrete": False, "quantiser": False}
+    dev, model = Device(discrete=False, quantiser=False), L.DeviceModel(**params)
+    depth = BASE["weight_depth"]
+    cases = [(60, 1, 1), (61, 1, 1), (0, 4, 4), (0, 4, 5), (0, 1, 16), (1, 1, 16), (0, 1, 17),
+             (0, 2, 64), (0, 1, 0xFFFF), (48, 4, 1), (49, 4, 1), (depth, 1, 1), (0xFFFF, 1, 1)]
+    got, want = [], []
+    for entry, nb, tiles in cases:
+        prog = assemble([I.matvec(600, 700, entry, nb, tiles), I.halt()])
+        for target in (dev, model):
+            payload = L.mem_write_payload(0, prog)
+            if target is dev:
+                dev.ok(L.Opcode.MEM_WRITE, payload)
+                got.append(dev.send(L.Opcode.RUN, struct.pack("<II", 0, 4))[0])
+            else:
+                model.feed(L.encode_request(L.Opcode.MEM_WRITE, payload))
+                want.append(L.decode_reply(model.feed(L.encode_request(
+                    L.Opcode.RUN, struct.pack("<II", 0, 4))))[0])
+    assert got == want
+    assert got.count(L.Status.OK) == 4 and got.count(L.Status.BAD_ADDRESS) == 9

@@ -143,6 +143,11 @@ def test_every_opcode_matches_model():
         if reg.access == "rw":
             assert value == 0xA5C3F00F & ((1 << reg.width) - 1)
     exchange(port, model, rq(L.Opcode.REG_READ, L.reg_read_payload(0x0F)))   # BAD_ADDRESS
+    for alias in (0x4010, 0x0100 | L.REGISTER_BY_NAME["PRNG_SEED0"].index):  # BAD_ADDRESS
+        exchange(port, model, rq(L.Opcode.REG_WRITE, L.reg_write_payload(alias, 3)))
+        exchange(port, model, rq(L.Opcode.REG_READ, L.reg_read_payload(alias)))
+    got = exchange(port, model, rq(L.Opcode.REG_READ, L.reg_read_payload(0x10)))
+    assert int.from_bytes(L.decode_reply(got)[1], "little") == 0xF   # MANT_WIDTH unchanged
     exchange(port, model, rq(L.Opcode.REG_WRITE, b"\x10\x00\x01"))          # BAD_LENGTH
     exchange(port, model, rq(L.Opcode.MEM_WRITE, L.mem_write_payload(5, b"\x01\x02\x03")))
     exchange(port, model, rq(L.Opcode.MEM_WRITE, L.mem_write_payload(SCRATCH - 1, b"\xEE")))
@@ -158,6 +163,40 @@ def test_every_opcode_matches_model():
     assert int.from_bytes(L.decode_reply(got)[1], "little") == model.errors > 10
     port.idle(50)
     assert port.in_waiting == 0
+
+
+# -- identification registers -------------------------------------------------------------------
+
+@pytest.mark.parametrize("board", ["icebreaker", "ulx3s"])
+def test_identification_registers_match_model(board):
+    """Every read-only register of the top built with a board profile's parameters reads the
+    model's value; ID_MATRIX / ID_ENGINE decode to the profile's generator parameters."""
+    from boards.profiles import get_board
+    top = dict(get_board(board).top)
+    port = SimulatedSerial(level="byte", **top)
+    model = L.DeviceModel(**top)
+    values = {}
+    for reg in L.REGISTERS:
+        if reg.access == "ro":
+            got = exchange(port, model, L.encode_request(L.Opcode.REG_READ,
+                                                         L.reg_read_payload(reg.index)))
+            values[reg.name] = int.from_bytes(L.decode_reply(got)[1], "little")
+    assert values["ID_VERSION"] >> 8 == L.DESIGN_VERSION[0] | L.DESIGN_VERSION[1] << 8
+    params = L.decode_design_registers(values["ID_MATRIX"], values["ID_ENGINE"])
+    for name in ("matrix_lanes", "block", "max_blocks", "weight_depth", "lut_tables",
+                 "code_bits", "bfp_stochastic", "bfp_predictor"):
+        assert params[name] == top.get(name, L.DESIGN_PARAMS[name]), name
+    from sim.grand import MODES
+    assert params["grand_modes"] == tuple(m for m in MODES if m in top.get("grand_modes", MODES))
+    assert values["ID_MATRIX"] == L.design_registers(**port.top.design_params())["ID_MATRIX"]
+
+
+def test_register_handler_design_parameter():
+    ident = _unused(Accelerator()).identity
+    with pytest.raises(TypeError, match="Design parameters must be a dict"):
+        RegisterHandler(ident, [("block", 8)])
+    with pytest.raises(ValueError, match="block must be a power of two, not 12"):
+        RegisterHandler(ident, dict(block=12))
 
 
 # -- robustness ---------------------------------------------------------------------------------
@@ -295,8 +334,9 @@ def test_register_config_port_and_prng_load():
     seen = []
 
     async def bench(ctx):
+        # 0x4010 aliases MANT_WIDTH (0x10) in the low bits: the whole index is decoded.
         for name, value, ok in [("MANT_WIDTH", 0x1235, 1), ("ID_MAGIC", 7, 0), (0x99, 7, 0),
-                                ("PRNG_SEED3", 0xCAFE, 1)]:
+                                (0x4010, 9, 0), ("PRNG_SEED3", 0xCAFE, 1)]:
             index = name if isinstance(name, int) else L.REGISTER_BY_NAME[name].index
             ctx.set(dut.cfg.index, index)
             ctx.set(dut.cfg.value, value)
@@ -314,4 +354,75 @@ def test_register_config_port_and_prng_load():
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
-    assert seen == [0, 0, 0, 0, 0, 0, 1, 0]
+    assert seen == [0, 0, 0, 0, 0, 0, 0, 0, 1, 0]
+
+
+def test_registers_keep_their_values_across_a_reset():
+    """REG_READ answers from a block-RAM copy of the registers, which a reset cannot clear; so
+    the read-write registers are not reset either (only initialised when the design starts),
+    and a read after a reset returns exactly what the engines see."""
+    from amaranth.hdl import ClockDomain, Module
+    from amaranth.sim import Simulator
+
+    ident = Accelerator().identity
+    dut = RegisterHandler(ident)
+    m = Module()
+    m.domains.sync = cd = ClockDomain()
+    m.submodules.dut = dut
+    c = dut.command
+
+    async def command(ctx, opcode, payload):
+        ctx.set(c.cmd.payload, {"opcode": opcode, "length": len(payload)})
+        ctx.set(c.cmd.valid, 1)
+        await ctx.tick().until(c.cmd.ready)
+        ctx.set(c.cmd.valid, 0)
+        for byte in payload:
+            ctx.set(c.arg.payload, byte)
+            ctx.set(c.arg.valid, 1)
+            await ctx.tick().until(c.arg.ready)
+        ctx.set(c.arg.valid, 0)
+        ctx.set(c.resp.ready, 1)
+        status, length = await ctx.tick().sample(c.resp.payload.status,
+                                                 c.resp.payload.length).until(c.resp.valid)
+        ctx.set(c.resp.ready, 0)
+        ctx.set(c.data.ready, 1)
+        data = []
+        while len(data) < length:
+            (byte,) = await ctx.tick().sample(c.data.payload).until(c.data.valid)
+            data.append(byte)
+        ctx.set(c.data.ready, 0)
+        return status, int.from_bytes(bytes(data), "little")
+
+    mant = L.REGISTER_BY_NAME["MANT_WIDTH"]
+    seed0 = L.REGISTER_BY_NAME["PRNG_SEED0"]
+    ok = L.Status.OK
+    log = []
+
+    async def bench(ctx):
+        # Power-on: reset values, from the copy's initial contents.
+        log.append(await command(ctx, L.Opcode.REG_READ, L.reg_read_payload(mant.index)))
+        for r, v in [(mant, 0x1233), (seed0, 0xDEADBEEF)]:
+            assert (await command(ctx, L.Opcode.REG_WRITE, L.reg_write_payload(r.index, v)))[0] \
+                == ok
+        ctx.set(cd.rst, 1)
+        await ctx.tick()
+        ctx.set(cd.rst, 0)
+        log.append((ctx.get(dut.mant_width), ctx.get(dut.prng_seed0)))
+        log.append(await command(ctx, L.Opcode.REG_READ, L.reg_read_payload(mant.index)))
+        log.append(await command(ctx, L.Opcode.REG_READ, L.reg_read_payload(seed0.index)))
+        log.append(await command(ctx, L.Opcode.REG_READ, L.reg_read_payload(0)))
+        # The second writer (CONFIG) updates the copy too.
+        ctx.set(dut.cfg.index, mant.index)
+        ctx.set(dut.cfg.value, 5)
+        ctx.set(dut.cfg.we, 1)
+        await ctx.tick()
+        ctx.set(dut.cfg.we, 0)
+        log.append(await command(ctx, L.Opcode.REG_READ, L.reg_read_payload(mant.index)))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    magic = int.from_bytes(b"LOWB", "little")
+    assert log == [(ok, mant.reset), (0x3, 0xDEADBEEF), (ok, 0x3), (ok, 0xDEADBEEF), (ok, magic),
+                   (ok, 5)]

@@ -141,7 +141,7 @@ class RunCache:
         tmp.replace(self.path)
 
 
-def bench_one(name, device, seeds, say, cache=None):
+def bench_one(name, device, seeds, say, cache=None, cached_only=False):
     runs = []
     params = block_params(name, device)
     # LUT multipliers mean LUT logic: keep synthesis from mapping them to DSPs.
@@ -155,6 +155,8 @@ def bench_one(name, device, seeds, say, cache=None):
             say(f"  {name:<10} {device:<9} seed {seed}: {cached['lcs']} LC, "
                 f"{cached['fmax_mhz']} MHz (cached)")
             continue
+        if cached_only:
+            continue
         try:
             runs.append(implement(comp, device, seed=seed, name=name, dsp=dsp))
         except ToolchainError as e:
@@ -164,6 +166,9 @@ def bench_one(name, device, seeds, say, cache=None):
             cache.put(key, runs[-1])
         say(f"  {name:<10} {device:<9} seed {seed}: {runs[-1]['lcs']} LC, "
             f"{runs[-1]['fmax_mhz']} MHz ({runs[-1]['seconds']} s)")
+    if not runs:
+        return {"block": name, "device": device, "params": params, "pending": True}
+    seeds = [r["seed"] for r in runs]
     fmaxes = [r["fmax_mhz"] for r in runs if r["fmax_mhz"]]
     fmax = round(statistics.median(fmaxes), 2) if fmaxes else None
     dev = DEVICES[device]
@@ -205,6 +210,10 @@ def render_markdown(rows, command):
              "| seeds | throughput | of ceiling |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
+        if r.get("pending"):
+            lines.append(f"| {r['block']} | {r['device']} | — | — | — | — | — | not measured "
+                         f"yet | | | |")
+            continue
         if "error" in r:
             lines.append(f"| {r['block']} | {r['device']} | — | — | — | — | — | failed: "
                          f"{r['error'][:60]} | | | |")
@@ -249,6 +258,9 @@ def main(argv=None):
                     help="reuse cached builds of unchanged netlists (see --cache)")
     ap.add_argument("--cache", default=str(ROOT / "docs" / "bench" / "runs.json"),
                     help="run cache: every finished build is stored here")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="build nothing: write the tables from the cached builds of the "
+                         "current netlists (implies --resume; rows without one are pending)")
     ap.add_argument("--json", default=str(ROOT / "docs" / "bench" / "all.json"))
     ap.add_argument("--markdown", default=str(ROOT / "docs" / "PERFORMANCE.md"))
     args = ap.parse_args(argv)
@@ -270,11 +282,12 @@ def main(argv=None):
             kept = json.loads(Path(args.json).read_text())
             rows, block_command = kept.get("rows", []), kept.get("command", command)
     else:
-        cache = RunCache(args.cache, args.resume)
+        cache = RunCache(args.cache, args.resume or args.cached_only)
         for device in args.devices:
             for name in blocks:
                 try:
-                    rows.append(bench_one(name, device, args.seeds, say, cache))
+                    rows.append(bench_one(name, device, args.seeds, say, cache,
+                                          cached_only=args.cached_only))
                 except (TypeError, ValueError) as e:
                     say(f"  {name} on {device}: not buildable with this profile: {e}")
                     rows.append({"block": name, "device": device, "error": str(e)})

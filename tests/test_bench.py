@@ -25,7 +25,7 @@ def fake_implement(calls):
     def implement(component, device, *, seed, name, dsp):
         calls.append((name, device, seed))
         return {"lcs": 300 + seed, "lcs_block": 200 + seed, "wrapper_lcs": 100, "dsps": 0,
-                "rams": 0, "spram": 0, "fmax_mhz": 50.0 + seed, "seconds": 1.0}
+                "rams": 0, "spram": 0, "fmax_mhz": 50.0 + seed, "seconds": 1.0, "seed": seed}
     return implement
 
 
@@ -44,6 +44,20 @@ def test_resume_reuses_cached_builds_and_saves_each_build(tmp_path, monkeypatch)
     # Without --resume every build runs again (and refreshes the cache).
     bench.bench_one("prng", "up5k", [1], lambda msg: None, bench.RunCache(path, use=False))
     assert len(calls) == 5
+
+
+def test_cached_only_builds_nothing_and_marks_missing_rows_pending(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(bench, "implement", fake_implement(calls))
+    path = tmp_path / "runs.json"
+    bench.bench_one("prng", "up5k", [2], lambda msg: None, bench.RunCache(path, use=True))
+    row = bench.bench_one("prng", "up5k", [1, 2, 3], lambda msg: None,
+                          bench.RunCache(path, use=True), cached_only=True)
+    assert len(calls) == 1 and row["seeds"] == [2] and row["fmax_mhz_median"] == 52.0
+    row = bench.bench_one("prng", "hx8k", [1], lambda msg: None, bench.RunCache(path, use=True),
+                          cached_only=True)
+    assert row["pending"] and len(calls) == 1
+    assert "not measured yet" in bench.render_markdown([row], "cmd")
 
 
 def test_throughput_and_ceiling_ratio():

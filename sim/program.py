@@ -698,19 +698,20 @@ class Machine:
         fixed_exp = _s8(self.reg("FIXED_EXP"))
         last = np.arange(b - 1, k, b)
         x_m, x_e = unpack_elements(self.read_words(x, k))
-        bias_words = self.read_words(bias, tiles * n) if flags & F_BIAS else None
-        out = []
-        for t in range(tiles):
-            w_m, w_e = unpack_elements(self.banks[:, entry + t * k:entry + (t + 1) * k])
-            kw = {}
-            if flags & F_BIAS:
-                kw["bias_m"], kw["bias_e"] = unpack_elements(bias_words[t * n:(t + 1) * n])
-            rand = self.draw(n) if rounding == "stochastic" else None
-            m, e = self._column.matvec(w_m, w_e[:, last], x_m, x_e[last], width=width,
-                                       rounding=rounding, exp_mode=exp_mode,
-                                       fixed_exp=fixed_exp, rand=rand, **kw)
-            out.append(pack_elements(m, e))
-        self.write_words(dst, np.concatenate(out))
+        # Row t·N + l of the matrix is bank l's row of tile t; the tiles run in order, each
+        # drawing its N random numbers, as the column does.
+        w_m, w_e = (a.reshape(n, tiles, k).transpose(1, 0, 2).reshape(tiles * n, k)
+                    for a in unpack_elements(self.banks[:, entry:entry + tiles * k]))
+        kw = {}
+        if flags & F_BIAS:
+            kw["bias_m"], kw["bias_e"] = unpack_elements(self.read_words(bias, tiles * n))
+        rand = None
+        if rounding == "stochastic":
+            rand = np.stack([self.draw(n) for _ in range(tiles)])[None]
+        m, e = self._column.matvec_batch(w_m, w_e[:, last], x_m[None], x_e[last][None],
+                                         width=width, rounding=rounding, exp_mode=exp_mode,
+                                         fixed_exp=fixed_exp, rand=rand, **kw)
+        self.write_words(dst, pack_elements(m[0], e[0]))
 
     def _lut(self, src, dst, w, flags):
         from .link import Status

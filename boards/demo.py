@@ -12,7 +12,7 @@ replies) and the images per second that the cycle count projects on each board.
 Devices (``target``)
 --------------------
 * ``"cxxrtl"``: the real top compiled with CXXRTL (:class:`sim.transport.SimulatedSerial`);
-  the default when a C++ compiler is installed. The first run compiles (~2 min, cached).
+  the default when a C++ compiler is installed. The first run compiles (2-6 min, cached).
 * ``"amaranth"``: the real top in Amaranth's simulator (~1-2k cycles/s: a few images).
 * ``"model"``: the protocol model :class:`sim.link.DeviceModel` (instant; no cycle counts).
 * a serial port (``port=``): a board built with ``lowbit build``; its profile's top parameters
@@ -171,7 +171,7 @@ def connect(*, simulator=None, port=None, board=DEFAULT_BOARD, progress=None):
         return Accelerator.model(**SIM_TOP), "model (sim.link.DeviceModel)"
     if simulator == "cxxrtl":
         _say(progress, "lowbit: building the CXXRTL simulator of the top (the first run "
-                       "compiles it, ~2 min; later runs load it from the cache)")
+                       "compiles it, 2-6 min; later runs load it from the cache)")
     else:
         _say(progress, "lowbit: elaborating the top for Amaranth's simulator")
     return Accelerator.simulated(simulator=simulator, **SIM_TOP), f"{simulator} simulator"

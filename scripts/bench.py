@@ -150,6 +150,9 @@ def bench_one(name, device, seeds, say, cache=None, cached_only=False):
         comp = block_class(name)(**params)
         key = netlist_key(comp, device, seed, dsp) if cache is not None else None
         cached = cache.get(key) if cache is not None else None
+        if cached is not None and "error" in cached:
+            say(f"  {name} on {device} seed {seed}: {cached['error']} (cached)")
+            return {"block": name, "device": device, "params": params, "error": cached["error"]}
         if cached is not None:
             runs.append(cached)
             say(f"  {name:<10} {device:<9} seed {seed}: {cached['lcs']} LC, "
@@ -161,6 +164,9 @@ def bench_one(name, device, seeds, say, cache=None, cached_only=False):
             runs.append(implement(comp, device, seed=seed, name=name, dsp=dsp))
         except ToolchainError as e:
             say(f"  {name} on {device} seed {seed}: {e}")
+            if cache is not None:
+                # A netlist that does not fit is a result too (it fails the same way again).
+                cache.put(key, {"error": str(e), "seed": seed})
             return {"block": name, "device": device, "params": params, "error": str(e)}
         if cache is not None:
             cache.put(key, runs[-1])
@@ -297,7 +303,7 @@ def main(argv=None):
                for d, r in bench_float.load_bfp(ROOT / "docs" / "bench" / "bfp.json").items()}
         if not args.keep_blocks:
             for r in rows:
-                if r["block"] == "bfp" and "error" not in r:
+                if r["block"] == "bfp" and "error" not in r and not r.get("pending"):
                     bfp[r["device"]] = {**bench_float.bfp_summary(r), "source": "this run"}
         if args.float_json:
             saved = json.loads(Path(args.float_json).read_text())

@@ -60,6 +60,21 @@ def test_cached_only_builds_nothing_and_marks_missing_rows_pending(tmp_path, mon
     assert "not measured yet" in bench.render_markdown([row], "cmd")
 
 
+def test_a_failed_build_is_cached_as_a_failure(tmp_path, monkeypatch):
+    calls = []
+
+    def failing(component, device, *, seed, name, dsp):
+        calls.append(seed)
+        raise bench.ToolchainError("nextpnr failed: no LCs left")
+    monkeypatch.setattr(bench, "implement", failing)
+    path = tmp_path / "runs.json"
+    row = bench.bench_one("prng", "up5k", [1, 2], lambda msg: None, bench.RunCache(path, True))
+    assert "no LCs left" in row["error"] and calls == [1]
+    row = bench.bench_one("prng", "up5k", [1, 2], lambda msg: None, bench.RunCache(path, True),
+                          cached_only=True)
+    assert "no LCs left" in row["error"] and calls == [1]
+
+
 def test_throughput_and_ceiling_ratio():
     t = bench.throughput("bfp", "up5k", {"lanes": 16}, 43.0)
     assert t["per_second"] == pytest.approx(16 * 43e6)

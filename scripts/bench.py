@@ -211,7 +211,11 @@ def render_markdown(rows, command):
              "Out-of-context builds of every block with the YoWASP toolchain, median Fmax over "
              "placement seeds. `LC` is iCE40 logic cells or ECP5 LUT4s of the block alone (the "
              "measurement wrapper's estimated cells subtracted; see `boards/toolchain.py`).", "",
-             f"Reproduce: `{command}`", "",
+             f"Reproduce: `{command}`. Every build is kept in `docs/bench/runs.json` (keyed by "
+             "the netlist, the device and the seed): `python scripts/bench.py --resume` builds "
+             "only what changed or is missing, `--cached-only` rewrites these tables without "
+             "building (rows with no build of the current netlist are \"not measured yet\").",
+             "",
              "| block | device | LC | % of device | DSP | RAM | SPRAM | Fmax MHz (median) "
              "| seeds | throughput | of ceiling |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
@@ -221,8 +225,11 @@ def render_markdown(rows, command):
                          f"yet | | | |")
             continue
         if "error" in r:
+            msg = r["error"]
+            if "ERROR:" in msg:
+                msg = msg[msg.index("ERROR:") + 6:].split(" | ")[0].strip().replace("|", "\\|")
             lines.append(f"| {r['block']} | {r['device']} | — | — | — | — | — | failed: "
-                         f"{r['error'][:60]} | | | |")
+                         f"{msg[:80]} | | | |")
             continue
         tp = r.get("throughput")
         rate = ratio = "—"

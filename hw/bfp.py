@@ -36,6 +36,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from .common import Rounding
+from .common import check_int as _check_int
 from .mult import MULT_STYLES, MultiplierArray
 
 __all__ = ["BFPColumn", "BFPLanes", "BlockCombiner", "OutputUnit", "ExponentPredictor",
@@ -90,14 +91,6 @@ def predictor_widths(*, width, exp_bits, stat_shift):
     fs = stat_shift + 2
     e_max = (1 << (exp_bits - 1)) - 1
     return fs, width - 1 + fs, (-e_max - (width - 2 + fs), e_max + width + 1)
-
-
-def _check_int(name, value, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value}")
-    return value
 
 
 def _elem_layout(width, exp_bits):

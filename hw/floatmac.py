@@ -28,19 +28,13 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .common import check_int as _check_int
 from .mult import MULT_STYLES, MultiplierArray
 
 __all__ = ["FloatMAC", "FLOAT_FORMATS"]
 
 #: Format name -> (total bits, exponent bits).
 FLOAT_FORMATS = {"f16": (16, 5), "f32": (32, 8)}
-
-
-def _check_int(name, value, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value}")
 
 
 def _check_choice(name, value, choices):

@@ -6,19 +6,14 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from .common import check_int as _check_int
+
 __all__ = ["TransferLUT"]
 
 
 def _data(shape, name):
     # Datapath registers need no reset: the valid bits that qualify them have one.
     return Signal(shape, name=name, reset_less=True)
-
-
-def _check_int(name, value, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value}")
 
 
 class TransferLUT(wiring.Component):

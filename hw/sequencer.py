@@ -31,6 +31,8 @@ from sim.link import REGISTERS, Status
 from sim.program import F_BIAS, F_OFS_DST, F_OFS_SRC, Op
 
 from .bfp import BFPColumn, ExpMode
+from .common import check_bool as _check_bool
+from .common import check_int as _check_int
 from .discrete import CodeEntry, DiscreteOp, DiscreteUnit
 from .link import CommandSignature
 from .mult import MULT_STYLES
@@ -90,24 +92,10 @@ class LUTPortSignature(wiring.Signature):
         })
 
 
-def _check_int(name, value, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value}")
-    return value
-
-
 def _check_pow2(name, value, lo, hi):
     _check_int(name, value, lo, hi)
     if value & (value - 1):
         raise ValueError(f"{name} must be a power of two between {lo} and {hi}, not {value}")
-    return value
-
-
-def _check_bool(name, value):
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, not {value!r}")
     return value
 
 

@@ -40,6 +40,7 @@ from sim.link import (
     identity_registers,
 )
 
+from .common import check_bool as _check_bool
 from .engines import GrandHandler, LUTHandler
 from .link import CommandSignature, Dispatcher, HostLink, PingHandler, _check_int
 from .sequencer import SEQ_REGISTERS, Sequencer
@@ -50,12 +51,6 @@ __all__ = ["Accelerator", "Scratchpad", "SPRAM256KA", "ScratchPortSignature", "I
 
 #: Bytes in one iCE40 UP5K SB_SPRAM256KA (16384 words of 16 bits).
 SPRAM_BYTES = 32768
-
-
-def _check_bool(name, value):
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, not {value!r}")
-    return value
 
 
 class ScratchPortSignature(wiring.Signature):

@@ -588,6 +588,18 @@ def _softmax(z):
     return p / p.sum(axis=1, keepdims=True)
 
 
+def _cross_entropy(z, y, n_real):
+    """Mean softmax cross-entropy of the first ``n_real`` rows of logits ``z`` (labels ``y``)
+    and its gradient with respect to ``z`` (zero for the padding rows)."""
+    p = _softmax(z)
+    g = p.copy()
+    g[np.arange(len(y)), y] -= 1.0
+    g[n_real:] = 0.0
+    g /= n_real
+    loss = -np.sum(np.log(np.maximum(p[np.arange(n_real), y[:n_real]], 1e-300))) / n_real
+    return loss, g
+
+
 def _pow2_scale(amax, top):
     """Least power of two ``s`` with ``amax / s <= top`` (1 for a zero ``amax``)."""
     if not amax > 0:
@@ -712,12 +724,7 @@ class Trainer:
         measure = self._errors_pending
         self._errors_pending = False
         inputs, masks, z = self._forward_bfp(x, measure=measure)
-        p = _softmax(z)
-        g = p.copy()
-        g[np.arange(len(y)), y] -= 1.0
-        g[n_real:] = 0.0
-        g /= n_real
-        loss = -np.sum(np.log(np.maximum(p[np.arange(n_real), y[:n_real]], 1e-300))) / n_real
+        loss, g = _cross_entropy(z, y, n_real)
         grads = [None] * len(self.weights)
         for layer in reversed(range(len(self.weights))):
             wd = self._widths(layer)
@@ -815,12 +822,7 @@ class Trainer:
 
     def _step_discrete(self, x, y, n_real):
         inputs, masks, z = self._forward_discrete(x)
-        p = _softmax(z)
-        g = p.copy()
-        g[np.arange(len(y)), y] -= 1.0
-        g[n_real:] = 0.0
-        g /= n_real
-        loss = -np.sum(np.log(np.maximum(p[np.arange(n_real), y[:n_real]], 1e-300))) / n_real
+        loss, g = _cross_entropy(z, y, n_real)
         grads = [None] * len(self.weights)
         for layer in reversed(range(len(self.weights))):
             a_m, a_scale = inputs[layer]

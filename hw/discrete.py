@@ -12,6 +12,8 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from .common import check_int as _check_int
+
 __all__ = ["DiscreteOp", "CodeEntry", "DiscreteUnit"]
 
 
@@ -33,13 +35,6 @@ class DiscreteOp(enum.Enum, shape=2):
 #: (:meth:`sim.discrete.CodeBook.words`).
 CodeEntry = data.StructLayout({"shift": 3, "direction": 1, "sign": 1})
 
-
-def _check_int(value, name, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
-    return value
 
 
 class DiscreteUnit(wiring.Component):
@@ -100,12 +95,12 @@ class DiscreteUnit(wiring.Component):
     """
 
     def __init__(self, *, lanes=4, width=8, code_bits=2, acc_width=None, tables=True):
-        self._lanes = _check_int(lanes, "Lane count", 1, 64)
-        self._width = _check_int(width, "Operand width", 3, 24)
-        self._code_bits = _check_int(code_bits, "Code width", 1, 3)
+        self._lanes = _check_int("Lane count", lanes, 1, 64)
+        self._width = _check_int("Operand width", width, 3, 24)
+        self._code_bits = _check_int("Code width", code_bits, 1, 3)
         if acc_width is None:
             acc_width = width + 8
-        self._acc_width = _check_int(acc_width, "Accumulator width", width, 48)
+        self._acc_width = _check_int("Accumulator width", acc_width, width, 48)
         if not isinstance(tables, bool):
             raise TypeError(f"Tables must be a bool, not {tables!r}")
         self._tables = tables

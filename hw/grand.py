@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from sim.prng import MASK64
 
+from .common import check_int as _check_int
 from .prng import Xoroshiro128aox, lane_state_layout
 
 __all__ = ["GrandMode", "sample_layout", "GrandUnit"]
@@ -33,13 +34,6 @@ _KIND_N, _KIND_U, _KIND_F, _KIND_M = range(4)
 _WORDS = {GrandMode.NORMAL: 1, GrandMode.NORMAL_144: 12, GrandMode.TRUNC_2SIGMA: 3,
           GrandMode.TRUNC_3SIGMA: 2, GrandMode.UNIFORM: 1, GrandMode.RAW: 1}
 
-
-def _check_int(value, what, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{what} must be an integer, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{what} must be an integer between {lo} and {hi}, not {value}")
-    return value
 
 
 _MODE_NAMES = {"normal": GrandMode.NORMAL, "normal144": GrandMode.NORMAL_144,
@@ -168,8 +162,8 @@ class GrandUnit(wiring.Component):
 
     def __init__(self, *, lanes=2, reset_seed=0, modes=None):
         try:
-            self._lanes = _check_int(lanes, "Lane count", 1, 64)
-            self._reset_seed = _check_int(reset_seed, "Reset seed", 0, MASK64)
+            self._lanes = _check_int("Lane count", lanes, 1, 64)
+            self._reset_seed = _check_int("Reset seed", reset_seed, 0, MASK64)
             self._modes = _check_modes(modes)
         except (TypeError, ValueError):
             self._MustUse__silence = True       # a rejected component is not an unused one

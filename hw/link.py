@@ -20,6 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from sim.link import MAX_LENGTH, SOF_REPLY, SOF_REQUEST, Status
 
+from .common import check_int as _check_int
 from .crc import CRC16
 from .uart import quiet_on_error
 
@@ -56,13 +57,6 @@ class CommandSignature(wiring.Signature):
             "data": In(stream.Signature(8)),
         })
 
-
-def _check_int(name, value, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value}")
-    return value
 
 
 class HostLink(wiring.Component):

@@ -6,15 +6,10 @@ from amaranth.lib.wiring import In, Out
 
 from sim.prng import MASK64, seed_lanes
 
+from .common import check_int as _check_int
+
 __all__ = ["Xoroshiro128aox", "lane_state_layout"]
 
-
-def _check_int(value, what, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{what} must be an integer, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{what} must be an integer between {lo} and {hi}, not {value}")
-    return value
 
 
 #: One lane's state as loaded through the ``seed`` port: ``s0`` in bits [63:0], ``s1`` above.
@@ -69,8 +64,8 @@ class Xoroshiro128aox(wiring.Component):
 
     def __init__(self, *, lanes=1, reset_seed=0):
         try:
-            self._lanes = _check_int(lanes, "Lane count", 1, 64)
-            self._reset_seed = _check_int(reset_seed, "Reset seed", 0, MASK64)
+            self._lanes = _check_int("Lane count", lanes, 1, 64)
+            self._reset_seed = _check_int("Reset seed", reset_seed, 0, MASK64)
         except (TypeError, ValueError):
             self._MustUse__silence = True       # a rejected component is not an unused one
             raise

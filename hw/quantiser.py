@@ -12,6 +12,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.common import Rounding
+from hw.common import check_int as _check_int
 from hw.discrete import CodeEntry
 
 __all__ = ["Quantiser", "QuantTarget", "FORMATS"]
@@ -38,13 +39,6 @@ class QuantTarget(enum.Enum, shape=2):
     INT8 = 1
     DISCRETE = 2
 
-
-def _check_int(value, what, lo, hi):
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{what} must be an integer between {lo} and {hi}, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{what} must be an integer between {lo} and {hi}, not {value}")
-    return value
 
 
 def _range_shape(lo, hi):
@@ -163,18 +157,18 @@ class Quantiser(wiring.Component):
             raise TypeError(f"Input format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         if fmt not in FORMATS:
             raise ValueError(f"Input format must be one of {', '.join(FORMATS)}, not {fmt!r}")
-        _check_int(width, "Fixed-point width", 4, 48)
-        _check_int(frac_bits, "Fraction bit count", 0, width)
-        _check_int(lanes, "Lane count", 1, 16)
-        _check_int(block, "Block size", 1, 256)
+        _check_int("Fixed-point width", width, 4, 48)
+        _check_int("Fraction bit count", frac_bits, 0, width)
+        _check_int("Lane count", lanes, 1, 16)
+        _check_int("Block size", block, 1, 256)
         if block % lanes:
             raise ValueError(f"Block size must be a multiple of the lane count {lanes}, "
                              f"not {block}")
-        _check_int(w_max, "Mantissa width", 2, 16)
-        _check_int(exp_bits, "Exponent width", 3, 12)
-        _check_int(rand_bits, "Random bit count", 1, 16)
-        _check_int(mult_bits, "Multiplier width", 0, 16)
-        _check_int(code_bits, "Code width", 0, 3)
+        _check_int("Mantissa width", w_max, 2, 16)
+        _check_int("Exponent width", exp_bits, 3, 12)
+        _check_int("Random bit count", rand_bits, 1, 16)
+        _check_int("Multiplier width", mult_bits, 0, 16)
+        _check_int("Code width", code_bits, 0, 3)
         if fmt == "fixed" and width + mult_bits > 53:
             raise ValueError(f"Fixed-point width plus multiplier width must be at most 53, "
                              f"not {width + mult_bits}")

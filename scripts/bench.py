@@ -51,8 +51,18 @@ from boards.toolchain import DEVICES, ToolchainError, implement  # noqa: E402
 from hw.registry import BLOCKS, available_blocks, block_class  # noqa: E402
 
 
+#: Block parameters that differ from the block's defaults on one device: (parameters, reason).
+#: The tables name them below the rows they apply to.
+DEVICE_PARAMS = {
+    ("bfp", "hx8k"): ({"predictor": False},
+                      "16 LUT-multiplier lanes with the predicted exponent selector need 7720 of "
+                      "the HX8K's 7680 LCs with the measurement wrapper"),
+}
+
+
 def block_params(name, device):
-    """Parameters of block ``name`` on ``device``, taken from the device's board profile."""
+    """Parameters of block ``name`` on ``device``, taken from the device's board profile and
+    :data:`DEVICE_PARAMS`."""
     profile = next((p for p in BOARDS.values() if p.device == device), None)
     accepted = inspect.signature(block_class(name).__init__).parameters
     params = {}
@@ -69,6 +79,7 @@ def block_params(name, device):
         if "sim_model" in accepted:
             # Vendor primitives (SB_MAC16, MULT18X18D) instead of behavioural models.
             params["sim_model"] = False
+        params.update(DEVICE_PARAMS.get((name, device), ({}, None))[0])
     return params
 
 
@@ -240,6 +251,11 @@ def render_markdown(rows, command):
         lines.append(f"| {r['block']} | {r['device']} | {r['lcs_block']} | {r['lcs_pct']} | "
                      f"{r['dsps']} | {r['rams']} | {r['spram']} | {r['fmax_mhz_median']} | "
                      f"{', '.join(map(str, r['seeds']))} | {rate} | {ratio} |")
+    shown = {(r["block"], r["device"]) for r in rows}
+    for (block, device), (params, reason) in DEVICE_PARAMS.items():
+        if (block, device) in shown:
+            given = ", ".join(f"`{k}={v}`" for k, v in params.items())
+            lines += ["", f"{block} on {device} is built with {given}: {reason}."]
     lines += ["", "Device ceilings (DESIGN §7): UP5K has 8 SB_MAC16 (16 int8 MACs/cycle in dual "
               "8×8 mode); a bare 16-lane DSP array closes at ~86 MHz (≈1.4 GMAC/s); 16 LUT lanes "
               "on HX8K at ~82 MHz; a 4-lane Irwin–Hall generator at ~59 MHz on UP5K (236 M "

@@ -84,3 +84,14 @@ def test_throughput_and_ceiling_ratio():
     assert "ceiling" not in bench.throughput("lut", "hx8k", {"lanes": 4}, 80.0)
     assert bench.throughput("link", "up5k", {}, 80.0) is None
     assert bench.throughput("bfp", "up5k", {"lanes": 16}, None) is None
+
+
+def test_device_parameters_are_applied_and_named_in_the_table():
+    params = bench.block_params("bfp", "hx8k")
+    assert params["mult"] == "lut" and params["predictor"] is False
+    assert "predictor" not in bench.block_params("bfp", "up5k")
+    rows = [{"block": "bfp", "device": "hx8k", "pending": True}]
+    text = bench.render_markdown(rows, "python scripts/bench.py")
+    assert "bfp on hx8k is built with `predictor=False`" in text
+    assert "built with" not in bench.render_markdown(
+        [{"block": "bfp", "device": "up5k", "pending": True}], "x")

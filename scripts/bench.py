@@ -50,7 +50,6 @@ from boards.profiles import BOARDS  # noqa: E402
 from boards.toolchain import DEVICES, ToolchainError, implement  # noqa: E402
 from hw.registry import BLOCKS, available_blocks, block_class  # noqa: E402
 
-
 #: Block parameters that differ from the block's defaults on one device: (parameters, reason).
 #: The tables name them below the rows they apply to.
 DEVICE_PARAMS = {

@@ -7,7 +7,8 @@ after quantisation-aware fine-tuning), places it on a device with
 :meth:`~boards.driver.Accelerator.run_network` and checks every output code and exponent
 against the golden model :func:`sim.mlp.forward`. It reports the float, golden and device
 accuracy, the wall-clock images per second, the accelerator cycles per image (from the ``RUN``
-replies) and the images per second that the cycle count projects on each board.
+replies) and each board's projected images per second (its clock over the cycles per image
+of its own top).
 
 Devices (``target``)
 --------------------
@@ -19,13 +20,17 @@ Devices (``target``)
   tell the driver the design (``board=``).
 
 The simulated top is :data:`SIM_TOP`: the default top with the sequencer, ``N = 16`` matrix
-lanes and block size ``B = 16``; the projections scale its cycle count by each board's clock.
+lanes and block size ``B = 16``. Each board's projection divides its clock by the cycles per
+image measured on that board's own top (:func:`projections`): this run's count where the
+board's top parameters equal the device's, else the count that ``scripts/bench_demo.py``
+measured on a simulated top with the board's parameters (``docs/bench/demo.json``).
 """
 
 import dataclasses
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +42,7 @@ from .profiles import BOARDS, DEFAULT_BOARD, get_board
 __all__ = ["VARIANTS", "SIMULATORS", "SIM_TOP", "DEFAULT_IMAGES", "DemoError", "UsageError",
            "MismatchError", "DemoResult", "default_simulator", "cxxrtl_available",
            "prepare_network", "connect", "run_digits", "projections", "board_fit", "measured_fmax",
-           "format_result"]
+           "board_top", "same_top", "stored_cycles", "DEMO_BENCH", "format_result"]
 
 #: Network variants.
 VARIANTS = ("bfp", "discrete")
@@ -179,28 +184,59 @@ def connect(*, simulator=None, port=None, board=DEFAULT_BOARD, progress=None):
 
 # -- projections ----------------------------------------------------------------------------------
 
+#: Where :mod:`scripts.bench_demo` writes each board's measured cycles per image.
+DEMO_BENCH = Path(__file__).resolve().parent.parent / "docs" / "bench" / "demo.json"
+
+
+def board_top(board):
+    """The :class:`hw.top.Accelerator` parameters ``lowbit build`` gives ``board``'s top
+    (:func:`boards.build.top_parameters`, ``clk_freq`` included)."""
+    from .build import top_parameters
+    return top_parameters(get_board(board))[0]
+
+
+def _canonical_top(params):
+    """``params`` with every omitted :class:`hw.top.Accelerator` default filled in, in JSON
+    form (tuples as lists), so that two spellings of one top compare equal."""
+    import inspect
+
+    from hw.top import Accelerator
+    full = {name: p.default for name, p in inspect.signature(Accelerator.__init__)
+            .parameters.items() if p.default is not inspect.Parameter.empty}
+    full.update(params)
+    for key in ("uart", "simulation"):   # set by the transport, not part of a board's top
+        full.pop(key, None)
+    return json.loads(json.dumps(full, sort_keys=True, default=str))
+
+
+def same_top(a, b):
+    """True if the top parameter dicts ``a`` and ``b`` describe the same
+    :class:`hw.top.Accelerator` (omitted parameters count as their defaults)."""
+    return _canonical_top(a) == _canonical_top(b)
+
+
 def measured_fmax(board, *, build_dir="build", bench_dir=None):
-    """Measured Fmax (MHz) of ``board``'s accelerator with the sequencer, and its source, or
-    ``None``.
+    """Measured Fmax (MHz) of ``board``'s own top, and its source, or ``None``.
 
     Looks at ``<build_dir>/<board>/report.json`` (``lowbit build``: the lowest achieved
     frequency over its clock domains), then at the ``top`` rows of ``docs/bench/*.json``
-    (out-of-context median over seeds) for the board's device. Only builds of a top with the
-    sequencer count: the first top (host link only) says nothing about the layer engines.
+    (out-of-context median over seeds; the last matching row wins). Only a build whose top
+    parameters equal :func:`board_top` of ``board`` counts: another top on the same device
+    (the first top without the sequencer, or another board's profile on the same chip) says
+    nothing about this board's clock.
     """
-    profile = get_board(board)
+    own = _canonical_top(board_top(board))
     report = Path(build_dir) / board / "report.json"
     if report.exists():
         try:
             rep = json.loads(report.read_text())
             fmax = rep.get("fmax") or {}
             achieved = [v["achieved"] for v in fmax.values() if "achieved" in v]
-            if achieved and (rep.get("top") or {}).get("sequencer"):
+            if achieved and _canonical_top(rep.get("top") or {}) == own:
                 return min(achieved), str(report)
         except (ValueError, KeyError, TypeError, AttributeError):
             pass
-    bench = Path(bench_dir) if bench_dir else Path(__file__).resolve().parent.parent / "docs" \
-        / "bench"
+    bench = Path(bench_dir) if bench_dir else DEMO_BENCH.parent
     best = None
     for path in sorted(bench.glob("*.json")) if bench.is_dir() else []:
         try:
@@ -209,8 +245,8 @@ def measured_fmax(board, *, build_dir="build", bench_dir=None):
             continue
         for row in rows if isinstance(rows, list) else []:
             if isinstance(row, dict) and row.get("block") == "top" and \
-                    row.get("device") == profile.device and row.get("fmax_mhz_median") and \
-                    (row.get("params") or {}).get("sequencer"):
+                    row.get("fmax_mhz_median") and isinstance(row.get("params"), dict) and \
+                    _canonical_top(row["params"]) == own:
                 best = (float(row["fmax_mhz_median"]), str(path))
     return best
 
@@ -230,30 +266,92 @@ def board_fit(board, net):
     return None
 
 
-def projections(cycles_per_image, *, build_dir="build", net=None, lanes=None):
-    """Projected images/s on every board: the board clock (and its measured Fmax) divided by
-    ``cycles_per_image``.
+def stored_cycles(variant, *, path=None, data=None):
+    """Cycles per image of ``variant`` measured on each board's own simulated top by
+    ``scripts/bench_demo.py``, from ``path`` (default ``docs/bench/demo.json``) or from its
+    already loaded contents ``data``.
 
-    With ``net`` (the network the cycles were measured on) each board's profile is checked to
-    run it (:func:`board_fit`); boards that cannot get no rate. ``lanes`` is the matrix lane
-    count of the measurement, to flag boards with another ``N`` (their cycle count differs).
-    Returns a list of dicts (board, clock_mhz, lanes, images_per_s, fmax_mhz, fmax_source,
-    images_per_s_at_fmax, unfit, other_lanes).
+    A measurement counts for a board only if the top parameters it was made with equal the
+    board's :func:`board_top` today (a changed profile makes it stale). Returns a dict
+    ``{board: cycles_per_image}`` (empty if the file is missing or has no such measurement).
     """
+    if data is None:
+        try:
+            data = json.loads((DEMO_BENCH if path is None else Path(path)).read_text())
+        except (OSError, ValueError):
+            return {}
+    found = (data.get("boards") or {}).get(variant) if isinstance(data, dict) else None
+    out = {}
+    for m in found if isinstance(found, list) else []:
+        if not isinstance(m, dict) or not m.get("cycles_per_image") or \
+                not isinstance(m.get("params"), dict):
+            continue
+        for name in m.get("boards") or []:
+            if name in BOARDS and same_top(m["params"], board_top(name)):
+                out[name] = float(m["cycles_per_image"])
+    return out
+
+
+def projections(cycles, *, build_dir="build", net=None, sources=None):
+    """Projected images/s on every board of :data:`boards.profiles.BOARDS`, each from its own
+    cycle count: the board clock (and its measured Fmax, :func:`measured_fmax`) divided by the
+    cycles per image measured on that board's top.
+
+    Parameters
+    ----------
+    cycles : mapping of str to float
+        Cycles per image of the network on each board's own top (:func:`board_top`). A board
+        that is missing (or maps to ``None``) is "not measured" and gets no rate: a cycle count
+        of another top is never scaled to it.
+    build_dir : str
+        Directory of ``lowbit build`` reports (measured Fmax).
+    net : sim.mlp.QuantisedMLP or mapping of str to it, optional
+        The network (or each board's conversion of it); boards whose profile cannot run it
+        (:func:`board_fit`) get no rate and the reason in ``unfit``.
+    sources : mapping of str to str, optional
+        Where each board's cycle count comes from (copied to ``cycles_source``).
+
+    Returns
+    -------
+    list of dict
+        One per board, in :data:`~boards.profiles.BOARDS` order: ``board``, ``clock_mhz``,
+        ``lanes`` (matrix lanes of its top), ``cycles_per_image`` and ``cycles_source``
+        (``None`` when not measured), ``images_per_s``, ``fmax_mhz``, ``fmax_source``,
+        ``images_per_s_at_fmax`` (only where the measured Fmax exceeds the board clock) and
+        ``unfit``.
+
+    Raises
+    ------
+    TypeError
+        If ``cycles`` is not a mapping (a single count for all boards is no longer accepted).
+    ValueError
+        If ``cycles`` names a board that does not exist or a count is not positive.
+    """
+    if not isinstance(cycles, Mapping):
+        raise TypeError(f"Cycles must be a mapping of board names to cycles per image, not "
+                        f"{cycles!r}")
+    sources = {} if sources is None else dict(sources)
+    for name, value in cycles.items():
+        if name not in BOARDS:
+            raise ValueError(f"Unknown board {name!r} in cycles; supported boards: "
+                             f"{', '.join(BOARDS)}")
+        if value is not None and not value > 0:
+            raise ValueError(f"Cycles per image of {name} must be positive, not {value!r}")
     out = []
     for name, profile in BOARDS.items():
         clock = profile.clk_freq / 1e6
+        board_net = net.get(name) if isinstance(net, Mapping) else net
+        unfit = board_fit(name, board_net) if board_net is not None else None
+        cpi = None if unfit else cycles.get(name)
         fm = measured_fmax(name, build_dir=build_dir)
-        unfit = board_fit(name, net) if net is not None else None
-        board_lanes = profile.top.get("matrix_lanes")
-        rate = clock * 1e6 / cycles_per_image if cycles_per_image and not unfit else None
-        row = {"board": name, "clock_mhz": clock, "lanes": board_lanes, "images_per_s": rate,
-               "fmax_mhz": fm[0] if fm else None, "fmax_source": fm[1] if fm else None,
-               "images_per_s_at_fmax": None, "unfit": unfit,
-               "other_lanes": lanes is not None and board_lanes is not None
-               and board_lanes != lanes}
+        rate = clock * 1e6 / cpi if cpi else None
+        row = {"board": name, "clock_mhz": clock, "lanes": profile.top.get("matrix_lanes"),
+               "cycles_per_image": cpi, "cycles_source": sources.get(name) if cpi else None,
+               "images_per_s": rate, "fmax_mhz": fm[0] if fm else None,
+               "fmax_source": fm[1] if fm else None, "images_per_s_at_fmax": None,
+               "unfit": unfit}
         if fm and rate and fm[0] > clock:
-            row["images_per_s_at_fmax"] = fm[0] * 1e6 / cycles_per_image
+            row["images_per_s_at_fmax"] = fm[0] * 1e6 / cpi
         out.append(row)
     return out
 
@@ -272,7 +370,7 @@ def _check_images(images, target):
 
 
 def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=DEFAULT_BOARD,
-               build_dir="build", progress=None, accelerator=None):
+               build_dir="build", progress=None, accelerator=None, cycles_file=None):
     """Run the digits demo; returns a :class:`DemoResult`.
 
     Parameters
@@ -291,7 +389,16 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=D
     progress : callable(str), optional
         Receives progress messages.
     accelerator : boards.driver.Accelerator, optional
-        Use this device instead of connecting (tests).
+        Use this device instead of connecting (tests); its ``params`` are its top parameters.
+    cycles_file : str, optional
+        The per-board cycle counts of ``scripts/bench_demo.py`` (default
+        ``docs/bench/demo.json``, :func:`stored_cycles`).
+
+    The projections (:func:`projections`) use this run's cycles per image for every board
+    whose top parameters (:func:`board_top`) equal those of the device that ran (with
+    ``port``: ``board``'s own), the stored per-board counts of ``cycles_file`` for the other
+    boards, and no rate ("not measured") for a board with neither. A device without cycle
+    counts (the protocol model) gets no projections.
 
     Raises
     ------
@@ -343,6 +450,18 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=D
     seconds = stats["seconds"]
     cycles = int(stats["cycles"])
     cpi = cycles / n if cycles else None
+    proj = []
+    if cpi:
+        run_top = board_top(board) if port is not None else getattr(acc, "params", None)
+        stored = stored_cycles(variant, path=cycles_file)
+        stored_from = str(cycles_file) if cycles_file is not None else "docs/bench/demo.json"
+        per_board, sources = {}, {}
+        for name in BOARDS:
+            if run_top is not None and same_top(run_top, board_top(name)):
+                per_board[name], sources[name] = cpi, "this run"
+            elif name in stored:
+                per_board[name], sources[name] = stored[name], stored_from
+        proj = projections(per_board, build_dir=build_dir, net=net, sources=sources)
     return DemoResult(
         variant=variant, target=target_name, images=n,
         design={"matrix_lanes": lanes, "block": design.block, "max_blocks": design.max_blocks,
@@ -354,8 +473,7 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=D
         golden_accuracy_all=mlp.accuracy(golden_all, split.y_test),
         test_images=len(split.x_test), seconds=seconds,
         images_per_s=n / seconds if seconds > 0 else float("inf"), cycles=cycles,
-        cycles_per_image=cpi, runs=int(stats["runs"]),
-        projections=projections(cpi, build_dir=build_dir, net=net, lanes=lanes) if cpi else [])
+        cycles_per_image=cpi, runs=int(stats["runs"]), projections=proj)
 
 
 def format_result(r):
@@ -378,21 +496,25 @@ def format_result(r):
         return "\n".join(lines)
     lines.append(f"  cycles per image: {r.cycles_per_image:.1f} (RUN replies, {r.cycles} "
                  "cycles in all)")
-    lines.append("  projected on the boards (cycles per image at the board clock):")
+    lines.append("  projected on the boards (board clock / cycles per image on the board's own "
+                 "top):")
     for p in r.projections:
+        head = f"    {p['board']:<19} {p['clock_mhz']:5.1f} MHz:"
         if p.get("unfit"):
-            lines.append(f"    {p['board']:<11} {p['clock_mhz']:5.1f} MHz: its profile cannot "
-                         f"run this network ({p['unfit']})")
+            lines.append(f"{head} its profile cannot run this network ({p['unfit']})")
             continue
-        line = f"    {p['board']:<11} {p['clock_mhz']:5.1f} MHz: {p['images_per_s']:9.0f} images/s"
-        if p.get("other_lanes"):
-            line += f" (at N={p['lanes']} its cycle count differs)"
+        if not p.get("cycles_per_image"):
+            lines.append(f"{head} not measured (no cycle count of its own top: run "
+                         "scripts/bench_demo.py)")
+            continue
+        line = (f"{head} {p['images_per_s']:9.0f} images/s ({p['cycles_per_image']:.1f} "
+                f"cycles/image, cycles from {p['cycles_source']})")
         if p["images_per_s_at_fmax"]:
             line += (f"; measured Fmax {p['fmax_mhz']:.1f} MHz would allow "
                      f"{p['images_per_s_at_fmax']:.0f} images/s")
         elif p["fmax_mhz"]:
             line += f" (measured Fmax {p['fmax_mhz']:.1f} MHz)"
         else:
-            line += " (no measured Fmax of a top with the sequencer yet)"
+            line += " (no measured Fmax of its top yet)"
         lines.append(line)
     return "\n".join(lines)

@@ -1,18 +1,29 @@
-"""Throughput of the digits demo (issue #10): images/s in the model transport, Amaranth and
-CXXRTL simulators, cycles per image, projected images/s on each board.
+"""Throughput of the digits demo (issue #10) in the simulators and projected on every board.
+
+Images/s in the model transport, Amaranth and CXXRTL simulators, cycles per image, and each
+board's projected images/s from the cycles per image of its own top.
 
 For every device and variant the script connects once (simulator start-up and CXXRTL compile
 are not timed), places the network once (timed separately as ``load_s``), then runs the same
 test images ``--runs`` times through :meth:`boards.driver.Accelerator.run_network`, checks every
 output against :func:`sim.mlp.forward` bit for bit, and reports the median wall-clock images/s.
-Cycles per image come from the ``RUN`` replies (identical in both simulators: they run the same
-gateware); the projection is ``board clock / cycles per image`` (and the measured Fmax of a top
-with the sequencer, where one exists).
+These rows run :data:`boards.demo.SIM_TOP`. Cycles per image come from the ``RUN`` replies
+(identical in both simulators: they run the same gateware).
 
-Writes ``docs/bench/demo.json`` and the table between the ``bench:begin`` / ``bench:end``
-markers of ``docs/demo.md``.
+Board projections: for every board of :data:`boards.profiles.BOARDS` whose profile can run the
+variant (:func:`boards.demo.board_fit`), the network is converted for that board's column and
+run in CXXRTL on a simulated top with the board's own top parameters
+(:func:`boards.demo.board_top`, what ``lowbit build`` gives :class:`hw.top.Accelerator`), every
+output checked bit for bit; boards with identical top parameters share one measurement. The
+projection is ``board clock / its cycles per image`` (and its measured top Fmax / the same,
+where one exists). ``lowbit demo digits`` reads these per-board counts back
+(:func:`boards.demo.stored_cycles`).
 
-    python scripts/bench_demo.py                       # all devices, 3 runs each
+Writes ``docs/bench/demo.json`` and the tables between the ``bench:begin`` / ``bench:end``
+markers of ``docs/demo.md``. The first CXXRTL compile of each distinct top takes 2-6 min
+(cached under ``~/.cache/lowbit/cxxrtl``).
+
+    python scripts/bench_demo.py                       # all devices and boards, 3 runs each
     python scripts/bench_demo.py --quick --devices model cxxrtl
 """
 
@@ -36,66 +47,109 @@ from sim import mlp  # noqa: E402
 DEVICES = ("model", "amaranth", "cxxrtl")
 #: Images per run: full and --quick.
 IMAGES = {"model": (540, 100), "cxxrtl": (540, 100), "amaranth": (3, 2)}
+#: Images per board top (CXXRTL, one run: the cycle count does not vary): full and --quick.
+BOARD_IMAGES = (540, 100)
 MARK_BEGIN, MARK_END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
-def _accelerator(device):
+def _accelerator(device, params):
     if device == "model":
-        return Accelerator.model(**demo.SIM_TOP)
-    return Accelerator.simulated(simulator=device, **demo.SIM_TOP)
+        return Accelerator.model(**params)
+    return Accelerator.simulated(simulator=device, **params)
 
 
-def bench_one(device, variant, *, images, runs, split, build_dir, log):
+def bench_one(device, variant, *, images, runs, split, build_dir, log, params=None):
+    """One row: ``variant`` on ``device`` running the top ``params`` (default
+    :data:`boards.demo.SIM_TOP`), ``runs`` timed runs of ``images`` test images, every output
+    checked against the golden model of that top's design."""
+    params = demo.SIM_TOP if params is None else params
     t0 = time.perf_counter()
-    acc = _accelerator(device)
+    acc = _accelerator(device, params)
     start_s = time.perf_counter() - t0
     design = acc.design
     column = design.column()
     _, net = demo.prepare_network(variant, column, split=split, build_dir=build_dir)
+    where = "device" if acc.has_engine("quantiser") else "host"
     t0 = time.perf_counter()
-    acc.load_network(net.layers, quantise_input=demo._input_quant(net))
+    acc.load_network(net.layers, quantise_input=demo._input_quant(net, where))
     load_s = time.perf_counter() - t0
     codes = mlp.pixels_to_f16(split.x_test[:images])
     gm, ge = mlp.forward(net, codes, column=column, lanes=design.matrix_lanes)
-    rates, cycles = [], set()
+    rates, cycles, run_commands = [], set(), set()
     for k in range(runs):
         out, stats = acc.run_network(codes)
         if not (np.array_equal(out.m, gm) and np.array_equal(out.e, ge)):
             raise SystemExit(f"{device} {variant}: outputs differ from the golden model")
         rates.append(images / stats["seconds"])
         cycles.add(int(stats["cycles"]))
+        run_commands.add((int(stats["runs"]), int(stats["chunk"])))
         log(f"  {device:<8} {variant:<8} run {k + 1}/{runs}: {rates[-1]:10.1f} images/s, "
-            f"{stats['cycles']} cycles")
+            f"{stats['cycles']} cycles, {stats['runs']} RUN commands")
     if len(cycles) != 1:
         raise SystemExit(f"{device} {variant}: cycle counts differ between runs: {cycles}")
     total = cycles.pop()
+    (n_runs, chunk), = run_commands
     acc.close()
     return {"device": device, "variant": variant, "images": images, "runs": runs,
             "images_per_s_median": statistics.median(rates), "images_per_s_all": rates,
             "cycles": total, "cycles_per_image": total / images if total else None,
+            "run_commands": n_runs, "images_per_run_command": chunk,
             "start_s": round(start_s, 2), "load_s": round(load_s, 2),
             "accuracy": mlp.accuracy(mlp.predictions(gm, ge), split.y_test[:images]),
-            "bit_exact": True,
-            "design": {"matrix_lanes": design.matrix_lanes, "block": design.block}}
+            "bit_exact": True, "input_quantised_on": where,
+            "design": {"matrix_lanes": design.matrix_lanes, "block": design.block,
+                       "max_blocks": design.max_blocks, "weight_depth": design.weight_depth}}
 
 
-def _projections(rows, build_dir):
-    """Board projections per variant from the simulated row with the most images (the
-    per-RUN overhead is amortised over the most images there)."""
-    out = {}
-    column = Accelerator.model(**demo.SIM_TOP).design.column()
-    for r in sorted(rows, key=lambda r: -r["images"]):
-        if r["cycles_per_image"] and r["variant"] not in out:
-            _, net = demo.prepare_network(r["variant"], column, build_dir=build_dir)
-            out[r["variant"]] = {
-                "device": r["device"], "images": r["images"],
-                "cycles_per_image": r["cycles_per_image"],
-                "boards": demo.projections(r["cycles_per_image"], build_dir=build_dir, net=net,
-                                           lanes=r["design"]["matrix_lanes"])}
+def _board_tops(boards):
+    """``[(top parameters, [board, ...]), ...]``: boards with identical tops grouped."""
+    groups = []
+    for name in boards:
+        params = demo.board_top(name)
+        for top, names in groups:
+            if demo.same_top(top, params):
+                names.append(name)
+                break
+        else:
+            groups.append((params, [name]))
+    return groups
+
+
+def bench_boards(variant, *, boards, images, split, build_dir, log):
+    """Cycles per image of ``variant`` on each distinct board top in CXXRTL (one run of
+    ``images`` images, bit-exact); boards whose profile cannot run the variant are left out."""
+    out = []
+    for params, names in _board_tops(boards):
+        column = Accelerator.model(**params).design.column()
+        _, net = demo.prepare_network(variant, column, split=split, build_dir=build_dir)
+        fit = [name for name in names if demo.board_fit(name, net) is None]
+        if not fit:
+            log(f"  {'/'.join(names)} {variant}: the profile cannot run it")
+            continue
+        log(f"  {'/'.join(fit)} {variant}: CXXRTL top with the board's parameters "
+            "(the first compile takes 2-6 min)")
+        row = bench_one("cxxrtl", variant, images=images, runs=1, split=split,
+                        build_dir=build_dir, log=log, params=params)
+        out.append({"boards": fit, "params": params, **row})
     return out
 
 
-def table(rows, projections):
+def _projections(result, build_dir):
+    """Board projections per variant from the per-board measurements of ``result``."""
+    out = {}
+    for variant in result.get("boards", {}):
+        cycles = demo.stored_cycles(variant, data=result)
+        nets = {}
+        for name in demo.BOARDS:
+            column = Accelerator.model(**demo.board_top(name)).design.column()
+            nets[name] = demo.prepare_network(variant, column, build_dir=build_dir)[1]
+        out[variant] = demo.projections(
+            cycles, build_dir=build_dir, net=nets,
+            sources={m: "CXXRTL, the board's own top" for m in cycles})
+    return out
+
+
+def table(rows, projections, boards):
     lines = ["| device | variant | images | images/s (median) | cycles/image | load s |",
              "|---|---|---:|---:|---:|---:|"]
     for r in rows:
@@ -103,22 +157,32 @@ def table(rows, projections):
         lines.append(f"| {r['device']} | {r['variant']} | {r['images']} | "
                      f"{r['images_per_s_median']:.3g} | {cpi} | {r['load_s']:.1f} |")
     for variant, proj in projections.items():
-        lines += ["", f"Projected images/s on the boards, {variant} variant "
-                  f"({proj['cycles_per_image']:.1f} cycles/image, {proj['device']}, "
-                  f"{proj['images']} images):", "",
-                  "| board | clock MHz | images/s | measured Fmax MHz | images/s at Fmax |",
-                  "|---|---:|---:|---:|---:|"]
-        for p in proj["boards"]:
+        found = {name: m for m in boards.get(variant, []) for name in m["boards"]}
+        images = sorted({m["images"] for m in found.values()})
+        lines += ["", f"Projected images/s on the boards, {variant} variant: board clock / "
+                  "cycles per image measured in CXXRTL",
+                  "on a simulated top with the board's own top parameters (`lowbit build`'s), "
+                  f"{' / '.join(map(str, images)) or 'no'} test",
+                  "images per top, every output bit-exact against `sim.mlp.forward`:", "",
+                  "| board | clock MHz | N | images / RUN commands | cycles/image | images/s | "
+                  "measured Fmax MHz | images/s at Fmax |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for p in proj:
+            head = f"| {p['board']} | {p['clock_mhz']:g} | {p['lanes']} |"
             if p.get("unfit"):
-                lines.append(f"| {p['board']} | {p['clock_mhz']:g} | profile cannot run it: "
-                             f"{p['unfit']} | | |")
+                lines.append(f"{head} profile cannot run it: {p['unfit']} | | | | |")
                 continue
+            m = found.get(p["board"])
+            if not p["cycles_per_image"] or m is None:
+                lines.append(f"{head} | not measured | | | |")
+                continue
+            shared = [n for n in m["boards"] if n != p["board"]]
+            cpi = f"{p['cycles_per_image']:.1f}" + (f" (same top as {', '.join(shared)})"
+                                                     if shared else "")
             fm = f"{p['fmax_mhz']:.1f}" if p["fmax_mhz"] else "—"
             at = f"{p['images_per_s_at_fmax']:.0f}" if p["images_per_s_at_fmax"] else "—"
-            rate = f"{p['images_per_s']:.0f}"
-            if p.get("other_lanes"):
-                rate += f" (board N={p['lanes']}: differs)"
-            lines.append(f"| {p['board']} | {p['clock_mhz']:g} | {rate} | {fm} | {at} |")
+            lines.append(f"{head} {m['images']} / {m['run_commands']} | {cpi} | "
+                         f"{p['images_per_s']:.0f} | {fm} | {at} |")
     return "\n".join(lines)
 
 
@@ -128,12 +192,17 @@ def main(argv=None):
                         help="simulated devices (default: all)")
     parser.add_argument("--variants", nargs="+", choices=demo.VARIANTS,
                         default=list(demo.VARIANTS))
+    parser.add_argument("--boards", nargs="*", choices=list(demo.BOARDS),
+                        default=list(demo.BOARDS),
+                        help="boards whose own top is measured for the projections (default: "
+                             "all; none: no projections)")
     parser.add_argument("--runs", type=int, default=3, help="timed runs per row (median)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0],
                         help="accepted for the benchmark suite's interface; the demo has no "
                              "placement seeds (only 0)")
     parser.add_argument("--quick", action="store_true",
-                        help="fewer images (100 in model/CXXRTL, 2 in Amaranth)")
+                        help="fewer images (100 in model/CXXRTL and per board top, 2 in "
+                             "Amaranth)")
     parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     parser.add_argument("--output", default=os.path.join(ROOT, "docs", "bench", "demo.json"))
     parser.add_argument("--doc", default=os.path.join(ROOT, "docs", "demo.md"),
@@ -144,11 +213,11 @@ def main(argv=None):
     if args.render:
         with open(args.render) as f:
             result = json.load(f)
-        result["projections"] = _projections(result["rows"], args.build_dir)
+        result["projections"] = _projections(result, args.build_dir)
         with open(args.render, "w") as f:
             json.dump(result, f, indent=2)
             f.write("\n")
-        text = table(result["rows"], result["projections"])
+        text = table(result["rows"], result["projections"], result.get("boards", {}))
         print(text)
         _write_doc(args.doc, result, text)
         return 0
@@ -164,17 +233,23 @@ def main(argv=None):
         for variant in args.variants:
             rows.append(bench_one(device, variant, images=images, runs=args.runs, split=split,
                                   build_dir=args.build_dir, log=log))
-    projections = _projections(rows, args.build_dir)
+    boards = {}
+    if args.boards:
+        for variant in args.variants:
+            boards[variant] = bench_boards(variant, boards=args.boards,
+                                           images=BOARD_IMAGES[1 if args.quick else 0],
+                                           split=split, build_dir=args.build_dir, log=log)
     command = "python scripts/bench_demo.py " + " ".join(argv if argv is not None
                                                            else sys.argv[1:])
-    result = {"command": command.strip(), "rows": rows, "projections": projections,
+    result = {"command": command.strip(), "rows": rows, "boards": boards,
               "sim_top": demo.SIM_TOP,
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count()}}
+    projections = result["projections"] = _projections(result, args.build_dir)
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
-    text = table(rows, projections)
+    text = table(rows, projections, boards)
     print(text)
     _write_doc(args.doc, result, text)
     return 0

@@ -1,7 +1,10 @@
 """``lowbit demo digits``: the digits MLP through the driver, bit for bit (boards.demo)."""
 
+import dataclasses
 import json
 import re
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -87,6 +90,21 @@ def test_run_digits_on_the_model(build_dir):
     assert d.device_accuracy == d.golden_accuracy and d.golden_accuracy_all >= 0.95
 
 
+class _Counting:
+    """An accelerator whose RUN replies report ``cycles`` cycles in all (the model counts
+    none), to exercise the projections without a compiled top."""
+
+    def __init__(self, acc, cycles):
+        self._acc, self._cycles = acc, cycles
+
+    def __getattr__(self, name):
+        return getattr(self._acc, name)
+
+    def run_network(self, x):
+        out, stats = self._acc.run_network(x)
+        return out, dict(stats, cycles=self._cycles)
+
+
 class _Corrupting:
     """An accelerator whose run_network flips one output code of image ``bad``."""
 
@@ -154,35 +172,137 @@ def test_run_digits_validation(tmp_path):
         demo.prepare_network("int4", None)
 
 
-def test_projections(tmp_path):
-    rows = {p["board"]: p for p in demo.projections(1000, build_dir=str(tmp_path))}
-    assert set(rows) == {"icebreaker", "icebreaker-discrete", "hx8k", "ulx3s", "orangecrab"}
+def test_projections_use_each_boards_own_cycles(tmp_path):
+    """Every board's rate is its clock over its own cycle count; a board without one gets
+    none (never another top's count scaled)."""
+    rows = {p["board"]: p for p in demo.projections(
+        {"icebreaker": 1000, "orangecrab": 750}, build_dir=str(tmp_path),
+        sources={"icebreaker": "a", "orangecrab": "b"})}
+    assert set(rows) == set(demo.BOARDS)
     assert rows["icebreaker"]["images_per_s"] == pytest.approx(12_000)
-    assert rows["orangecrab"]["images_per_s"] == pytest.approx(48_000)
-    # A lowbit build report of a top with the sequencer gives the measured Fmax ...
-    (tmp_path / "hx8k").mkdir()
-    (tmp_path / "hx8k" / "report.json").write_text(json.dumps(
-        {"top": {"sequencer": True}, "fmax": {"sync": {"achieved": 30.0, "constraint": 12.0},
-                                              "other": {"achieved": 50.0, "constraint": 1}}}))
-    hx = {p["board"]: p for p in demo.projections(1000, build_dir=str(tmp_path))}["hx8k"]
-    assert hx["fmax_mhz"] == 30.0 and hx["images_per_s_at_fmax"] == pytest.approx(30_000)
-    # ... one of the first top (no sequencer) does not.
-    (tmp_path / "hx8k" / "report.json").write_text(json.dumps(
-        {"top": {"lanes": 2}, "fmax": {"sync": {"achieved": 80.0, "constraint": 12.0}}}))
-    assert demo.measured_fmax("hx8k", build_dir=str(tmp_path),
-                              bench_dir=str(tmp_path)) is None
-    bench = tmp_path / "bench"
-    bench.mkdir()
-    (bench / "x.json").write_text(json.dumps({"rows": [
-        {"block": "top", "device": "up5k", "fmax_mhz_median": 40.0,
-         "params": {"sequencer": True}},
-        {"block": "top", "device": "up5k", "fmax_mhz_median": 90.0, "params": {}}]}))
-    assert demo.measured_fmax("icebreaker", build_dir=str(tmp_path),
-                              bench_dir=str(bench)) == (40.0, str(bench / "x.json"))
+    assert rows["icebreaker"]["cycles_per_image"] == 1000
+    assert rows["icebreaker"]["cycles_source"] == "a"
+    assert rows["orangecrab"]["images_per_s"] == pytest.approx(64_000)
+    for name in ("icebreaker-discrete", "hx8k", "ulx3s"):
+        assert rows[name]["images_per_s"] is None and rows[name]["cycles_per_image"] is None
+        assert rows[name]["images_per_s_at_fmax"] is None
+    assert rows["ulx3s"]["lanes"] == 16 and rows["hx8k"]["lanes"] == 4
     text = demo.format_result(demo.DemoResult(
         "bfp", "t", 1, {"matrix_lanes": 16, "block": 16}, 1, 1, 1, 1, 1, 540, 1.0, 1.0, 1000,
-        1000.0, 1, demo.projections(1000, build_dir=str(tmp_path))))
-    assert "12000 images/s" in text and "no measured Fmax" in text
+        1000.0, 1, list(rows.values())))
+    assert re.search(r"icebreaker +12\.0 MHz: +12000 images/s \(1000\.0 cycles/image, "
+                     r"cycles from a\)", text)
+    assert re.search(r"ulx3s +25\.0 MHz: not measured", text)
+    assert "differs" not in text
+    with pytest.raises(ValueError, match="Unknown board 'pynq'"):
+        demo.projections({"pynq": 1000})
+    with pytest.raises(ValueError, match="must be positive, not 0"):
+        demo.projections({"hx8k": 0})
+    with pytest.raises(TypeError, match="mapping of board names"):
+        demo.projections(1000)
+
+
+def test_measured_fmax_only_of_the_boards_own_top(tmp_path):
+    """A build report or a bench ``top`` row counts only with the board's own top
+    parameters: not the first top, not another board's profile on the same chip."""
+    own = demo.board_top("hx8k")
+    (tmp_path / "hx8k").mkdir()
+    report = tmp_path / "hx8k" / "report.json"
+    report.write_text(json.dumps({"top": own, "fmax": {
+        "sync": {"achieved": 30.0, "constraint": 12.0},
+        "other": {"achieved": 50.0, "constraint": 1}}}))
+    hx = {p["board"]: p for p in demo.projections({"hx8k": 1000},
+                                                  build_dir=str(tmp_path))}["hx8k"]
+    assert hx["fmax_mhz"] == 30.0 and hx["images_per_s_at_fmax"] == pytest.approx(30_000)
+    assert hx["fmax_source"] == str(report)
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    report.write_text(json.dumps({"top": {"lanes": 2}, "fmax": {
+        "sync": {"achieved": 80.0, "constraint": 12.0}}}))
+    assert demo.measured_fmax("hx8k", build_dir=str(tmp_path), bench_dir=str(bench)) is None
+    # JSON spells the profile's tuple as a list; the top row carries clk_freq: still equal.
+    (bench / "x.json").write_text(json.dumps({"rows": [
+        {"block": "top", "device": "up5k", "fmax_mhz_median": 40.0,
+         "params": demo.board_top("icebreaker")},
+        {"block": "top", "device": "up5k", "fmax_mhz_median": 90.0, "params": {}},
+        {"block": "top", "device": "hx8k", "fmax_mhz_median": 45.0, "params": own}]}))
+    assert demo.measured_fmax("icebreaker", build_dir=str(tmp_path),
+                              bench_dir=str(bench)) == (40.0, str(bench / "x.json"))
+    assert demo.measured_fmax("hx8k", build_dir=str(tmp_path),
+                              bench_dir=str(bench)) == (45.0, str(bench / "x.json"))
+    assert demo.measured_fmax("icebreaker-discrete", build_dir=str(tmp_path),
+                              bench_dir=str(bench)) is None
+
+
+def test_same_top_fills_in_defaults():
+    assert demo.same_top(demo.SIM_TOP, dict(demo.SIM_TOP, uart=False, simulation=True))
+    assert demo.same_top({"sequencer": True, "matrix_lanes": 16},
+                         {"sequencer": True, "matrix_lanes": 16, "clk_freq": 12e6})
+    assert not demo.same_top(demo.SIM_TOP, demo.board_top("orangecrab"))
+    assert demo.same_top(demo.board_top("hx8k"),
+                         json.loads(json.dumps(demo.board_top("hx8k"))))
+
+
+def _demo_json(path, measurements, variant="bfp"):
+    path.write_text(json.dumps({"boards": {variant: measurements}}))
+    return path
+
+
+def test_stored_cycles(tmp_path, monkeypatch):
+    """Per-board counts of scripts/bench_demo.py: a measurement serves every board listed
+    with it whose top is still the one measured; a stale one serves none."""
+    monkeypatch.setitem(demo.BOARDS, "icebreaker-copy",
+                        dataclasses.replace(demo.BOARDS["icebreaker"], name="icebreaker-copy"))
+    path = _demo_json(tmp_path / "demo.json", [
+        {"boards": ["icebreaker", "icebreaker-copy"], "params": demo.board_top("icebreaker"),
+         "cycles_per_image": 1081.5},
+        {"boards": ["ulx3s"], "params": dict(demo.board_top("ulx3s"), weight_depth=512),
+         "cycles_per_image": 900.0},
+        {"boards": ["orangecrab"], "params": demo.board_top("orangecrab"),
+         "cycles_per_image": None}])
+    assert demo.stored_cycles("bfp", path=path) == {"icebreaker": 1081.5,
+                                                    "icebreaker-copy": 1081.5}
+    assert demo.stored_cycles("discrete", path=path) == {}
+    assert demo.stored_cycles("bfp", path=tmp_path / "missing.json") == {}
+    (tmp_path / "bad.json").write_text("{")
+    assert demo.stored_cycles("bfp", path=tmp_path / "bad.json") == {}
+
+
+def test_bench_groups_identical_tops(monkeypatch):
+    """scripts/bench_demo.py measures boards with identical top parameters once."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import bench_demo
+    monkeypatch.setitem(demo.BOARDS, "icebreaker-copy",
+                        dataclasses.replace(demo.BOARDS["icebreaker"], name="icebreaker-copy"))
+    groups = bench_demo._board_tops(list(demo.BOARDS))
+    names = [g[1] for g in groups]
+    assert ["icebreaker", "icebreaker-copy"] in names
+    assert len(groups) == len(demo.BOARDS) - 1
+    assert all(demo.same_top(top, demo.board_top(n)) for top, ns in groups for n in ns)
+
+
+def test_run_digits_projections_from_cycles_file(build_dir, tmp_path, monkeypatch):
+    """`lowbit demo digits`: boards whose top is the device's use the run's cycles, the
+    others the stored per-board counts, else nothing."""
+    acc = _Counting(Accelerator.model(**demo.board_top("orangecrab")), 777)
+    path = _demo_json(tmp_path / "demo.json", [
+        {"boards": ["icebreaker"], "params": demo.board_top("icebreaker"),
+         "cycles_per_image": 1000.0},
+        {"boards": ["orangecrab"], "params": demo.board_top("orangecrab"),
+         "cycles_per_image": 1.0}])
+    r = demo.run_digits("bfp", simulator="model", images=7, build_dir=str(build_dir),
+                        accelerator=acc, cycles_file=str(path))
+    rows = {p["board"]: p for p in r.projections}
+    assert r.cycles_per_image == 777 / 7
+    assert rows["orangecrab"]["cycles_per_image"] == 777 / 7
+    assert rows["orangecrab"]["cycles_source"] == "this run"
+    assert rows["icebreaker"]["cycles_per_image"] == 1000.0
+    assert rows["icebreaker"]["cycles_source"] == str(path)
+    assert rows["icebreaker"]["images_per_s"] == pytest.approx(12_000)
+    assert rows["ulx3s"]["images_per_s"] is None
+    assert rows["hx8k"]["unfit"] and rows["hx8k"]["images_per_s"] is None
+    text = demo.format_result(r)
+    assert f"cycles from {path}" in text and "cycles from this run" in text
 
 
 def test_board_fit(model, tuned, split):
@@ -194,11 +314,13 @@ def test_board_fit(model, tuned, split):
     assert "discrete engine" in demo.board_fit("icebreaker", disc)
     assert demo.board_fit("ulx3s", bfp_net) is None
     assert demo.board_fit("orangecrab", disc) is None
-    rows = {p["board"]: p for p in demo.projections(1000, net=bfp_net, lanes=16)}
+    rows = {p["board"]: p for p in demo.projections(
+        {"icebreaker-discrete": 1000, "ulx3s": 1000}, net={"icebreaker-discrete": bfp_net,
+                                                           "ulx3s": bfp_net})}
     assert rows["icebreaker-discrete"]["unfit"]
     assert rows["icebreaker-discrete"]["images_per_s"] is None
+    assert rows["icebreaker-discrete"]["cycles_per_image"] is None
     assert rows["ulx3s"]["images_per_s"] == pytest.approx(25_000)
-    assert not rows["ulx3s"]["other_lanes"]
     text = demo.format_result(demo.DemoResult(
         "bfp", "t", 1, {"matrix_lanes": 16, "block": 16}, 1, 1, 1, 1, 1, 540, 1.0, 1.0, 1000,
         1000.0, 1, list(rows.values())))
@@ -241,3 +363,50 @@ def test_real_top_cxxrtl(tmp_path, variant):
     r = demo.run_digits(variant, simulator="cxxrtl", images=100, build_dir=str(tmp_path),
                         accelerator=acc)
     assert r.device_accuracy == r.golden_accuracy and r.cycles > 0
+
+
+def test_board_top_in_amaranth_own_cycles(tmp_path, monkeypatch):
+    """One image through the iCEBreaker's own top (N = 4, max_blocks 4, no quantiser) in
+    Amaranth's simulator (~20 s): bit for bit against its golden model, and its projection
+    (and that of a board with an identical profile) uses this run's cycle count."""
+    monkeypatch.setitem(demo.BOARDS, "icebreaker-copy",
+                        dataclasses.replace(demo.BOARDS["icebreaker"], name="icebreaker-copy"))
+    acc = Accelerator.simulated(simulator="amaranth", **demo.board_top("icebreaker"))
+    assert not demo.same_top(acc.params, demo.SIM_TOP)
+    assert acc.design.matrix_lanes == 4 and not acc.has_engine("quantiser")
+    r = demo.run_digits("bfp", simulator="amaranth", images=1, build_dir=str(tmp_path),
+                        accelerator=acc, cycles_file=str(tmp_path / "none.json"))
+    assert r.device_accuracy == r.golden_accuracy and r.design["matrix_lanes"] == 4
+    assert r.cycles > 0 and r.cycles_per_image == r.cycles
+    rows = {p["board"]: p for p in r.projections}
+    for name in ("icebreaker", "icebreaker-copy"):
+        assert rows[name]["cycles_per_image"] == r.cycles_per_image
+        assert rows[name]["cycles_source"] == "this run"
+        assert rows[name]["images_per_s"] == pytest.approx(12e6 / r.cycles)
+    assert rows["ulx3s"]["images_per_s"] is None and rows["orangecrab"]["images_per_s"] is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["bfp", "discrete"])
+def test_bench_boards_cxxrtl(tmp_path, variant):
+    """scripts/bench_demo.py on every board's own top in CXXRTL, 100 images each, bit for bit
+    (bench_one raises on a mismatch); the first compile of each top takes 2-6 min."""
+    from sim.cxxrtl import CompilerNotFound
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import bench_demo
+    split = mlp.load_split()
+    try:
+        found = bench_demo.bench_boards(variant, boards=list(demo.BOARDS), images=100,
+                                        split=split, build_dir=str(tmp_path),
+                                        log=lambda msg: None)
+    except CompilerNotFound as e:
+        pytest.skip(f"no C++ compiler for CXXRTL: {e}")
+    measured = {n for m in found for n in m["boards"]}
+    fits = {"bfp": {"icebreaker", "ulx3s", "orangecrab"},
+            "discrete": {"icebreaker-discrete", "hx8k", "ulx3s", "orangecrab"}}
+    assert measured == fits[variant]
+    for m in found:
+        assert m["bit_exact"] and m["cycles"] > 0 and m["images"] == 100
+        assert m["design"]["matrix_lanes"] == demo.board_top(m["boards"][0])["matrix_lanes"]
+    result = {"boards": {variant: found}}
+    assert set(demo.stored_cycles(variant, data=result)) == measured

@@ -59,10 +59,18 @@ DEVICE_PARAMS = {
 }
 
 
-def block_params(name, device):
-    """Parameters of block ``name`` on ``device``, taken from the device's board profile and
-    :data:`DEVICE_PARAMS`."""
-    profile = next((p for p in BOARDS.values() if p.device == device), None)
+def boards_on(device):
+    """Names of the board profiles on ``device``, in :data:`boards.profiles.BOARDS` order."""
+    return [name for name, p in BOARDS.items() if p.device == device]
+
+
+def block_params(name, device, board=None):
+    """Parameters of block ``name`` on ``device``, taken from the device's board profile (the
+    first on the device, or ``board``) and :data:`DEVICE_PARAMS`."""
+    if board is not None and BOARDS[board].device != device:
+        raise ValueError(f"Board {board!r} is not a {device} board")
+    profile = BOARDS[board] if board is not None else \
+        next((p for p in BOARDS.values() if p.device == device), None)
     accepted = inspect.signature(block_class(name).__init__).parameters
     params = {}
     if profile is None:
@@ -151,9 +159,11 @@ class RunCache:
         tmp.replace(self.path)
 
 
-def bench_one(name, device, seeds, say, cache=None, cached_only=False):
+def bench_one(name, device, seeds, say, cache=None, cached_only=False, board=None):
+    """One table row: ``name`` on ``device`` (with ``board``'s profile, for the top) built with
+    each placement seed, through ``cache``."""
     runs = []
-    params = block_params(name, device)
+    params = block_params(name, device, board)
     # LUT multipliers mean LUT logic: keep synthesis from mapping them to DSPs.
     dsp = params.get("mult", params.get("multiplier")) != "lut"
     for seed in seeds:
@@ -162,7 +172,8 @@ def bench_one(name, device, seeds, say, cache=None, cached_only=False):
         cached = cache.get(key) if cache is not None else None
         if cached is not None and "error" in cached:
             say(f"  {name} on {device} seed {seed}: {cached['error']} (cached)")
-            return {"block": name, "device": device, "params": params, "error": cached["error"]}
+            return {"block": name, "device": device, "board": board, "params": params,
+                    "error": cached["error"]}
         if cached is not None:
             runs.append(cached)
             say(f"  {name:<10} {device:<9} seed {seed}: {cached['lcs']} LC, "
@@ -177,20 +188,22 @@ def bench_one(name, device, seeds, say, cache=None, cached_only=False):
             if cache is not None:
                 # A netlist that does not fit is a result too (it fails the same way again).
                 cache.put(key, {"error": str(e), "seed": seed})
-            return {"block": name, "device": device, "params": params, "error": str(e)}
+            return {"block": name, "device": device, "board": board, "params": params,
+                    "error": str(e)}
         if cache is not None:
             cache.put(key, runs[-1])
         say(f"  {name:<10} {device:<9} seed {seed}: {runs[-1]['lcs']} LC, "
             f"{runs[-1]['fmax_mhz']} MHz ({runs[-1]['seconds']} s)")
     if not runs:
-        return {"block": name, "device": device, "params": params, "pending": True}
+        return {"block": name, "device": device, "board": board, "params": params,
+                "pending": True}
     seeds = [r["seed"] for r in runs]
     fmaxes = [r["fmax_mhz"] for r in runs if r["fmax_mhz"]]
     fmax = round(statistics.median(fmaxes), 2) if fmaxes else None
     dev = DEVICES[device]
     r0 = runs[0]
     return {
-        "block": name, "device": device, "params": params, "seeds": seeds,
+        "block": name, "device": device, "board": board, "params": params, "seeds": seeds,
         "lcs": r0["lcs"], "lcs_block": r0["lcs_block"], "wrapper_lcs": r0["wrapper_lcs"],
         "ffs": r0.get("ffs"), "dsps": r0["dsps"], "rams": r0["rams"], "spram": r0["spram"],
         "fmax_mhz_median": fmax,
@@ -230,15 +243,16 @@ def render_markdown(rows, command):
              "| seeds | throughput | of ceiling |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in rows:
+        block = f"{r['block']} ({r['board']})" if r.get("board") else r["block"]
         if r.get("pending"):
-            lines.append(f"| {r['block']} | {r['device']} | — | — | — | — | — | not measured "
+            lines.append(f"| {block} | {r['device']} | — | — | — | — | — | not measured "
                          f"yet | | | |")
             continue
         if "error" in r:
             msg = r["error"]
             if "ERROR:" in msg:
                 msg = msg[msg.index("ERROR:") + 6:].split(" | ")[0].strip().replace("|", "\\|")
-            lines.append(f"| {r['block']} | {r['device']} | — | — | — | — | — | failed: "
+            lines.append(f"| {block} | {r['device']} | — | — | — | — | — | failed: "
                          f"{msg[:80]} | | | |")
             continue
         tp = r.get("throughput")
@@ -247,7 +261,7 @@ def render_markdown(rows, command):
             rate = f"{tp['per_second'] / 1e6:.0f} M {tp['unit']}/s"
             if "ceiling_ratio" in tp:
                 ratio = f"{tp['ceiling_ratio']:.2f}"
-        lines.append(f"| {r['block']} | {r['device']} | {r['lcs_block']} | {r['lcs_pct']} | "
+        lines.append(f"| {block} | {r['device']} | {r['lcs_block']} | {r['lcs_pct']} | "
                      f"{r['dsps']} | {r['rams']} | {r['spram']} | {r['fmax_mhz_median']} | "
                      f"{', '.join(map(str, r['seeds']))} | {rate} | {ratio} |")
     shown = {(r["block"], r["device"]) for r in rows}
@@ -313,12 +327,15 @@ def main(argv=None):
         cache = RunCache(args.cache, args.resume or args.cached_only)
         for device in args.devices:
             for name in blocks:
-                try:
-                    rows.append(bench_one(name, device, args.seeds, say, cache,
-                                          cached_only=args.cached_only))
-                except (TypeError, ValueError) as e:
-                    say(f"  {name} on {device}: not buildable with this profile: {e}")
-                    rows.append({"block": name, "device": device, "error": str(e)})
+                # The top once per board profile on the device (they differ in engines).
+                for board in boards_on(device) if name == "top" else [None]:
+                    try:
+                        rows.append(bench_one(name, device, args.seeds, say, cache,
+                                              cached_only=args.cached_only, board=board))
+                    except (TypeError, ValueError) as e:
+                        say(f"  {name} on {device}: not buildable with this profile: {e}")
+                        rows.append({"block": name, "device": device, "board": board,
+                                     "error": str(e)})
     float_rows, ratio_rows, float_commands = [], [], [command]
     if not args.no_float:
         bfp = {d: bench_float.bfp_summary(r)

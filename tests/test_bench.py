@@ -95,3 +95,14 @@ def test_device_parameters_are_applied_and_named_in_the_table():
     assert "bfp on hx8k is built with `predictor=False`" in text
     assert "built with" not in bench.render_markdown(
         [{"block": "bfp", "device": "up5k", "pending": True}], "x")
+
+
+def test_the_top_is_built_with_each_board_profile_on_the_device():
+    assert bench.boards_on("up5k") == ["icebreaker", "icebreaker-discrete"]
+    lean = bench.block_params("top", "up5k")
+    discrete = bench.block_params("top", "up5k", board="icebreaker-discrete")
+    assert lean["bfp"] is True and discrete.get("bfp") is False and discrete["discrete"] is True
+    with pytest.raises(ValueError, match="Board 'hx8k' is not a up5k board"):
+        bench.block_params("top", "up5k", board="hx8k")
+    rows = [{"block": "top", "device": "up5k", "board": "icebreaker-discrete", "pending": True}]
+    assert "| top (icebreaker-discrete) | up5k |" in bench.render_markdown(rows, "x")

@@ -27,6 +27,7 @@ Dataflow
    other bank meanwhile.
 """
 
+import contextlib
 from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
@@ -60,6 +61,14 @@ _EMIT_FIFO_DEPTH = 16
 
 def _clog2(n):
     return (n - 1).bit_length()
+
+
+#: Lanes per copy of the PE array's and drain's control flip-flops (pipelined).
+_GROUP = 4
+
+
+def _groups(lanes):
+    return (lanes + _GROUP - 1) // _GROUP
 
 
 def _leading_one(v):
@@ -119,6 +128,18 @@ class BFPLanes(wiring.Component):
     pop : In(1)
         Shift the drain by one lane this cycle (only while ``count > 0``). Once a pass has
         started, the owner pops one lane every cycle until the drain is empty.
+    pop_groups : In(ceil(N / 4))
+        ``pipelined`` only: copies of ``pop`` (each a separate flip-flop in the owner), one per
+        group of four lanes, which shift that group's drain registers.
+    loading : Out(1)
+        ``pipelined`` only: a block moves into the drain this cycle (``count`` becomes ``N``).
+    last_one : Out(1)
+        ``pipelined`` only: ``count == 1``.
+
+    With ``pipelined``, the wide enables (the stall ``hold``, the accumulators' enable, the
+    drain's load) are flip-flops computed a cycle ahead, one copy per group of four lanes (each
+    copy's next state reads its own output, so synthesis does not merge the copies), except
+    the accumulators' enable: one copy for all lanes, a global network after placement.
     """
 
     def __init__(self, *, lanes, block, width, exp_bits, mult, sim_model, pipelined=True):
@@ -136,6 +157,8 @@ class BFPLanes(wiring.Component):
             "count": Out(range(lanes + 1)),
             "nonempty": Out(1),
             "pop": In(1),
+            **({"pop_groups": In(_groups(lanes)), "loading": Out(1), "last_one": Out(1)}
+               if pipelined else {}),
         })
 
     def elaborate(self, platform):
@@ -155,6 +178,9 @@ class BFPLanes(wiring.Component):
         for i in range(n):
             m.d.comb += [mult.a[i].eq(self.i_w.payload.m[i]), mult.b[i].eq(self.i_x.payload.m)]
 
+        if self._pipelined:
+            self._elaborate_pipelined(m, fire, hold)
+            return m
         # Stage M: the multipliers' product registers, with the exponent adders beside them.
         beat = Signal(range(self._block))
         m_valid = Signal()
@@ -235,6 +261,115 @@ class BFPLanes(wiring.Component):
         return m
 
 
+    def _elaborate_pipelined(self, m, fire, hold):
+        n, pw, eb, w = self._lanes, self._pw, self._exp_bits, self._width
+        nan_code = -(1 << (eb - 1))
+        mult = self._mult
+        ng = _groups(n)
+        grp = [i // _GROUP for i in range(n)]
+
+        # Stage M: the multipliers' product registers, with the exponent adders beside them.
+        beat = Signal(range(self._block))
+        m_valid = Signal()
+        m_last = Signal()
+        m_e3 = [Signal(signed(eb + 1), name=f"m_e3_{i}") for i in range(n)]
+        m_nan = [Signal(name=f"m_nan_{i}") for i in range(n)]
+        # The control copies, per group g, all next-state registers: pv / pl (stage R holds a
+        # beat / a block's last beat), full (the accumulators hold a whole block sum), z (the
+        # next beat starts a sum), hold (the stall: full while the drain is busy), en (stage R
+        # moves into the accumulators) and load (the accumulators move into the drain). Copy 0
+        # of en and z drives every accumulator (see below).
+        ctl = {nm: [Signal(name=f"{nm}_g{g}", init=nm == "z") for g in range(ng)]
+               for nm in ("pv", "pl", "full", "z", "hold", "en", "load")}
+        hold_g, en_g, load_g, z_g = ctl["hold"], ctl["en"], ctl["load"], ctl["z"]
+        beat_last = Signal()    # beat == B - 1, a register
+        with m.If(~hold):
+            m.d.sync += [m_valid.eq(fire), m_last.eq(fire & beat_last)]
+        with m.If(fire):
+            m.d.sync += [beat.eq(Mux(beat_last, 0, beat + 1)),
+                         beat_last.eq(beat == self._block - 2)]
+        # The exponent adders take only a block's last beat: the sums stay in stage M until
+        # the drain loads them, three cycles later at the earliest (the next last beat comes
+        # B beats later, and stage M is stalled while a block sum waits).
+        # While the next beat is a last one they take every cycle's inputs (the fired beat's
+        # come last: `beat_last` falls with the fire), so the enable is two flip-flops.
+        x_nan = self.i_x.payload.e == nan_code
+        for i in range(n):
+            with m.If(~hold_g[grp[i]] & beat_last):
+                we = self.i_w.payload.e[i]
+                m.d.sync += [m_e3[i].eq(we + self.i_x.payload.e),
+                             m_nan[i].eq(x_nan | (we == nan_code))]
+        # Stage R: a fabric register after the hard multipliers (their outputs route slowly).
+        prod = [Signal(signed(2 * w), name=f"prod{i}") for i in range(n)]
+        for i in range(n):
+            with m.If(~hold_g[grp[i]]):
+                m.d.sync += prod[i].eq(mult.p[i])
+        if self._block < 3:
+            # With B = 2 the next last beat reaches stage M before the drain loads: keep the
+            # exponent sums in stage R too.
+            r_e3 = [Signal(signed(eb + 1), name=f"r_e3_{i}") for i in range(n)]
+            r_nan = [Signal(name=f"r_nan_{i}") for i in range(n)]
+            for i in range(n):
+                with m.If(~hold_g[grp[i]] & m_last):
+                    m.d.sync += [r_e3[i].eq(m_e3[i]), r_nan[i].eq(m_nan[i])]
+            m_e3, m_nan = r_e3, r_nan
+
+        # The drain: N lanes of (block sum, e3, nan), shifted out towards lane 0.
+        d_p = [Signal(signed(pw), name=f"d_p{i}") for i in range(n)]
+        d_e = [Signal(signed(eb + 1), name=f"d_e{i}") for i in range(n)]
+        d_nan = [Signal(name=f"d_nan{i}") for i in range(n)]
+        acc = [Signal(signed(pw), name=f"acc{i}") for i in range(n)]
+        # The lanes left, also in thermometer code (bit i: count > i) for one-LUT tests.
+        therm = Signal(n)
+        m.d.comb += [
+            self.head.p.eq(d_p[0]), self.head.e.eq(d_e[0]), self.head.nan.eq(d_nan[0]),
+            hold.eq(hold_g[0]),
+            self.loading.eq(load_g[0]),
+            self.nonempty.eq(therm[0]),
+            self.last_one.eq(therm[0] & ~therm[1] if n > 1 else therm[0]),
+        ]
+        # A block may load while count <= 1 (count == 1 only happens mid-pass, when the last
+        # lane is popped this cycle). A pop implies count > 0.
+        low_next = Signal()
+        m.d.comb += low_next.eq(Mux(load_g[0], n <= 1,
+                                    Mux(self.pop, ~therm[2] if n > 2 else 1,
+                                        ~therm[1] if n > 1 else 1)))
+        with m.If(self.pop):
+            m.d.sync += therm.eq(therm >> 1)
+        with m.If(load_g[0]):
+            m.d.sync += therm.eq(-1)
+        # A whole block sum waits in the accumulators until the drain takes it; meanwhile
+        # stages M and R stall. Each copy's next state reads its own flip-flops.
+        for g in range(ng):
+            pv, pl, full, z, hold_c, en, load = (ctl[nm][g] for nm in
+                                                  ("pv", "pl", "full", "z", "hold", "en", "load"))
+            pv_n = Mux(hold_c, pv, m_valid)
+            full_n = Mux(en, pl, Mux(load, 0, full))
+            hold_n = full_n & ~low_next
+            m.d.sync += [
+                pv.eq(pv_n), pl.eq(Mux(hold_c, pl, m_last)), full.eq(full_n),
+                z.eq(Mux(en, pl, Mux(load, 1, z))),
+                hold_c.eq(hold_n), load.eq(full_n & low_next), en.eq(pv_n & ~hold_n),
+            ]
+        with m.If(self.pop):
+            m.d.sync += self.count.eq(self.count - 1)
+        with m.If(load_g[0]):
+            m.d.sync += self.count.eq(n)
+        for i in range(n):
+            g = grp[i]
+            if i < n - 1:
+                with m.If(self.pop_groups[g]):
+                    m.d.sync += [d_p[i].eq(d_p[i + 1]), d_e[i].eq(d_e[i + 1]),
+                                 d_nan[i].eq(d_nan[i + 1])]
+            with m.If(load_g[g]):
+                m.d.sync += [d_p[i].eq(acc[i]), d_e[i].eq(m_e3[i]), d_nan[i].eq(m_nan[i])]
+            # One enable for every accumulator: its wide fan-out makes nextpnr put it on a
+            # global network, which keeps each accumulator's carry chain (LUTs of four inputs
+            # with their flip-flops) within a logic tile's 32 local inputs, so unsplit.
+            with m.If(en_g[0]):
+                m.d.sync += acc[i].eq(Mux(z_g[0], prod[i], acc[i] + prod[i]))
+
+
 class BlockCombiner(wiring.Component):
     """Pipeline that merges one ``(P, e)`` contribution per cycle into a lane's accumulator.
 
@@ -242,8 +377,9 @@ class BlockCombiner(wiring.Component):
     and shift amount, S2 shift, S3 add and write back. The memory read port must be transparent
     to the write port when ``N`` < 5 (a lane is read again in the cycle its update is
     written). With ``pipelined=False`` S1 and S1b are combinational (the update is written two
-    cycles after the read, so no collision happens for ``N`` >= 3). Implements step 2 of
-    :mod:`sim.bfp_column` exactly.
+    cycles after the read, so no collision happens for ``N`` >= 3). Pipelined with ``N >= 6``,
+    two more stages (a register after the memory, the shifter in two) write the update six
+    cycles after the read. Implements step 2 of :mod:`sim.bfp_column` exactly.
 
     Members
     -------
@@ -275,6 +411,9 @@ class BlockCombiner(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        if self._pipelined and self._lanes >= 6:
+            self._elaborate_deep(m)
+            return m
         aw, eb, f = self._aw, self._eb, self._f
         it = self.item
         # Without pipelining S1 and S1b are combinational: S0 -> S1..S2 -> S3.
@@ -340,6 +479,138 @@ class BlockCombiner(wiring.Component):
         return m
 
 
+    def _elaborate_deep(self, m):
+        # N >= 6 lanes leave room for two more stages before a lane is read again: Q (the
+        # memory output, registered, with zero tests per 4-bit group) and the shifter split
+        # in two (S2a by multiples of 4, S2b by 0..3). S1 computes, besides the exponent
+        # difference, its negation and the clamp and sign tests as subtraction sign bits, so
+        # that S1b only selects.
+        aw, eb, f, pw = self._aw, self._eb, self._f, self._pw
+        it = self.item
+        m.d.comb += self.rd_addr.eq(Cat(it.idx, it.bank))
+        ew = max(eb, aw.bit_length()) + 2
+        ctl = {"valid": 1, "idx": range(self._lanes), "bank": 1, "final": 1, "nan": 1}
+
+        s1 = Signal(self.item_layout)
+        m.d.sync += s1.eq(it)
+
+        # Q: the operands from memory.
+        ngz = (aw + 3) // 4
+        q = Signal(data.StructLayout({
+            **ctl, "e": signed(eb + 1), "e_lo": signed(ew), "e_hi": signed(ew),
+            "ea": signed(eb + 1), "a": signed(aw), "p": signed(pw), "zg": ngz}))
+        a = Mux(s1.first, 0, self.rd_data.a)
+        m.d.sync += [
+            q.valid.eq(s1.valid), q.idx.eq(s1.idx), q.bank.eq(s1.bank), q.final.eq(s1.final),
+            q.nan.eq((~s1.first & self.rd_data.nan) | s1.nan),
+            q.e.eq(s1.e), q.e_lo.eq(s1.e - (aw - 2)), q.e_hi.eq(s1.e + (aw - 2)),
+            q.ea.eq(Mux(s1.first, 0, self.rd_data.ea)), q.a.eq(a), q.p.eq(s1.p),
+            q.zg.eq(Cat(a[i:i + 4] == 0 for i in range(0, aw, 4))),
+        ]
+
+        # S1: d = e - ea and -d, d > 0, d >= AW - 1, d <= 1 - AW, and the zero tests.
+        t = Signal(data.StructLayout({
+            **ctl, "e": signed(eb + 1), "ea": signed(eb + 1), "d": signed(eb + 3),
+            "nd": signed(eb + 3), "ge": 1, "le": 1, "a": signed(aw), "c": signed(aw),
+            "a_zero": 1, "p_zero": 1}))
+        m.d.sync += [
+            t.valid.eq(q.valid), t.idx.eq(q.idx), t.bank.eq(q.bank), t.final.eq(q.final),
+            t.nan.eq(q.nan), t.e.eq(q.e), t.ea.eq(q.ea),
+            t.d.eq(q.e - q.ea), t.nd.eq(q.ea - q.e),
+            t.ge.eq((q.ea - q.e_lo)[-1]), t.le.eq((q.e_hi - q.ea)[-1]),
+            t.a.eq(q.a), t.c.eq(q.p << f), t.a_zero.eq(q.zg.all()), t.p_zero.eq(q.p == 0),
+        ]
+
+        # S1b: which operand to align, and by how much (clamped to AW - 1).
+        s2 = Signal(data.StructLayout({
+            **ctl, "ea": signed(eb + 1), "sh": signed(aw), "amt": range(aw),
+            "add": signed(aw)}))
+        m.d.sync += [s2.valid.eq(t.valid), s2.idx.eq(t.idx), s2.bank.eq(t.bank),
+                     s2.final.eq(t.final), s2.nan.eq(t.nan)]
+        with m.If(t.a_zero):
+            m.d.sync += [s2.sh.eq(t.c), s2.amt.eq(0), s2.add.eq(0), s2.ea.eq(t.e)]
+        with m.Elif(t.p_zero):
+            m.d.sync += [s2.sh.eq(t.a), s2.amt.eq(0), s2.add.eq(0), s2.ea.eq(t.ea)]
+        with m.Elif(t.nd[-1]):          # d > 0
+            m.d.sync += [s2.sh.eq(t.a), s2.add.eq(t.c), s2.ea.eq(t.e),
+                         s2.amt.eq(Mux(t.ge, aw - 1, t.d))]
+        with m.Else():
+            m.d.sync += [s2.sh.eq(t.c), s2.add.eq(t.a), s2.ea.eq(t.ea),
+                         s2.amt.eq(Mux(t.le, aw - 1, t.nd))]
+
+        # S2a, S2b: the alignment (bias) shifter.
+        s2b = Signal(data.StructLayout({
+            **ctl, "ea": signed(eb + 1), "sh": signed(aw), "lo": 2, "add": signed(aw)}))
+        m.d.sync += [
+            s2b.valid.eq(s2.valid), s2b.idx.eq(s2.idx), s2b.bank.eq(s2.bank),
+            s2b.final.eq(s2.final), s2b.nan.eq(s2.nan), s2b.ea.eq(s2.ea), s2b.add.eq(s2.add),
+            s2b.sh.eq(s2.sh >> Cat(Const(0, 2), s2.amt[2:])), s2b.lo.eq(s2.amt[:2]),
+        ]
+        s3 = Signal(data.StructLayout({
+            **ctl, "ea": signed(eb + 1), "sh": signed(aw), "add": signed(aw)}))
+        m.d.sync += [
+            s3.valid.eq(s2b.valid), s3.idx.eq(s2b.idx), s3.bank.eq(s2b.bank),
+            s3.final.eq(s2b.final), s3.nan.eq(s2b.nan), s3.ea.eq(s2b.ea), s3.add.eq(s2b.add),
+            s3.sh.eq(s2b.sh >> s2b.lo),
+        ]
+
+        # S3: the (bias) adder and write-back.
+        m.d.comb += [
+            self.wr_en.eq(s3.valid),
+            self.wr_addr.eq(Cat(s3.idx, s3.bank)),
+            self.wr_data.a.eq(s3.sh + s3.add),
+            self.wr_data.ea.eq(s3.ea),
+            self.wr_data.nan.eq(s3.nan),
+        ]
+        last = s3.valid & s3.final & (s3.idx == self._lanes - 1)
+        m.d.comb += self.done.eq(Mux(last, Mux(s3.bank, 0b10, 0b01), 0))
+
+
+class _FSM:
+    """An Amaranth FSM behind the interface of :class:`_OneHotFSM`."""
+
+    def __init__(self, m):
+        self._m = m
+        self._fsm = m.FSM()
+
+    def __enter__(self):
+        return self._fsm.__enter__()
+
+    def __exit__(self, *exc):
+        return self._fsm.__exit__(*exc)
+
+    def state(self, name):
+        return self._m.State(name)
+
+    def goto(self, name):
+        self._m.next = name
+
+
+class _OneHotFSM:
+    """A state machine with one flip-flop per state (the first state is the initial one)."""
+
+    def __init__(self, m, names):
+        self._m = m
+        self._st = {nm: Signal(name=f"st_{nm.lower()}", init=i == 0)
+                    for i, nm in enumerate(names)}
+        self._cur = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    @contextlib.contextmanager
+    def state(self, name):
+        self._cur = name
+        with self._m.If(self._st[name]):
+            yield
+
+    def goto(self, name):
+        self._m.d.sync += [self._st[self._cur].eq(0), self._st[name].eq(1)]
+
+
 class OutputUnit(wiring.Component):
     """Output exponent selector and output mantissa shifter; one output element per beat.
 
@@ -352,7 +623,9 @@ class OutputUnit(wiring.Component):
     with a FIFO credit (and, in stochastic rounding, an ``i_rand`` beat, which travels with
     the element). One right shifter serves both shift directions. ``pipelined=False`` folds
     the stages marked so in :meth:`elaborate` into their successors; ``stochastic=False``
-    leaves the random-number path out and keeps one fraction bit.
+    leaves the random-number path out and keeps one fraction bit. Pipelined, ``|A|`` takes two
+    stages, the rounding decision, narrowing and saturation three more, the state register is
+    one-hot and ``finish`` comes a cycle after the last acceptance.
 
     Members
     -------
@@ -427,8 +700,19 @@ class OutputUnit(wiring.Component):
         mx = Signal(w)
         neg_mx = Signal(signed(w + 1))
         fw = Signal(range(f + w + 1))   # F + W - 1: raw = top_max - fw
-        m.d.sync += [mx.eq((Const(1, w + 1) << (self.cfg_width - 1).as_unsigned()) - 1),
-                     neg_mx.eq(-mx), fw.eq(f + self.cfg_width - 1)]
+        if self._pipelined:
+            # The width registered first; then mx = 2^(W-1) - 1 and -mx as thermometer codes
+            # (one LUT per bit).
+            cw = Signal.like(self.cfg_width)
+            m.d.sync += [
+                cw.eq(self.cfg_width),
+                mx.eq(Cat(cw > i + 1 for i in range(w))),
+                neg_mx.eq(Cat(cw >= 2, *(cw <= i + 1 for i in range(1, w + 1)))),
+                fw.eq(f + cw - 1),
+            ]
+        else:
+            m.d.sync += [mx.eq((Const(1, w + 1) << (self.cfg_width - 1).as_unsigned()) - 1),
+                         neg_mx.eq(-mx), fw.eq(f + self.cfg_width - 1)]
 
         # -- scan: |A| -> bitlen(|A|) + ea -> running maximum ------------------------------
         rv = Signal()
@@ -460,8 +744,9 @@ class OutputUnit(wiring.Component):
         qv = Signal()
         q_a = Signal(signed(aw))
         q_ea = Signal(signed(eb + 1))
-        m.d.sync += [rv.eq(0), sv.eq(qv), tv.eq(gv & (g_nz != 0)), t_len.eq(bitlen),
-                     t_ea.eq(g_ea)]
+        xv = Signal()           # pipelined: stage X (the low half of the negation) valid
+        m.d.sync += [rv.eq(0), sv.eq(xv if self._pipelined else qv), tv.eq(gv & (g_nz != 0)),
+                     t_len.eq(bitlen), t_ea.eq(g_ea)]
         merged += [gv.eq(sv), g_ea.eq(s_ea)]
         # Stage Q (merged): the memory's output register, copied.
         if self._pipelined:
@@ -472,20 +757,49 @@ class OutputUnit(wiring.Component):
             m.d.comb += [qv.eq(rv), q_a.eq(self.rd_data.a), q_ea.eq(self.rd_data.ea)]
         with m.If(rv):
             m.d.sync += any_nan.eq(any_nan | self.rd_data.nan)
-        with m.If(qv):
-            m.d.sync += [s_abs.eq(Mux(q_a < 0, -q_a, q_a)), s_ea.eq(q_ea)]
         uv = Signal()
-        m.d.sync += [top.eq(t_len + t_ea), uv.eq(tv)]
-        # qv, sv, gv, tv and uv all clear (registered from their inputs).
         scan_empty = Signal(init=1)
-        m.d.sync += scan_empty.eq(~(rv | qv | sv | gv | tv))
-        # top > top_max as the sign of a subtraction (a carry chain, not a LUT comparator).
         top_gt = Signal(signed(eb + 4))
-        m.d.comb += top_gt.eq(top_max - top)
-        with m.If(uv):
-            m.d.sync += any_nz.eq(1)
-            with m.If(~any_nz | top_gt[-1]):
+        if self._pipelined:
+            # |A| in two stages of half the width: X negates the low half and keeps its
+            # borrow, S the high half.
+            half = aw // 2
+            x_lo = Signal(half)
+            x_hi = Signal(aw - half)
+            x_neg = Signal()
+            x_c = Signal()
+            x_ea = Signal(signed(eb + 1))
+            m.d.sync += xv.eq(qv)
+            with m.If(qv):
+                m.d.sync += [x_neg.eq(q_a[-1]), x_hi.eq(q_a[half:]),
+                             x_lo.eq(Mux(q_a[-1], -q_a[:half], q_a[:half])),
+                             x_c.eq(q_a[:half] == 0), x_ea.eq(q_ea)]
+            with m.If(xv):
+                m.d.sync += [s_abs.eq(Cat(x_lo, Mux(x_neg, ~x_hi + x_c, x_hi))),
+                             s_ea.eq(x_ea)]
+            # `top` is the least value when no lane is there, so the running maximum's
+            # compare alone (a subtraction's sign: a carry chain) enables it; top_max starts
+            # at that least value too.
+            m.d.sync += [top.eq(Mux(tv, t_len + t_ea, -1 << (len(top) - 1))), uv.eq(tv)]
+            # qv, xv, sv, gv, tv and uv all clear (registered from their inputs).
+            m.d.sync += scan_empty.eq(~(rv | qv | xv | sv | gv | tv))
+            m.d.comb += top_gt.eq(top_max - top)
+            with m.If(uv):
+                m.d.sync += any_nz.eq(1)
+            with m.If(top_gt[-1]):
                 m.d.sync += top_max.eq(top)
+        else:
+            with m.If(qv):
+                m.d.sync += [s_abs.eq(Mux(q_a < 0, -q_a, q_a)), s_ea.eq(q_ea)]
+            m.d.sync += [top.eq(t_len + t_ea), uv.eq(tv)]
+            # qv, sv, gv, tv and uv all clear (registered from their inputs).
+            m.d.sync += scan_empty.eq(~(rv | qv | sv | gv | tv))
+            # top > top_max as the sign of a subtraction (a carry chain, not a LUT comparator).
+            m.d.comb += top_gt.eq(top_max - top)
+            with m.If(uv):
+                m.d.sync += any_nz.eq(1)
+                with m.If(~any_nz | top_gt[-1]):
+                    m.d.sync += top_max.eq(top)
 
         # -- emit pipeline ---------------------------------------------------------------------
         # The pipeline never stalls: an element is issued only when the output FIFO is sure to
@@ -538,12 +852,20 @@ class OutputUnit(wiring.Component):
         e_val = Signal(signed(w + 3))
 
         m.d.comb += self.rd_en.eq(1)
-        m.d.sync += [v0.eq(issue), vb.eq(va), vc.eq(vc1), ve.eq(vd)]
+        vd2 = Signal()          # pipelined: stage D2's valid
+        m.d.sync += [v0.eq(issue), vb.eq(va), vc.eq(vc1),
+                     ve.eq(vd2 if self._pipelined else vd)]
         merged += [va.eq(v0), vc1.eq(vb), vd.eq(vc)]
         if self._stochastic:
             m.d.sync += [r0.eq(self.i_rand.payload), rb.eq(ra), rc.eq(rc1)]
             merged += [ra.eq(r0), rc1.eq(rb)]
-        merged += [a_a.eq(self.rd_data.a), a_s.eq(e4 - self.rd_data.ea + (f + w + 1))]
+        if self._pipelined:
+            # e4 + F + W + 1 registered (e4 is set in CLAMP, two cycles before stage A).
+            e4_off = Signal(signed(eb + 1))
+            m.d.sync += [e4_off.eq(e4 + (f + w + 1)),
+                         a_a.eq(self.rd_data.a), a_s.eq(e4_off - self.rd_data.ea)]
+        else:
+            merged += [a_a.eq(self.rd_data.a), a_s.eq(e4 - self.rd_data.ea + (f + w + 1))]
         m.d.sync += [
             b_a.eq(a_a),
             b_sr.eq(Mux(a_s < 0, 0, Mux(a_s >= xw, xw, a_s))),
@@ -555,10 +877,21 @@ class OutputUnit(wiring.Component):
         sr_hi = Cat(Const(0, 3), b_sr[3:])
         m.d.comb += [x.eq(b_a << (rr + w + 1)),
                      mask_hi.eq(~(Const(-1, signed(xw + 1)) << sr_hi))]
+        if self._pipelined:
+            # The coarse shift's sticky bit from per-byte zero tests taken in stage B: the
+            # bytes below the shift amount (a multiple of 8) are dropped.
+            xa = (a_a << (rr + w + 1))[:xw]
+            nbytes = (xw + 7) // 8
+            b_bnz = Signal(nbytes)
+            m.d.sync += b_bnz.eq(Cat(xa[8 * j:8 * j + 8] != 0 for j in range(nbytes)))
+            k = b_sr[3:]
+            sticky_hi = Cat((b_bnz[j] & (k > j)) for j in range(nbytes)) != 0
+        else:
+            sticky_hi = (x.as_unsigned() & mask_hi) != 0
         merged += [
             c1_x.eq(x >> sr_hi),
             c1_lo.eq(b_sr[:3]),
-            c1_sticky.eq((x.as_unsigned() & mask_hi) != 0),
+            c1_sticky.eq(sticky_hi),
             c1_neg.eq(b_a < 0),
         ]
         mask_lo = Signal(8)
@@ -572,42 +905,124 @@ class OutputUnit(wiring.Component):
         f_r = Signal(rr)
         up = Signal()
         m.d.comb += [q.eq(c_qext >> rr), f_r.eq(c_qext[:rr])]
-        below = ((f_r[:rr - 1] != 0) | c_sticky) if rr > 1 else c_sticky
-        nearest = f_r[rr - 1] & (below | q[0])
+        if self._pipelined:
+            # The rounding decision's terms in stage D (the stochastic one as a carry out),
+            # the decision itself in stage D2.
+            rd_low = Signal()       # fraction bits below the half bit, or sticky
+            rd_half = Signal()
+            rd_q0 = Signal()
+            rd_neg = Signal()
+            rd_stoch = Signal()
+            m.d.sync += [
+                rd_low.eq(((f_r[:rr - 1] != 0) | c_sticky) if rr > 1 else c_sticky),
+                rd_half.eq(f_r[rr - 1]), rd_q0.eq(q[0]), rd_neg.eq(c_neg),
+            ]
+            if self._stochastic:
+                m.d.sync += rd_stoch.eq((f_r + rc)[rr])
+            below, nearest = rd_low, rd_half & (rd_low | rd_q0)
+            toward_zero = rd_neg & (rd_half | rd_low)
+            stoch_up = rd_stoch
+        else:
+            below = ((f_r[:rr - 1] != 0) | c_sticky) if rr > 1 else c_sticky
+            nearest = f_r[rr - 1] & (below | q[0])
+            toward_zero = c_neg & ((f_r != 0) | c_sticky)
+            stoch_up = (f_r + rc)[rr]
         with m.Switch(self.cfg_rounding):
             with m.Case(Rounding.NEAREST_EVEN):
                 m.d.comb += up.eq(nearest)
             with m.Case(Rounding.TOWARD_ZERO):
-                m.d.comb += up.eq(c_neg & ((f_r != 0) | c_sticky))
+                m.d.comb += up.eq(toward_zero)
             with m.Default():
                 # Without stochastic rounding its codes round to nearest (never used so).
-                m.d.comb += up.eq((f_r + rc)[rr] if self._stochastic else nearest)
+                m.d.comb += up.eq(stoch_up if self._stochastic else nearest)
         # Values beyond ±2^W saturate anyway: narrow them to [-2^W, 2^W] before the
         # increment (sign and zero tests of the high bits, no comparator carry chain).
-        def narrow(v):
-            hi = v[w:]
-            big = ~hi[-1] & (hi != 0)
-            small = hi[-1] & ~hi.all()
-            return Mux(big, 1 << w, Mux(small, -(1 << w), v[:w + 1].as_signed()))
-        merged += [d_up.eq(up), d_q.eq(narrow(q))]
-        # Stage E: rounding increment. Stage F: saturation into the output FIFO.
-        m.d.sync += e_val.eq(d_q + d_up)
-        sat = Signal(signed(w))
-        with m.If(e_val > mx):
-            m.d.comb += sat.eq(mx)
-        with m.Elif(e_val < neg_mx):
-            m.d.comb += sat.eq(neg_mx)
-        with m.Else():
-            m.d.comb += sat.eq(e_val)
-        m.submodules.fifo = fifo = SyncFIFOBuffered(width=w + eb, depth=_EMIT_FIFO_DEPTH)
+        if self._pipelined:
+            # Stage D keeps the high bits' zero and all-ones tests per 8-bit group, stage D2
+            # narrows, stage E increments, stage F compares with the limits and stage G (into
+            # the FIFO) selects.
+            hi = q[w:]
+            hgroups = [hi[i:i + 8] for i in range(0, len(hi), 8)]
+            d_nz = Signal(len(hgroups))
+            d_all = Signal(len(hgroups))
+            d_neg = Signal()
+            d_lo = Signal(signed(w + 1))
+            d2_val = Signal(signed(w + 2))
+            d2_up = Signal()
+            vf = Signal()
+            f_gt = Signal()
+            f_lt = Signal()
+            f_val = Signal(signed(w))
+            m.d.sync += [
+                d_neg.eq(hi[-1]), d_lo.eq(q[:w + 1]),
+                d_nz.eq(Cat(g != 0 for g in hgroups)), d_all.eq(Cat(g.all() for g in hgroups)),
+                vd2.eq(vd), d2_up.eq(up),
+                d2_val.eq(Mux(~d_neg & (d_nz != 0), 1 << w,
+                              Mux(d_neg & ~d_all.all(), -(1 << w), d_lo))),
+                e_val.eq(d2_val + d2_up),
+                # The compares as subtraction sign bits (carry chains, not LUT trees).
+                vf.eq(ve), f_gt.eq((mx - e_val)[-1]), f_lt.eq((e_val - neg_mx)[-1]),
+                f_val.eq(e_val),
+            ]
+            sat = Signal(signed(w))
+            m.d.comb += sat.eq(Mux(f_gt, mx, Mux(f_lt, neg_mx, f_val)))
+            w_en = vf
+        else:
+            def narrow(v):
+                hi = v[w:]
+                big = ~hi[-1] & (hi != 0)
+                small = hi[-1] & ~hi.all()
+                return Mux(big, 1 << w, Mux(small, -(1 << w), v[:w + 1].as_signed()))
+            merged += [d_up.eq(up), d_q.eq(narrow(q))]
+            # Stage E: rounding increment. Stage F: saturation into the output FIFO.
+            m.d.sync += e_val.eq(d_q + d_up)
+            sat = Signal(signed(w))
+            with m.If(e_val > mx):
+                m.d.comb += sat.eq(mx)
+            with m.Elif(e_val < neg_mx):
+                m.d.comb += sat.eq(neg_mx)
+            with m.Else():
+                m.d.comb += sat.eq(e_val)
+            w_en = ve
         o_e = Signal(signed(eb))
-        m.d.comb += [
-            fifo.w_en.eq(ve),
-            fifo.w_data.eq(Cat(Mux(nan_blk, 0, sat), o_e)),
-            self.o.valid.eq(fifo.r_rdy),
-            self.o.payload.eq(fifo.r_data),
-            fifo.r_en.eq(self.o.ready),
-        ]
+        if self._pipelined:
+            # The output FIFO as a memory whose read register is the output register, with
+            # its fill level in thermometer code: every control signal is one LUT from
+            # flip-flops. It never overflows (the credits), so writes are not checked.
+            m.submodules.fifo = fifo = Memory(shape=w + eb, depth=_EMIT_FIFO_DEPTH, init=[])
+            f_wr = fifo.write_port()
+            f_rd = fifo.read_port()
+            f_wp = Signal(range(_EMIT_FIFO_DEPTH))
+            f_rp = Signal(range(_EMIT_FIFO_DEPTH))
+            f_level = Signal(_EMIT_FIFO_DEPTH)      # bit i: more than i entries stored
+            f_ov = Signal()                         # the read register holds an element
+            f_take = Signal()
+            m.d.comb += [
+                f_wr.en.eq(w_en), f_wr.addr.eq(f_wp),
+                f_wr.data.eq(Cat(Mux(nan_blk, 0, sat), o_e)),
+                f_take.eq(f_level[0] & (~f_ov | self.o.ready)),
+                f_rd.en.eq(f_take), f_rd.addr.eq(f_rp),
+                self.o.valid.eq(f_ov), self.o.payload.eq(f_rd.data),
+            ]
+            with m.If(w_en):
+                m.d.sync += f_wp.eq(f_wp + 1)
+            # The read register keeps its element while `o` stalls, else takes the next one.
+            m.d.sync += f_ov.eq(Mux(f_ov & ~self.o.ready, 1, f_level[0]))
+            with m.If(f_take):
+                m.d.sync += f_rp.eq(f_rp + 1)
+            with m.If(w_en & ~f_take):
+                m.d.sync += f_level.eq(Cat(1, f_level[:-1]))
+            with m.Elif(f_take & ~w_en):
+                m.d.sync += f_level.eq(f_level >> 1)
+        else:
+            m.submodules.fifo = fifo = SyncFIFOBuffered(width=w + eb, depth=_EMIT_FIFO_DEPTH)
+            m.d.comb += [
+                fifo.w_en.eq(w_en),
+                fifo.w_data.eq(Cat(Mux(nan_blk, 0, sat), o_e)),
+                self.o.valid.eq(fifo.r_rdy),
+                self.o.payload.eq(fifo.r_data),
+                fifo.r_en.eq(self.o.ready),
+            ]
         with m.If(issue):
             m.d.sync += [idx.eq(idx + 1), more.eq(idx != n - 1)]
 
@@ -620,44 +1035,75 @@ class OutputUnit(wiring.Component):
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += [accepted.eq(accepted + 1), acc_last.eq(accepted == n - 2)]
 
+        if self._pipelined:
+            # Registered: once true in SCAN_TAIL it stays true (no read is issued there, and
+            # the predictor was started by the previous product's commit, long before).
+            tail_done = Signal()
+            m.d.sync += tail_done.eq(~rv & scan_empty & ~pred.busy)
+        else:
+            tail_done = ~rv & scan_empty & ~pred.busy
+        if self._pipelined:
+            # The last acceptance, registered (`finish` follows it a cycle later).
+            emit_done = Signal()
+            m.d.sync += emit_done.eq(acc_last & self.o.valid & self.o.ready)
+        else:
+            emit_done = acc_last & self.o.valid & self.o.ready
+        if self._pipelined:
+            # top_max is final a cycle before SELECT (`tail_done` is registered).
+            raw_max = Signal.like(raw)
+            m.d.sync += raw_max.eq(top_max - fw)
+        else:
+            raw_max = top_max - fw
         m.d.comb += self.busy.eq(1)
-        with m.FSM():
-            with m.State("IDLE"):
+        # Pipelined, the state register is one-hot (each state's decode is one flip-flop).
+        states = ("IDLE", "SCAN", "SCAN_TAIL", "SELECT", "CHECK", "WINDOW", "DECIDE", "CLAMP",
+                  "EMIT")
+        use_pred_r = Signal()   # pipelined: DECIDE registers the choice of the prediction
+        fsm = _OneHotFSM(m, states) if self._pipelined else _FSM(m)
+        with fsm:
+            with fsm.state("IDLE"):
                 m.d.comb += self.busy.eq(0)
                 with m.If(self.start):
                     m.d.sync += [bank.eq(self.bank), idx.eq(0), any_nz.eq(0), any_nan.eq(0)]
-                    m.next = "SCAN"
-            with m.State("SCAN"):
+                    if self._pipelined:
+                        m.d.sync += top_max.eq(-1 << (len(top_max) - 1))
+                    fsm.goto("SCAN")
+            with fsm.state("SCAN"):
                 with m.If(idx == n - 1):
-                    m.next = "SCAN_TAIL"
+                    fsm.goto("SCAN_TAIL")
                 m.d.sync += [idx.eq(idx + 1), rv.eq(1)]
-            with m.State("SCAN_TAIL"):
+            with fsm.state("SCAN_TAIL"):
                 # The predictor finishes the previous product's update first.
-                with m.If(~rv & scan_empty & ~pred.busy):
-                    m.next = "SELECT"
-            with m.State("SELECT"):
+                with m.If(tail_done):
+                    fsm.goto("SELECT")
+            with fsm.state("SELECT"):
                 with m.If(self.cfg_exp_mode == ExpMode.FIXED):
                     m.d.sync += raw.eq(self.cfg_fixed_exp)
                 with m.Elif(any_nz):
-                    m.d.sync += raw.eq(top_max - fw)
+                    m.d.sync += raw.eq(raw_max)
                 with m.Else():
                     m.d.sync += raw.eq(0)
-                m.next = "CHECK"
-            with m.State("CHECK"):
+                fsm.goto("CHECK")
+            with fsm.state("CHECK"):
                 # Predicted mode: is the prediction within [raw, raw + u] (no overflow, no
                 # underflow)? A subtraction here, two small tests of it in WINDOW.
                 m.d.sync += dwin.eq(pred.unit_exp - raw)
-                m.next = "WINDOW"
-            with m.State("WINDOW"):
+                fsm.goto("WINDOW")
+            with fsm.state("WINDOW"):
                 m.d.sync += [
                     in_window.eq((dwin[3:] == 0) & (dwin[:3] <= self.cfg_pred_margin)),
                     raw_c.eq(Mux(raw > e_max, e_max, Mux(raw < -e_max, -e_max, raw))),
                 ]
-                m.next = "CLAMP"
-            with m.State("CLAMP"):
-                predicted = self.cfg_exp_mode == ExpMode.PREDICTED
-                usable = pred.usable & ~clear_req
-                use_pred = predicted & usable & (in_window | ~any_nz)
+                fsm.goto("DECIDE" if self._pipelined else "CLAMP")
+            predicted = self.cfg_exp_mode == ExpMode.PREDICTED
+            usable = pred.usable & ~clear_req
+            if self._pipelined:
+                with fsm.state("DECIDE"):
+                    m.d.sync += use_pred_r.eq(predicted & usable & (in_window | ~any_nz))
+                    fsm.goto("CLAMP")
+            with fsm.state("CLAMP"):
+                use_pred = (use_pred_r if self._pipelined
+                            else predicted & usable & (in_window | ~any_nz))
                 e4_sel = Mux(use_pred, pred.unit_exp, raw_c)
                 m.d.sync += [
                     e4.eq(e4_sel),
@@ -677,11 +1123,11 @@ class OutputUnit(wiring.Component):
                     pred.width.eq(self.cfg_width),
                     pred.k.eq(self.cfg_pred_k),
                 ]
-                m.next = "EMIT"
-            with m.State("EMIT"):
-                with m.If(acc_last & self.o.valid & self.o.ready):
+                fsm.goto("EMIT")
+            with fsm.state("EMIT"):
+                with m.If(emit_done):
                     m.d.comb += self.finish.eq(1)
-                    m.next = "IDLE"
+                    fsm.goto("IDLE")
         return m
 
 
@@ -693,25 +1139,26 @@ class ExponentPredictor(wiring.Component):
     bits) and ``unit_exp``, the largest output mantissa magnitude of the product in flight,
     and a small sequential engine that adds the sample and renormalises after the product's
     last output. The engine shifts one bit per cycle (the weight ``2^-s`` of the sample, then
-    the renormalisation ``δ``) and adds ``dev`` ``k`` times: about ``s + k + |δ| + 13`` cycles
+    the renormalisation ``δ``) and adds ``dev`` ``k`` times: about ``s + 2k + |δ| + 17`` cycles
     per product, which overlap the next product's scan pass (iterated floor shifts equal one
     floor shift).
 
     Members
     -------
     clear : In(1)
-        Empty the history (only while ``busy`` is low).
+        Empty the history (only while ``busy`` is low; takes effect a cycle later).
     begin : In(1)
         Pulse at the exponent selection of a product whose sample is to be added: latches
-        ``restart``, ``e4``, ``width`` and ``k`` and clears the running maximum.
+        ``restart``, ``e4``, ``width`` and ``k`` and clears the running maximum (a cycle later;
+        the product's first sample comes later still).
     restart, e4, width, k : In
         The sample starts a new history; the product's exponent, runtime width and spread
         multiple (0 behaves as 1).
     sample_valid, sample : In
         The product's output mantissas, as they are accepted.
     commit : In(1)
-        Pulse: the product's last output was accepted (after ``begin``; at most one cycle
-        later).
+        Pulse: the product's last output was accepted (after ``begin``; at least one cycle
+        after the last ``sample_valid``).
     busy : Out(1)
     usable : Out(1)
         The history is not empty and ``unit_exp`` is a finite exponent (registered; valid while
@@ -759,7 +1206,15 @@ class ExponentPredictor(wiring.Component):
         with m.If(self.begin):
             m.d.sync += [restart.eq(self.restart), e4.eq(self.e4),
                          wref.eq(self.width - 2 + fs),
-                         k.eq(Mux(self.k == 0, 1, self.k)), active.eq(1)]
+                         k.eq(Mux(self.k == 0, 1, self.k))]
+        # `begin` and `clear` also act a cycle late, from registers: the first sample and
+        # `commit` come many cycles after `begin`, and the history is next read at the next
+        # selection.
+        begin_r = Signal()
+        clear_r = Signal()
+        m.d.sync += [begin_r.eq(self.begin), clear_r.eq(self.clear)]
+        with m.If(begin_r):
+            m.d.sync += active.eq(1)
 
         # The running maximum of |m| (two stages, off the output path).
         sv = Signal()
@@ -769,7 +1224,7 @@ class ExponentPredictor(wiring.Component):
                      am.eq(Mux(self.sample < 0, -self.sample, self.sample))]
         gt = Signal(signed(w + 1))
         m.d.comb += gt.eq(xmax - am)
-        with m.If(self.begin):
+        with m.If(begin_r):
             m.d.sync += xmax.eq(0)
         with m.Elif(sv & gt[-1]):
             m.d.sync += xmax.eq(am)
@@ -780,81 +1235,137 @@ class ExponentPredictor(wiring.Component):
         kc = Signal(3)
         p = Signal(sw + 3)
         delta = Signal(signed(_clog2(sw + 4) + 2))
-        nz, msb = _leading_one(p)
         p_nz = Signal()
-        p_msb = Signal.like(msb)
-        fresh = Signal()                 # the sample starts a new history
+        p_msb = Signal(range(len(p)))
         count_inc = Signal.like(count)   # min(count + 1, 2^a)
         # s = min(a, floor(log2(count + 1))) for the sample about to be added.
         n_next = Signal(range((1 << a) + 2))
         s = Signal(range(max(a, 1) + 1))
         _, lg = _leading_one(n_next)
         m.d.comb += [n_next.eq(count + 1), s.eq(Mux(lg > a, a, lg))]
-        in_range = (eu >= -e_max) & (eu <= e_max)
+        eu_ok = Signal()                 # unit_exp is a finite exponent (registered)
+        m.d.sync += eu_ok.eq((eu >= -e_max) & (eu <= e_max))
 
-        with m.FSM():
-            with m.State("IDLE"):
-                with m.If(self.clear):
-                    m.d.sync += [count.eq(0), self.usable.eq(0)]
-                with m.If(self.commit & active):
-                    m.d.sync += [active.eq(0), busy.eq(1)]
-                    m.next = "SETTLE"
-            with m.State("SETTLE"):
-                m.d.sync += [fresh.eq(restart | (count == 0)),
-                             count_inc.eq(Mux(count == 1 << a, count, count + 1))]
-                m.next = "LOAD"
-            with m.State("LOAD"):
-                x = Cat(Const(0, fs), xmax)
-                with m.If(fresh):
-                    m.d.sync += [mu.eq(x), dev.eq(0), eu.eq(e4), count.eq(1)]
-                    m.next = "PRED"
-                with m.Else():
-                    m.d.sync += diff.eq(x - mu)
-                    m.next = "ABS"
-            with m.State("ABS"):
-                m.d.sync += [g.eq(Mux(diff < 0, -diff, diff)), sh.eq(s)]
-                m.next = "DEV"
-            with m.State("DEV"):
-                m.d.sync += g.eq(g - dev)
-                m.next = "WEIGH"
-            with m.State("WEIGH"):
-                with m.If(sh != 0):
-                    m.d.sync += [diff.eq(diff >> 1), g.eq(g >> 1), sh.eq(sh - 1)]
-                with m.Else():
-                    m.d.sync += [mu.eq(mu + diff), dev.eq(dev + g), count.eq(count_inc)]
-                    m.next = "PRED"
-            with m.State("PRED"):
-                m.d.sync += [p.eq(mu), kc.eq(k)]
-                m.next = "PSUM"
-            with m.State("PSUM"):
-                # P = mu + k·dev by k additions of dev (one small adder).
-                with m.If(kc != 0):
-                    m.d.sync += [p.eq(p + dev), kc.eq(kc - 1)]
-                with m.Else():
-                    m.next = "NORM"
-            with m.State("NORM"):
-                m.d.sync += [p_msb.eq(msb), p_nz.eq(nz)]
-                m.next = "DELTA"
-            with m.State("DELTA"):
-                m.d.sync += delta.eq(p_msb - wref)
-                with m.If(~p_nz):
-                    m.d.sync += [count.eq(0), self.usable.eq(0), busy.eq(0)]
-                    m.next = "IDLE"
-                with m.Else():
-                    m.next = "ADJUST"
-            with m.State("ADJUST"):
-                m.d.sync += eu.eq(eu + delta)
-                m.next = "SHIFT"
-            with m.State("SHIFT"):
-                with m.If(delta > 0):
-                    m.d.sync += [mu.eq(mu >> 1), dev.eq(dev >> 1), delta.eq(delta - 1)]
-                with m.Elif(delta < 0):
-                    m.d.sync += [mu.eq(mu << 1), dev.eq(dev << 1), delta.eq(delta + 1)]
-                with m.Else():
-                    m.next = "RANGE"
-            with m.State("RANGE"):
-                m.d.sync += [self.usable.eq(in_range), busy.eq(0)]
-                m.next = "IDLE"
+        # The engine: a one-hot state register, and one flag register per operation on the
+        # statistics, set a cycle ahead, so that every register's enable and input select
+        # comes straight from flip-flops.
+        names = ("idle", "settle", "load", "abs", "dev", "dev2", "weigh", "pred", "norm",
+                 "norm2", "delta", "delta2", "adjust", "shift", "range")
+        st = SimpleNamespace(**{nm: Signal(name=f"st_{nm}", init=nm == "idle")
+                                for nm in names})
+        ld = Signal()       # LOAD of a new history (the sample is fresh)
+        w_add = Signal()    # WEIGH: the weighted sample is added (summed this cycle)
+        w_sum = Signal()    # the sums are written to mu and dev this cycle
+        p_add = Signal()    # P + dev is written to P this cycle
+        p_wait = Signal()   # P + dev is being summed
+        d_pos = Signal()    # SHIFT: renormalise right this cycle
+        d_neg = Signal()    # SHIFT: renormalise left this cycle
+        start = st.idle & self.commit & active
+        w_shift = Signal()  # WEIGH: D and G are shifted this cycle (st.weigh & ~w_add)
+        m.d.sync += w_shift.eq((st.dev2 & (sh != 0)) | (w_shift & (sh != 1)))
+        cleared = st.delta & ~p_nz
+        m.d.sync += [
+            st.idle.eq((st.idle & ~start) | cleared | st.range),
+            st.settle.eq(start),
+            st.load.eq(st.settle),
+            st.abs.eq(st.load & ~ld),
+            st.dev.eq(st.abs),
+            st.dev2.eq(st.dev),
+            st.weigh.eq(st.dev2 | w_shift),
+            st.pred.eq((st.load & ld) | w_sum),
+            st.norm.eq(p_add & (kc == 1)),
+            st.norm2.eq(st.norm),
+            st.delta.eq(st.norm2),
+            st.delta2.eq(st.delta & p_nz),
+            st.adjust.eq(st.delta2),
+            st.shift.eq(st.adjust | d_pos | d_neg),
+            st.range.eq(st.shift & ~d_pos & ~d_neg),
+        ]
+        # Emptying the history (a clear request while idle, or P == 0) acts a cycle later,
+        # from one flag register: the history is next read at the next product.
+        empty = Signal()
+        m.d.sync += empty.eq((st.idle & clear_r) | cleared)
+        with m.If(empty):
+            m.d.sync += [count.eq(0), self.usable.eq(0)]
+        with m.If(start):
+            m.d.sync += [active.eq(0), busy.eq(1)]
+        with m.If(st.settle):
+            m.d.sync += [ld.eq(restart | (count == 0)), sh.eq(s),
+                         count_inc.eq(Mux(count == 1 << a, count, count + 1))]
+        x = Cat(Const(0, fs), xmax)
+        # D = X - mu and -D, free-running (mu and the sample are stable from SETTLE on).
+        x_mu = Signal.like(diff)
+        mu_x = Signal.like(diff)
+        m.d.sync += [x_mu.eq(x - mu), mu_x.eq(mu - x)]
+        with m.If(st.load):
+            m.d.sync += ld.eq(0)
+            with m.If(~ld):
+                m.d.sync += diff.eq(x_mu)
+        # |D| (a choice between D and -D) and |D| - dev, free-running (ready in DEV and DEV2).
+        abs_d = Signal(sw + 1)
+        g_pre = Signal.like(g)
+        m.d.sync += [abs_d.eq(Mux(x_mu[-1], mu_x, x_mu)), g_pre.eq(abs_d - dev)]
+        with m.If(st.dev2):
+            m.d.sync += [g.eq(g_pre), w_add.eq(sh == 0)]
+        with m.If(w_shift):
+            m.d.sync += [diff.eq(diff >> 1), g.eq(g >> 1), sh.eq(sh - 1), w_add.eq(sh == 1)]
+        # The sums, free-running: ready a cycle after `w_add`, when `w_sum` writes them.
+        mu_sum = Signal(sw)
+        dev_sum = Signal(sw)
+        m.d.sync += [mu_sum.eq(mu + diff), dev_sum.eq(dev + g), w_sum.eq(w_add)]
+        with m.If(w_add):
+            m.d.sync += w_add.eq(0)
+        with m.If(w_sum):
+            m.d.sync += count.eq(count_inc)
+        with m.If(ld):
+            m.d.sync += [eu.eq(e4), count.eq(1)]
+        # mu and dev: load, add, shift right or left (one flag each).
+        with m.If(ld):
+            m.d.sync += [mu.eq(x), dev.eq(0)]
+        with m.Elif(w_sum):
+            m.d.sync += [mu.eq(mu_sum), dev.eq(dev_sum)]
+        with m.Elif(d_pos):
+            m.d.sync += [mu.eq(mu >> 1), dev.eq(dev >> 1)]
+        with m.Elif(d_neg):
+            m.d.sync += [mu.eq(mu << 1), dev.eq(dev << 1)]
+        # P = mu + k·dev by k additions of dev (one small adder, free-running: two cycles
+        # per addition).
+        p_sum = Signal.like(p)
+        m.d.sync += p_sum.eq(p + dev)
+        with m.If(st.pred):
+            m.d.sync += [p.eq(mu), kc.eq(k), p_wait.eq(1)]
+        with m.If(p_wait):
+            m.d.sync += [p_wait.eq(0), p_add.eq(1)]
+        with m.If(p_add):
+            m.d.sync += [p.eq(p_sum), kc.eq(kc - 1), p_add.eq(0), p_wait.eq(kc != 1)]
+        # bitlen(P) - 1 in two stages: per 8-bit group, then across the groups.
+        pgroups = [p[i:i + 8] for i in range(0, len(p), 8)]
+        n_nz = Signal(len(pgroups))
+        n_idx = [Signal(3, name=f"n_idx{j}") for j in range(len(pgroups))]
+        with m.If(st.norm):
+            for j, grp in enumerate(pgroups):
+                nz_j, idx_j = _leading_one(grp)
+                m.d.sync += [n_nz[j].eq(nz_j), n_idx[j].eq(idx_j)]
+        with m.If(st.norm2):
+            m.d.sync += p_nz.eq(n_nz != 0)
+            for j in range(len(pgroups)):    # the highest non-zero group wins
+                with m.If(n_nz[j]):
+                    m.d.sync += p_msb.eq(Cat(n_idx[j], Const(j, 8)))
+        # delta = bitlen(P) - 1 - wref, free-running (ready in DELTA2).
+        delta_pre = Signal.like(delta)
+        m.d.sync += delta_pre.eq(p_msb - wref)
+        with m.If(st.delta2):
+            m.d.sync += delta.eq(delta_pre)
+        with m.If(cleared):
+            m.d.sync += busy.eq(0)
+        with m.If(st.adjust):
+            m.d.sync += [eu.eq(eu + delta), d_pos.eq(delta > 0), d_neg.eq(delta < 0)]
+        with m.If(d_pos):
+            m.d.sync += [delta.eq(delta - 1), d_pos.eq(delta != 1)]
+        with m.If(d_neg):
+            m.d.sync += [delta.eq(delta + 1), d_neg.eq(delta != -1)]
+        with m.If(st.range):
+            m.d.sync += [self.usable.eq(eu_ok), busy.eq(0)]
         return m
 
 
@@ -902,6 +1413,9 @@ class BFPColumn(wiring.Component):
         the shift stage), no copy of the memory output in the scan, and a four-stage emit
         pipeline (stages A, C1 and D folded into the next), a three-stage scan (Q and G
         folded). About 500 fewer flip-flops at ``N = 4``, a lower Fmax, the same results.
+        ``True`` also computes the control decisions a cycle ahead into flip-flops (the PE
+        array's and drain's enables in one copy per four lanes), and, for ``N >= 6``, adds two
+        combiner stages (see :class:`BlockCombiner`): the UP5K timing work of ``docs/bfp.md``.
 
     Members
     -------
@@ -1093,16 +1607,33 @@ class BFPColumn(wiring.Component):
         bank_busy = Signal(2)
         bank_done = Signal(2)
         busy_next = Signal(2)
-        last_blk = blk == self.cfg_blocks - 1
-        end_pass = pcnt == n - 1
         pop = Signal()
         claim = Signal()
-        m.d.comb += [
-            pop.eq(~bias_phase & (mid_pass | (can_start & pe.nonempty))),
-            pe.pop.eq(pop),
-            claim.eq(pop & ~mid_pass & (blk == 0)),
-        ]
         take_bias = Signal()
+        if self._pipelined:
+            # Every decision is a register computed from the next state (a pass lasts N >= 4
+            # cycles, so `next_last`, derived from `blk` a cycle late, is ready at its end).
+            nb1 = Signal.like(blk)           # cfg_blocks - 1
+            one_blk = Signal()               # cfg_blocks == 1
+            next_last = Signal()             # blk + 1 == cfg_blocks - 1
+            last_blk = Signal()              # blk == cfg_blocks - 1
+            first = Signal(init=1)           # blk == 0
+            end_pass = Signal(init=n == 1)   # pcnt == n - 1
+            mid_pe = Signal()                # mid_pass outside the bias phase
+            # `pop` is a flip-flop too, with one copy per group of drain lanes.
+            pop_c = [Signal(name=f"pop_c{g}") for g in range(_groups(n))]
+            m.d.sync += [nb1.eq(self.cfg_blocks - 1), one_blk.eq(nb1 == 0),
+                         next_last.eq(blk + 1 == nb1)]
+            m.d.comb += [pop.eq(pop_c[0]), pe.pop_groups.eq(Cat(pop_c))]
+        else:
+            last_blk = blk == self.cfg_blocks - 1
+            end_pass = pcnt == n - 1
+            first = blk == 0
+            m.d.comb += pop.eq(~bias_phase & (mid_pass | (can_start & pe.nonempty)))
+        m.d.comb += [
+            pe.pop.eq(pop),
+            claim.eq(pop & ~mid_pass & first),
+        ]
         m.d.comb += [
             self.i_bias.ready.eq(bias_phase),
             take_bias.eq(bias_phase & self.i_bias.valid),
@@ -1117,7 +1648,7 @@ class BFPColumn(wiring.Component):
         with m.If(pop):
             m.d.comb += [
                 item.valid.eq(1), item.p.eq(pe.head.p), item.e.eq(pe.head.e),
-                item.nan.eq(pe.head.nan), item.first.eq(blk == 0),
+                item.nan.eq(pe.head.nan), item.first.eq(first),
                 item.final.eq(last_blk & ~self.cfg_bias_en),
                 pcnt_n.eq(Mux(end_pass, 0, pcnt + 1)),
             ]
@@ -1140,23 +1671,64 @@ class BFPColumn(wiring.Component):
             ]
             with m.If(end_pass):
                 m.d.comb += [bias_n.eq(0), cbank_n.eq(~cbank)]
-        m.d.sync += [
-            blk.eq(blk_n), pcnt.eq(pcnt_n), bias_phase.eq(bias_n), cbank.eq(cbank_n),
-            mid_pass.eq(pcnt_n != 0),
-            # A pass may start on a product's later block, or on its first block when the
-            # bank it will write has been released by the output unit.
-            can_start.eq(~bias_n & ((blk_n != 0) | ~busy_next.bit_select(cbank_n, 1))),
-        ]
+        if self._pipelined:
+            # The same next state, written from registers: mid-pass, a pop is certain, so a
+            # pass's last pop is `end_pass & mid_pe`.
+            step = pop | take_bias
+            adv = end_pass & mid_pe
+            bias_end = end_pass & take_bias
+            bias_nx = Mux(bias_phase, ~bias_end, adv & last_blk & self.cfg_bias_en)
+            cbank_nx = cbank ^ ((adv & last_blk & ~self.cfg_bias_en) | bias_end)
+            first_n = Mux(adv, last_blk, first)
+            mid_n = Mux(mid_pass, ~(adv | bias_end), step)
+            m.d.sync += [
+                blk.eq(blk_n), pcnt.eq(pcnt_n), bias_phase.eq(bias_nx), cbank.eq(cbank_nx),
+                mid_pass.eq(mid_n), mid_pe.eq(Mux(mid_pe, ~end_pass, ~bias_phase & pop)),
+                first.eq(first_n),
+            ]
+            # Next cycle's pop: mid-pass, or a pass may start (on a product's later block, or
+            # on its first block when the bank it will write is free) and the drain holds a
+            # block. Written per case (in a PE pass, at its end, idle; never in the bias
+            # phase). Each copy reads its own output in place of `pop`.
+            # The start conditions are registers: `go_end` (at a pass's end) a cycle late (its
+            # inputs settle at least N cycles before use, or, for a bank's release, err on the
+            # late side), `go_idle` exact. After the bias phase, a pass starts from idle (a
+            # cycle later than it could).
+            go_end = Signal()
+            go_idle = Signal()
+            m.d.sync += [
+                go_end.eq(~last_blk | (~self.cfg_bias_en & ~bank_busy.bit_select(~cbank, 1))),
+                go_idle.eq(~first_n | ~bank_busy.bit_select(cbank_nx, 1)),
+            ]
+            for p_c in pop_c:
+                nonempty_c = pe.loading | (pe.nonempty & ~(p_c & pe.last_one))
+                m.d.sync += p_c.eq(Mux(mid_pe, ~end_pass | (go_end & nonempty_c),
+                                       ~bias_phase & (p_c | (go_idle & nonempty_c))))
+            with m.If(step):
+                m.d.sync += end_pass.eq(Mux(end_pass, n == 1, pcnt == n - 2))
+            with m.If(adv):
+                m.d.sync += last_blk.eq(Mux(last_blk, one_blk, next_last))
+            with m.Elif(first):
+                m.d.sync += last_blk.eq(one_blk)
+        else:
+            m.d.sync += [
+                blk.eq(blk_n), pcnt.eq(pcnt_n), bias_phase.eq(bias_n), cbank.eq(cbank_n),
+                mid_pass.eq(pcnt_n != 0),
+                # A pass may start on a product's later block, or on its first block when the
+                # bank it will write has been released by the output unit.
+                can_start.eq(~bias_n & ((blk_n != 0) | ~busy_next.bit_select(cbank_n, 1))),
+            ]
 
         # Bank hand-over to the output unit. The release of a bank is registered (`fin`)
         # to keep the output handshake off the pass controller's paths.
         start = Signal()
         fin = Signal()
         m.d.sync += fin.eq(out.finish)
-        m.d.comb += [
-            start.eq(~out.busy & ~out.finish & ~fin & bank_done.bit_select(obank, 1)),
-            out.start.eq(start), out.bank.eq(obank),
-        ]
+        # Pipelined, `start` is registered (the output unit reacts to it only while idle, and
+        # is busy from the cycle after it reacts).
+        start_dom = m.d.sync if self._pipelined else m.d.comb
+        start_dom += start.eq(~out.busy & ~out.finish & ~fin & bank_done.bit_select(obank, 1))
+        m.d.comb += [out.start.eq(start), out.bank.eq(obank)]
         done_next = Signal(2)
         m.d.comb += [done_next.eq(bank_done | comb.done), busy_next.eq(bank_busy)]
         with m.If(claim):

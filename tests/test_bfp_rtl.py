@@ -303,6 +303,18 @@ def test_block16_odd_lanes_backpressure():
     check(params, jobs, rounding="stochastic", valid_prob=0.5, ready_prob=0.3, seed=4)
 
 
+def test_pipelined_six_lanes_block3():
+    """Pipelined N = 6 (the seven-stage combiner writes a lane's update in the cycle it reads
+    the lane again) and B = 3 (a block's exponent sums wait in stage M while the next block's
+    beats arrive), at full rate with bias, then with a slow output so that the PE array stalls
+    while a block sum waits for the drain."""
+    rng = np.random.default_rng(33)
+    params = {"lanes": 6, "block": 3, "max_blocks": 3}
+    jobs = [make_job(rng, 6, 3, 3, bias=True) for _ in range(3)]
+    check(params, jobs, bias=True)
+    check(params, jobs, rounding="zero", ready_prob=0.2, seed=2)
+
+
 def test_narrow_exponent_and_mantissa():
     rng = np.random.default_rng(5)
     params = {"lanes": 4, "block": 2, "width": 4, "exp_bits": 4, "max_blocks": 3}

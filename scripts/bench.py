@@ -50,14 +50,6 @@ from boards.profiles import BOARDS  # noqa: E402
 from boards.toolchain import DEVICES, ToolchainError, implement  # noqa: E402
 from hw.registry import BLOCKS, available_blocks, block_class  # noqa: E402
 
-#: Block parameters that differ from the block's defaults on one device: (parameters, reason).
-#: The tables name them below the rows they apply to.
-DEVICE_PARAMS = {
-    ("bfp", "hx8k"): ({"predictor": False},
-                      "16 LUT-multiplier lanes with the predicted exponent selector need 7720 of "
-                      "the HX8K's 7680 LCs with the measurement wrapper"),
-}
-
 
 def boards_on(device):
     """Names of the board profiles on ``device``, in :data:`boards.profiles.BOARDS` order."""
@@ -66,7 +58,7 @@ def boards_on(device):
 
 def block_params(name, device, board=None):
     """Parameters of block ``name`` on ``device``, taken from the device's board profile (the
-    first on the device, or ``board``) and :data:`DEVICE_PARAMS`."""
+    first on the device, or ``board``)."""
     if board is not None and BOARDS[board].device != device:
         raise ValueError(f"Board {board!r} is not a {device} board")
     profile = BOARDS[board] if board is not None else \
@@ -86,7 +78,6 @@ def block_params(name, device, board=None):
         if "sim_model" in accepted:
             # Vendor primitives (SB_MAC16, MULT18X18D) instead of behavioural models.
             params["sim_model"] = False
-        params.update(DEVICE_PARAMS.get((name, device), ({}, None))[0])
     return params
 
 
@@ -264,11 +255,6 @@ def render_markdown(rows, command):
         lines.append(f"| {block} | {r['device']} | {r['lcs_block']} | {r['lcs_pct']} | "
                      f"{r['dsps']} | {r['rams']} | {r['spram']} | {r['fmax_mhz_median']} | "
                      f"{', '.join(map(str, r['seeds']))} | {rate} | {ratio} |")
-    shown = {(r["block"], r["device"]) for r in rows}
-    for (block, device), (params, reason) in DEVICE_PARAMS.items():
-        if (block, device) in shown:
-            given = ", ".join(f"`{k}={v}`" for k, v in params.items())
-            lines += ["", f"{block} on {device} is built with {given}: {reason}."]
     lines += ["", "Device ceilings (DESIGN §7): UP5K has 8 SB_MAC16 (16 int8 MACs/cycle in dual "
               "8×8 mode); a bare 16-lane DSP array closes at ~86 MHz (≈1.4 GMAC/s); 16 LUT lanes "
               "on HX8K at ~82 MHz; a 4-lane Irwin–Hall generator at ~59 MHz on UP5K (236 M "

@@ -86,17 +86,6 @@ def test_throughput_and_ceiling_ratio():
     assert bench.throughput("bfp", "up5k", {"lanes": 16}, None) is None
 
 
-def test_device_parameters_are_applied_and_named_in_the_table():
-    params = bench.block_params("bfp", "hx8k")
-    assert params["mult"] == "lut" and params["predictor"] is False
-    assert "predictor" not in bench.block_params("bfp", "up5k")
-    rows = [{"block": "bfp", "device": "hx8k", "pending": True}]
-    text = bench.render_markdown(rows, "python scripts/bench.py")
-    assert "bfp on hx8k is built with `predictor=False`" in text
-    assert "built with" not in bench.render_markdown(
-        [{"block": "bfp", "device": "up5k", "pending": True}], "x")
-
-
 def test_the_top_is_built_with_each_board_profile_on_the_device():
     assert bench.boards_on("up5k") == ["icebreaker", "icebreaker-discrete"]
     lean = bench.block_params("top", "up5k")

@@ -260,7 +260,6 @@ class BFPLanes(wiring.Component):
                     m.d.sync += acc[i].eq(acc[i] + prod[i])
         return m
 
-
     def _elaborate_pipelined(self, m, fire, hold):
         n, pw, eb, w = self._lanes, self._pw, self._exp_bits, self._width
         nan_code = -(1 << (eb - 1))
@@ -466,18 +465,8 @@ class BlockCombiner(wiring.Component):
             s3.sh.eq(s2.sh >> s2.amt),
         ]
 
-        # S3: the (bias) adder and write-back.
-        m.d.comb += [
-            self.wr_en.eq(s3.valid),
-            self.wr_addr.eq(Cat(s3.idx, s3.bank)),
-            self.wr_data.a.eq(s3.sh + s3.add),
-            self.wr_data.ea.eq(s3.ea),
-            self.wr_data.nan.eq(s3.nan),
-        ]
-        last = s3.valid & s3.final & (s3.idx == self._lanes - 1)
-        m.d.comb += self.done.eq(Mux(last, Mux(s3.bank, 0b10, 0b01), 0))
+        self._write_back(m, s3)
         return m
-
 
     def _elaborate_deep(self, m):
         # N >= 6 lanes leave room for two more stages before a lane is read again: Q (the
@@ -554,6 +543,9 @@ class BlockCombiner(wiring.Component):
             s3.sh.eq(s2b.sh >> s2b.lo),
         ]
 
+        self._write_back(m, s3)
+
+    def _write_back(self, m, s3):
         # S3: the (bias) adder and write-back.
         m.d.comb += [
             self.wr_en.eq(s3.valid),
@@ -1035,25 +1027,20 @@ class OutputUnit(wiring.Component):
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += [accepted.eq(accepted + 1), acc_last.eq(accepted == n - 2)]
 
+        tail_done = ~rv & scan_empty & ~pred.busy
+        emit_done = acc_last & self.o.valid & self.o.ready
+        raw_max = top_max - fw
         if self._pipelined:
-            # Registered: once true in SCAN_TAIL it stays true (no read is issued there, and
-            # the predictor was started by the previous product's commit, long before).
-            tail_done = Signal()
-            m.d.sync += tail_done.eq(~rv & scan_empty & ~pred.busy)
-        else:
-            tail_done = ~rv & scan_empty & ~pred.busy
-        if self._pipelined:
-            # The last acceptance, registered (`finish` follows it a cycle later).
-            emit_done = Signal()
-            m.d.sync += emit_done.eq(acc_last & self.o.valid & self.o.ready)
-        else:
-            emit_done = acc_last & self.o.valid & self.o.ready
-        if self._pipelined:
-            # top_max is final a cycle before SELECT (`tail_done` is registered).
-            raw_max = Signal.like(raw)
-            m.d.sync += raw_max.eq(top_max - fw)
-        else:
-            raw_max = top_max - fw
+            # Registered. `tail_done`: once true in SCAN_TAIL it stays true (no read is issued
+            # there, and the predictor was started by the previous product's commit, long
+            # before). `emit_done`: the last acceptance (`finish` follows it a cycle later).
+            # `raw_max`: top_max is final a cycle before SELECT (`tail_done` is registered).
+            tail_done_r = Signal(name="tail_done")
+            emit_done_r = Signal(name="emit_done")
+            raw_max_r = Signal.like(raw, name="raw_max")
+            m.d.sync += [tail_done_r.eq(tail_done), emit_done_r.eq(emit_done),
+                         raw_max_r.eq(raw_max)]
+            tail_done, emit_done, raw_max = tail_done_r, emit_done_r, raw_max_r
         m.d.comb += self.busy.eq(1)
         # Pipelined, the state register is one-hot (each state's decode is one flip-flop).
         states = ("IDLE", "SCAN", "SCAN_TAIL", "SELECT", "CHECK", "WINDOW", "DECIDE", "CLAMP",

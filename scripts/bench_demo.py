@@ -140,9 +140,10 @@ def _projections(result, build_dir):
     for variant in result.get("boards", {}):
         cycles = demo.stored_cycles(variant, data=result)
         nets = {}
-        for name in demo.BOARDS:
-            column = Accelerator.model(**demo.board_top(name)).design.column()
-            nets[name] = demo.prepare_network(variant, column, build_dir=build_dir)[1]
+        for params, names in _board_tops(demo.BOARDS):
+            column = Accelerator.model(**params).design.column()
+            net = demo.prepare_network(variant, column, build_dir=build_dir)[1]
+            nets.update(dict.fromkeys(names, net))
         out[variant] = demo.projections(
             cycles, build_dir=build_dir, net=nets,
             sources={m: "CXXRTL, the board's own top" for m in cycles})

@@ -37,7 +37,7 @@ def _cases():
 
 
 @needs_sby
-@pytest.mark.parametrize("name,proof", _cases())
+@pytest.mark.parametrize("name,proof", list(_cases()))
 def test_proof(tmp_path, name, proof):
     path = sby.write_task(name, proof.harness(), proof.mode, proof.depth, tmp_path)
     ok, log = sby.run_task(path)

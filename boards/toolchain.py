@@ -13,8 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["TOOL_DEFAULTS", "DEVICES", "setup_toolchain_env", "implement", "parse_nextpnr_report",
-           "OOCWrapper", "ToolchainError"]
+__all__ = ["TOOL_DEFAULTS", "DEVICES", "setup_toolchain_env", "implement", "default_freq_mhz",
+           "parse_nextpnr_report", "OOCWrapper", "ToolchainError"]
 
 
 #: Environment variables read by Amaranth's platform templates, and their YoWASP defaults.
@@ -79,6 +79,13 @@ def _run(cmd, log, cwd, step):
         tail = Path(log).read_text(errors="replace").strip().splitlines()[-5:]
         raise ToolchainError(f"{step} failed (exit {proc.returncode}); see {log}: "
                              + " | ".join(tail))
+
+
+def default_freq_mhz(device):
+    """The clock target :func:`implement` gives nextpnr when none is asked for: above what
+    the device's fabric reaches, so that timing-driven placement always works on the critical
+    paths (100 MHz on iCE40, 200 MHz on ECP5)."""
+    return 100 if DEVICES[device]["family"] == "ice40" else 200
 
 
 def parse_nextpnr_report(report_path, family):
@@ -203,7 +210,7 @@ def implement(component, device="up5k", *, seed=1, freq_mhz=None, build_dir=None
     setup_toolchain_env()
     dev = DEVICES[device]
     if freq_mhz is None:
-        freq_mhz = 100 if dev["family"] == "ice40" else 200
+        freq_mhz = default_freq_mhz(device)
     wrapper = OOCWrapper(component)
     t0 = time.monotonic()
     tmp = None

@@ -10,6 +10,11 @@ Each profile builds :class:`hw.bfp.BFPColumn` out of context with
 :func:`boards.toolchain.implement`, and simulates a run of products with full valid/ready to
 measure the sustained MACs per cycle (the column stalls while the output unit drains short
 products). Results go to ``docs/bench/bfp.json``.
+
+Builds go through ``scripts/bench.py``'s run cache (``docs/bench/runs.json``): with
+``--resume`` a build of an unchanged netlist is taken from it. The 16-lane profiles use
+``implement``'s default clock target, as ``scripts/bench.py`` does, so they share its builds of
+the column; the 64-lane ECP5-85F profile asks nextpnr for 100 MHz.
 """
 
 import argparse
@@ -21,20 +26,23 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from boards.toolchain import implement  # noqa: E402
+import bench  # noqa: E402
+
+from boards.toolchain import default_freq_mhz, implement  # noqa: E402
 from hw.bfp import BFPColumn  # noqa: E402
 
 #: device -> column parameters, clock target (MHz) and the device's ceiling (DESIGN §7):
 #: (description, MACs per cycle, MHz or None for the column's own Fmax).
 PROFILES = {
-    "up5k": {"params": {"lanes": 16, "block": 16, "mult": "sb_mac16"}, "freq": 60,
+    "up5k": {"params": {"lanes": 16, "block": 16, "mult": "sb_mac16"}, "freq": None,
              "ceiling": ("8 SB_MAC16 dual 8x8 = 16 MAC/cycle at 86 MHz", 16, 86)},
-    "hx8k": {"params": {"lanes": 16, "block": 16, "mult": "lut"}, "freq": 60,
+    "hx8k": {"params": {"lanes": 16, "block": 16, "mult": "lut"}, "freq": None,
              "ceiling": ("16 LUT lanes at 82 MHz", 16, 82)},
     "ecp5-85f": {"params": {"lanes": 64, "block": 64, "mult": "mult18x18d"}, "freq": 100,
                  "ceiling": ("156 MULT18X18D at the column's Fmax", 156, None)},
-    "ecp5-25f": {"params": {"lanes": 16, "block": 16, "mult": "mult18x18d"}, "freq": 100,
+    "ecp5-25f": {"params": {"lanes": 16, "block": 16, "mult": "mult18x18d"}, "freq": None,
                  "ceiling": ("28 MULT18X18D at the column's Fmax", 28, None)},
 }
 
@@ -77,17 +85,25 @@ def sustained_macs_per_cycle(params, blocks, products=3):
     return products * blocks * b * n / (state["last"] - state["first"] + 1)
 
 
-def run(devices, seeds, build_dir=None, progress=print):
+def run(devices, seeds, build_dir=None, progress=print, cache=None):
+    """Build and simulate each device's profile; ``cache`` is a ``bench.RunCache`` or None."""
     results = []
     for device in devices:
         prof = PROFILES[device]
         params = dict(prof["params"])
+        dsp = params["mult"] != "lut"
         runs = []
         for seed in seeds:
             col = BFPColumn(**params, sim_model=False)
-            res = implement(col, device, seed=seed, freq_mhz=prof["freq"], name="bfp",
-                            build_dir=None if build_dir is None else f"{build_dir}/{device}-{seed}",
-                            progress=progress)
+            key = bench.netlist_key(col, device, seed, dsp, prof["freq"]) if cache else None
+            res = cache.get(key) if cache else None
+            if res is None or "error" in res:
+                res = implement(
+                    col, device, seed=seed, freq_mhz=prof["freq"], name="bfp", dsp=dsp,
+                    build_dir=None if build_dir is None else f"{build_dir}/{device}-{seed}",
+                    progress=progress)
+                if cache:
+                    cache.put(key, res)
             runs.append(res)
             progress(f"  {device} seed {seed}: {res['lcs']} LCs ({res['lcs_block']} block), "
                      f"{res['dsps']} DSPs, {res['rams']} RAMs, {res['fmax_mhz']} MHz, "
@@ -103,7 +119,7 @@ def run(devices, seeds, build_dir=None, progress=print):
             "lcs": runs[0]["lcs"], "lcs_block": runs[0]["lcs_block"], "ffs": runs[0].get("ffs"),
             "dsps": runs[0]["dsps"], "rams": runs[0]["rams"],
             "fmax_mhz_runs": [r["fmax_mhz"] for r in runs], "fmax_mhz": fmax,
-            "target_mhz": prof["freq"], "peak_mac_per_s": peak,
+            "target_mhz": prof["freq"] or default_freq_mhz(device), "peak_mac_per_s": peak,
             "ceiling": name, "ceiling_mac_per_s": ceiling, "ratio_to_ceiling": peak / ceiling,
             "sustained_mac_per_cycle": {f"{k} blocks": round(v, 2)
                                         for k, v in sustained.items()},
@@ -133,12 +149,16 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="up5k only, one seed")
     ap.add_argument("--out", default="docs/bench/bfp.json")
     ap.add_argument("--build-dir", default=None, help="keep build files here")
+    ap.add_argument("--resume", action="store_true",
+                    help="reuse cached builds of unchanged netlists (see --cache)")
+    ap.add_argument("--cache", default=str(bench.ROOT / "docs" / "bench" / "runs.json"),
+                    help="run cache shared with scripts/bench.py")
     args = ap.parse_args(argv)
     devices, seeds = args.devices, list(range(1, args.seeds + 1))
     if args.quick:
         devices, seeds = ["up5k"], [1]
     t0 = time.monotonic()
-    results = run(devices, seeds, args.build_dir)
+    results = run(devices, seeds, args.build_dir, cache=bench.RunCache(args.cache, args.resume))
     print(table(results))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,11 @@ def test_netlist_key_is_stable_and_tracks_the_netlist():
     assert key != bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 2, True)
     assert key != bench.netlist_key(Xoroshiro128aox(lanes=1), "hx8k", 1, True)
     assert key != bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 1, False)
+    # The default clock target keeps the key; any explicit one is part of it.
+    assert key == bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 1, True, None)
+    at_60 = bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 1, True, 60)
+    at_70 = bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 1, True, 70)
+    assert len({key, at_60, at_70}) == 3
 
 
 def fake_implement(calls):
@@ -95,3 +100,27 @@ def test_the_top_is_built_with_each_board_profile_on_the_device():
         bench.block_params("top", "up5k", board="hx8k")
     rows = [{"block": "top", "device": "up5k", "board": "icebreaker-discrete", "pending": True}]
     assert "| top (icebreaker-discrete) | up5k |" in bench.render_markdown(rows, "x")
+
+
+def test_bench_bfp_shares_the_run_cache_with_bench(tmp_path, monkeypatch):
+    import bench_bfp
+    calls = []
+
+    def implement(component, device, *, seed, freq_mhz, name, dsp, build_dir, progress):
+        calls.append((device, seed, freq_mhz, dsp))
+        return {"lcs": 4000, "lcs_block": 3700, "wrapper_lcs": 300, "dsps": 8, "rams": 7,
+                "spram": 0, "fmax_mhz": 50.0 + seed, "seconds": 1.0, "seed": seed}
+    monkeypatch.setattr(bench_bfp, "implement", implement)
+    monkeypatch.setattr(bench_bfp, "sustained_macs_per_cycle", lambda params, blocks: 1.0)
+    path = tmp_path / "runs.json"
+    rows = bench_bfp.run(["up5k"], [1, 2], progress=lambda msg: None,
+                         cache=bench.RunCache(path, use=True))
+    assert calls == [("up5k", 1, None, True), ("up5k", 2, None, True)]
+    assert rows[0]["fmax_mhz"] == 51.5 and rows[0]["target_mhz"] == 100
+    # The same builds serve bench.py's row of the column, and bench_bfp.py --resume.
+    row = bench.bench_one("bfp", "up5k", [1, 2], lambda msg: None,
+                          bench.RunCache(path, use=True), cached_only=True)
+    assert row["fmax_mhz_all"] == [51.0, 52.0]
+    bench_bfp.run(["up5k"], [1, 2], progress=lambda msg: None,
+                  cache=bench.RunCache(path, use=True))
+    assert len(calls) == 2

@@ -20,7 +20,8 @@ not among the blocks, ``docs/bench/bfp.json``).
 
 Every finished build (one block, device and placement seed) is stored at once in the run
 cache (``--cache``, default ``docs/bench/runs.json``) under the SHA-256 of the wrapped block's
-RTLIL (``src`` attributes stripped), the device, the seed, the DSP mapping and the clock target.
+RTLIL (``src`` attributes stripped), the device, the seed, the DSP mapping and the clock target
+(when it is not ``implement``'s default).
 With ``--resume`` a build whose key is cached is not repeated, so an interrupted run continues
 where it stopped and a change to one block rebuilds only that block.
 
@@ -120,16 +121,18 @@ def throughput(name, device, params, fmax_mhz):
     return out
 
 
-def netlist_key(component, device, seed, dsp):
+def netlist_key(component, device, seed, dsp, freq_mhz=None):
     """Cache key of one build: the wrapped block's RTLIL without ``src`` attributes, the
-    device, the placement seed and the DSP mapping."""
+    device, the placement seed, the DSP mapping and, when it is not ``implement``'s default
+    (``freq_mhz=None``), the clock target given to nextpnr."""
     from amaranth.back import rtlil
 
     from boards.toolchain import OOCWrapper
     text = rtlil.convert(OOCWrapper(component), name="top")
     text = re.sub(r"^\s*attribute \\src .*\n", "", text, flags=re.M)
     digest = hashlib.sha256(text.encode()).hexdigest()[:32]
-    return f"{digest}:{device}:{seed}:{int(dsp)}"
+    key = f"{digest}:{device}:{seed}:{int(dsp)}"
+    return key if freq_mhz is None else f"{key}:{freq_mhz}MHz"
 
 
 class RunCache:
@@ -214,7 +217,8 @@ def render_float(float_rows, ratio_rows, commands):
              "shape of the BFP column's PE array, with the BFP column's multiplier style on the "
              "device. Ratios are BFP column / float MAC of the same lane count on the same "
              "device, or, where that float MAC does not fit, the largest float MAC that does "
-             "(> 1: BFP larger or faster). MAC/s = lanes × median Fmax.", "",
+             "(> 1: BFP larger or faster). MAC/s = lanes × median Fmax. The BFP figures are "
+             "the `bfp` rows above, i.e. the current netlist.", "",
              bench_float.float_markdown(float_rows)]
     lines += ["", bench_float.ratio_markdown(ratio_rows)]
     return "\n".join(lines)
@@ -324,12 +328,10 @@ def main(argv=None):
                                      "error": str(e)})
     float_rows, ratio_rows, float_commands = [], [], [command]
     if not args.no_float:
+        # The BFP side of the ratios, newest netlist last: docs/bench/bfp.json, the columns a
+        # saved float run built beside its float MACs, then this run's (or the cache's) rows.
         bfp = {d: bench_float.bfp_summary(r)
                for d, r in bench_float.load_bfp(ROOT / "docs" / "bench" / "bfp.json").items()}
-        if not args.keep_blocks:
-            for r in rows:
-                if r["block"] == "bfp" and "error" not in r and not r.get("pending"):
-                    bfp[r["device"]] = {**bench_float.bfp_summary(r), "source": "this run"}
         if args.float_json:
             saved = json.loads(Path(args.float_json).read_text())
             float_commands = saved.get("commands", [saved.get("command", "?")])
@@ -338,7 +340,11 @@ def main(argv=None):
             for b in saved.get("bfp", []):
                 if b.get("source") == "bench_float --with-bfp":
                     bfp[b["device"]] = b
-        else:
+        if not args.keep_blocks:
+            for r in rows:
+                if r["block"] == "bfp" and "error" not in r and not r.get("pending"):
+                    bfp[r["device"]] = {**bench_float.bfp_summary(r), "source": "this run"}
+        if not args.float_json:
             float_rows = bench_float.run(args.devices, args.float_fmts, args.seeds,
                                          lanes=[16], progress=say)
         ratio_rows = bench_float.ratios(float_rows, bfp)

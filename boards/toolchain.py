@@ -163,7 +163,7 @@ def OOCWrapper(component):
 
 
 def implement(component, device="up5k", *, seed=1, freq_mhz=None, build_dir=None, name="block",
-              progress=None, dsp=True):
+              progress=None, dsp=True, pnr_args=()):
     """Synthesise, place and route one component out of context and report its cost.
 
     Parameters
@@ -183,6 +183,9 @@ def implement(component, device="up5k", *, seed=1, freq_mhz=None, build_dir=None
         Called with a short message before each step.
     dsp : bool
         Let synthesis map multipliers to DSP blocks (default); ``False`` forces LUT logic.
+    pnr_args : sequence of str
+        Extra nextpnr options, e.g. ``("--router", "router2")`` (default: none); they are
+        returned in the result's ``pnr_args``.
 
     Returns
     -------
@@ -244,7 +247,7 @@ def implement(component, device="up5k", *, seed=1, freq_mhz=None, build_dir=None
         _run([pnr, "--quiet", *dev["args"], "--json", f"{name}.json", "--seed", str(seed),
               "--freq", str(freq_mhz), "--report", f"{name}.report.json",
               f"--{'pcf' if dev['family'] == 'ice40' else 'lpf'}-allow-unconstrained",
-              "--timing-allow-fail"],
+              "--timing-allow-fail", *pnr_args],
              bd / f"{name}.nextpnr.log", bd, "nextpnr")
         res = parse_nextpnr_report(bd / f"{name}.report.json", dev["family"])
     finally:
@@ -258,4 +261,6 @@ def implement(component, device="up5k", *, seed=1, freq_mhz=None, build_dir=None
                wrapper_bits=wrapper.n_in + wrapper.n_out, wrapper_lcs=wrapper_lcs,
                lcs_block=max(res["lcs"] - wrapper_lcs, 0),
                seconds=round(time.monotonic() - t0, 1))
+    if pnr_args:
+        res["pnr_args"] = list(pnr_args)
     return res

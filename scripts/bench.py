@@ -121,10 +121,10 @@ def throughput(name, device, params, fmax_mhz):
     return out
 
 
-def netlist_key(component, device, seed, dsp, freq_mhz=None):
+def netlist_key(component, device, seed, dsp, freq_mhz=None, pnr_args=()):
     """Cache key of one build: the wrapped block's RTLIL without ``src`` attributes, the
-    device, the placement seed, the DSP mapping and, when it is not ``implement``'s default
-    (``freq_mhz=None``), the clock target given to nextpnr."""
+    device, the placement seed, the DSP mapping and, when they are not ``implement``'s
+    defaults, the clock target given to nextpnr (``freq_mhz``) and extra nextpnr options."""
     from amaranth.back import rtlil
 
     from boards.toolchain import OOCWrapper
@@ -132,7 +132,11 @@ def netlist_key(component, device, seed, dsp, freq_mhz=None):
     text = re.sub(r"^\s*attribute \\src .*\n", "", text, flags=re.M)
     digest = hashlib.sha256(text.encode()).hexdigest()[:32]
     key = f"{digest}:{device}:{seed}:{int(dsp)}"
-    return key if freq_mhz is None else f"{key}:{freq_mhz}MHz"
+    if freq_mhz is not None:
+        key += f":{freq_mhz}MHz"
+    if pnr_args:
+        key += ":" + " ".join(pnr_args)
+    return key
 
 
 class RunCache:

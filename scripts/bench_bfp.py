@@ -85,8 +85,9 @@ def sustained_macs_per_cycle(params, blocks, products=3):
     return products * blocks * b * n / (state["last"] - state["first"] + 1)
 
 
-def run(devices, seeds, build_dir=None, progress=print, cache=None):
-    """Build and simulate each device's profile; ``cache`` is a ``bench.RunCache`` or None."""
+def run(devices, seeds, build_dir=None, progress=print, cache=None, pnr_args=()):
+    """Build and simulate each device's profile; ``cache`` is a ``bench.RunCache`` or None,
+    ``pnr_args`` extra nextpnr options."""
     results = []
     for device in devices:
         prof = PROFILES[device]
@@ -95,11 +96,13 @@ def run(devices, seeds, build_dir=None, progress=print, cache=None):
         runs = []
         for seed in seeds:
             col = BFPColumn(**params, sim_model=False)
-            key = bench.netlist_key(col, device, seed, dsp, prof["freq"]) if cache else None
+            key = (bench.netlist_key(col, device, seed, dsp, prof["freq"], pnr_args)
+                   if cache else None)
             res = cache.get(key) if cache else None
             if res is None or "error" in res:
                 res = implement(
                     col, device, seed=seed, freq_mhz=prof["freq"], name="bfp", dsp=dsp,
+                    pnr_args=pnr_args,
                     build_dir=None if build_dir is None else f"{build_dir}/{device}-{seed}",
                     progress=progress)
                 if cache:
@@ -120,6 +123,7 @@ def run(devices, seeds, build_dir=None, progress=print, cache=None):
             "dsps": runs[0]["dsps"], "rams": runs[0]["rams"],
             "fmax_mhz_runs": [r["fmax_mhz"] for r in runs], "fmax_mhz": fmax,
             "target_mhz": prof["freq"] or default_freq_mhz(device), "peak_mac_per_s": peak,
+            **({"pnr_args": list(pnr_args)} if pnr_args else {}),
             "ceiling": name, "ceiling_mac_per_s": ceiling, "ratio_to_ceiling": peak / ceiling,
             "sustained_mac_per_cycle": {f"{k} blocks": round(v, 2)
                                         for k, v in sustained.items()},
@@ -153,12 +157,16 @@ def main(argv=None):
                     help="reuse cached builds of unchanged netlists (see --cache)")
     ap.add_argument("--cache", default=str(bench.ROOT / "docs" / "bench" / "runs.json"),
                     help="run cache shared with scripts/bench.py")
+    ap.add_argument("--router", choices=["router1", "router2"], default=None,
+                    help="nextpnr router (default: nextpnr's, router1)")
     args = ap.parse_args(argv)
     devices, seeds = args.devices, list(range(1, args.seeds + 1))
     if args.quick:
         devices, seeds = ["up5k"], [1]
     t0 = time.monotonic()
-    results = run(devices, seeds, args.build_dir, cache=bench.RunCache(args.cache, args.resume))
+    pnr_args = ("--router", args.router) if args.router else ()
+    results = run(devices, seeds, args.build_dir, cache=bench.RunCache(args.cache, args.resume),
+                  pnr_args=pnr_args)
     print(table(results))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

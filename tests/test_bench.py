@@ -23,7 +23,9 @@ def test_netlist_key_is_stable_and_tracks_the_netlist():
     assert key == bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 1, True, None)
     at_60 = bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 1, True, 60)
     at_70 = bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 1, True, 70)
-    assert len({key, at_60, at_70}) == 3
+    router2 = bench.netlist_key(Xoroshiro128aox(lanes=1), "up5k", 1, True, None,
+                                ("--router", "router2"))
+    assert len({key, at_60, at_70, router2}) == 4
 
 
 def fake_implement(calls):
@@ -106,8 +108,9 @@ def test_bench_bfp_shares_the_run_cache_with_bench(tmp_path, monkeypatch):
     import bench_bfp
     calls = []
 
-    def implement(component, device, *, seed, freq_mhz, name, dsp, build_dir, progress):
-        calls.append((device, seed, freq_mhz, dsp))
+    def implement(component, device, *, seed, freq_mhz, name, dsp, build_dir, progress,
+                  pnr_args):
+        calls.append((device, seed, freq_mhz, dsp, *pnr_args))
         return {"lcs": 4000, "lcs_block": 3700, "wrapper_lcs": 300, "dsps": 8, "rams": 7,
                 "spram": 0, "fmax_mhz": 50.0 + seed, "seconds": 1.0, "seed": seed}
     monkeypatch.setattr(bench_bfp, "implement", implement)
@@ -124,3 +127,8 @@ def test_bench_bfp_shares_the_run_cache_with_bench(tmp_path, monkeypatch):
     bench_bfp.run(["up5k"], [1, 2], progress=lambda msg: None,
                   cache=bench.RunCache(path, use=True))
     assert len(calls) == 2
+    # Other nextpnr options are other builds.
+    rows = bench_bfp.run(["up5k"], [1], progress=lambda msg: None,
+                         cache=bench.RunCache(path, use=True), pnr_args=("--router", "router2"))
+    assert calls[2:] == [("up5k", 1, None, True, "--router", "router2")]
+    assert rows[0]["pnr_args"] == ["--router", "router2"]

@@ -121,16 +121,24 @@ def throughput(name, device, params, fmax_mhz):
     return out
 
 
-def netlist_key(component, device, seed, dsp, freq_mhz=None, pnr_args=()):
-    """Cache key of one build: the wrapped block's RTLIL without ``src`` attributes, the
-    device, the placement seed, the DSP mapping and, when they are not ``implement``'s
-    defaults, the clock target given to nextpnr (``freq_mhz``) and extra nextpnr options."""
+def netlist_digest(component):
+    """SHA-256 (32 hex digits) of the wrapped block's RTLIL without ``src`` attributes: the
+    part of :func:`netlist_key` that costs an elaboration, the same for every seed."""
     from amaranth.back import rtlil
 
     from boards.toolchain import OOCWrapper
     text = rtlil.convert(OOCWrapper(component), name="top")
     text = re.sub(r"^\s*attribute \\src .*\n", "", text, flags=re.M)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:32]
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def netlist_key(component, device, seed, dsp, freq_mhz=None, pnr_args=(), *, digest=None):
+    """Cache key of one build: the wrapped block's RTLIL without ``src`` attributes, the
+    device, the placement seed, the DSP mapping and, when they are not ``implement``'s
+    defaults, the clock target given to nextpnr (``freq_mhz``) and extra nextpnr options.
+    ``digest``, if given, is :func:`netlist_digest` of ``component`` (not computed again)."""
+    if digest is None:
+        digest = netlist_digest(component)
     key = f"{digest}:{device}:{seed}:{int(dsp)}"
     if freq_mhz is not None:
         key += f":{freq_mhz}MHz"
@@ -164,9 +172,12 @@ def bench_one(name, device, seeds, say, cache=None, cached_only=False, board=Non
     params = block_params(name, device, board)
     # LUT multipliers mean LUT logic: keep synthesis from mapping them to DSPs.
     dsp = params.get("mult", params.get("multiplier")) != "lut"
+    digest = None
     for seed in seeds:
         comp = block_class(name)(**params)
-        key = netlist_key(comp, device, seed, dsp) if cache is not None else None
+        if cache is not None and digest is None:
+            digest = netlist_digest(comp)
+        key = netlist_key(comp, device, seed, dsp, digest=digest) if cache is not None else None
         cached = cache.get(key) if cache is not None else None
         if cached is not None and "error" in cached:
             say(f"  {name} on {device} seed {seed}: {cached['error']} (cached)")

@@ -93,19 +93,23 @@ def run(devices, seeds, build_dir=None, progress=print, cache=None, pnr_args=())
         prof = PROFILES[device]
         params = dict(prof["params"])
         dsp = params["mult"] != "lut"
+        digest = None
         runs = []
         for seed in seeds:
             col = BFPColumn(**params, sim_model=False)
-            key = (bench.netlist_key(col, device, seed, dsp, prof["freq"], pnr_args)
-                   if cache else None)
-            res = cache.get(key) if cache else None
+            key = res = None
+            if cache is not None:
+                digest = digest or bench.netlist_digest(col)
+                key = bench.netlist_key(col, device, seed, dsp, prof["freq"], pnr_args,
+                                        digest=digest)
+                res = cache.get(key)
             if res is None or "error" in res:
                 res = implement(
                     col, device, seed=seed, freq_mhz=prof["freq"], name="bfp", dsp=dsp,
                     pnr_args=pnr_args,
                     build_dir=None if build_dir is None else f"{build_dir}/{device}-{seed}",
                     progress=progress)
-                if cache:
+                if cache is not None:
                     cache.put(key, res)
             runs.append(res)
             progress(f"  {device} seed {seed}: {res['lcs']} LCs ({res['lcs_block']} block), "

@@ -138,8 +138,10 @@ class BFPLanes(wiring.Component):
 
     With ``pipelined``, the wide enables (the stall ``hold``, the accumulators' enable, the
     drain's load) are flip-flops computed a cycle ahead, one copy per group of four lanes (each
-    copy's next state reads its own output, so synthesis does not merge the copies), except
-    the accumulators' enable: one copy for all lanes, a global network after placement.
+    copy's next state reads its own output, so synthesis does not merge the copies), except,
+    on iCE40 styles, the accumulators' enable: one copy for all lanes, a global network after
+    placement (with ``"mult18x18d"`` each group's copy). The vector's NaN test is kept once per
+    group too and ORed into each lane's at the drain's load.
     """
 
     def __init__(self, *, lanes, block, width, exp_bits, mult, sim_model, pipelined=True):
@@ -147,6 +149,7 @@ class BFPLanes(wiring.Component):
         self._pipelined = pipelined
         self._pw = 2 * width + _clog2(block)
         self._mult = MultiplierArray(lanes=lanes, width=width, style=mult, sim_model=sim_model)
+        self._mult_style = mult
         super().__init__({
             "i_w": In(stream.Signature(data.StructLayout({
                 "m": data.ArrayLayout(signed(width), lanes),
@@ -292,12 +295,18 @@ class BFPLanes(wiring.Component):
         # B beats later, and stage M is stalled while a block sum waits).
         # While the next beat is a last one they take every cycle's inputs (the fired beat's
         # come last: `beat_last` falls with the fire), so the enable is two flip-flops.
+        # The vector's NaN test is kept once per group of lanes and ORed in at the drain's
+        # load: one test of `i_x` fanned out to every lane was the 64-lane column's
+        # critical path.
         x_nan = self.i_x.payload.e == nan_code
+        m_xnan = [Signal(name=f"m_xnan_g{g}") for g in range(ng)]
+        for g in range(ng):
+            with m.If(~hold_g[g] & beat_last):
+                m.d.sync += m_xnan[g].eq(x_nan)
         for i in range(n):
             with m.If(~hold_g[grp[i]] & beat_last):
                 we = self.i_w.payload.e[i]
-                m.d.sync += [m_e3[i].eq(we + self.i_x.payload.e),
-                             m_nan[i].eq(x_nan | (we == nan_code))]
+                m.d.sync += [m_e3[i].eq(we + self.i_x.payload.e), m_nan[i].eq(we == nan_code)]
         # Stage R: a fabric register after the hard multipliers (their outputs route slowly).
         prod = [Signal(signed(2 * w), name=f"prod{i}") for i in range(n)]
         for i in range(n):
@@ -308,10 +317,14 @@ class BFPLanes(wiring.Component):
             # exponent sums in stage R too.
             r_e3 = [Signal(signed(eb + 1), name=f"r_e3_{i}") for i in range(n)]
             r_nan = [Signal(name=f"r_nan_{i}") for i in range(n)]
+            r_xnan = [Signal(name=f"r_xnan_g{g}") for g in range(ng)]
+            for g in range(ng):
+                with m.If(~hold_g[g] & m_last):
+                    m.d.sync += r_xnan[g].eq(m_xnan[g])
             for i in range(n):
                 with m.If(~hold_g[grp[i]] & m_last):
                     m.d.sync += [r_e3[i].eq(m_e3[i]), r_nan[i].eq(m_nan[i])]
-            m_e3, m_nan = r_e3, r_nan
+            m_e3, m_nan, m_xnan = r_e3, r_nan, r_xnan
 
         # The drain: N lanes of (block sum, e3, nan), shifted out towards lane 0.
         d_p = [Signal(signed(pw), name=f"d_p{i}") for i in range(n)]
@@ -361,12 +374,16 @@ class BFPLanes(wiring.Component):
                     m.d.sync += [d_p[i].eq(d_p[i + 1]), d_e[i].eq(d_e[i + 1]),
                                  d_nan[i].eq(d_nan[i + 1])]
             with m.If(load_g[g]):
-                m.d.sync += [d_p[i].eq(acc[i]), d_e[i].eq(m_e3[i]), d_nan[i].eq(m_nan[i])]
-            # One enable for every accumulator: its wide fan-out makes nextpnr put it on a
-            # global network, which keeps each accumulator's carry chain (LUTs of four inputs
-            # with their flip-flops) within a logic tile's 32 local inputs, so unsplit.
-            with m.If(en_g[0]):
-                m.d.sync += acc[i].eq(Mux(z_g[0], prod[i], acc[i] + prod[i]))
+                m.d.sync += [d_p[i].eq(acc[i]), d_e[i].eq(m_e3[i]),
+                             d_nan[i].eq(m_nan[i] | m_xnan[g])]
+            # iCE40: one enable for every accumulator. Its wide fan-out makes nextpnr put it
+            # on a global network, which keeps each accumulator's carry chain (LUTs of four
+            # inputs with their flip-flops) within a logic tile's 32 local inputs, so
+            # unsplit. ECP5 (MULT18X18D) has no such limit and nextpnr-ecp5 keeps the enable
+            # in general routing, where one copy for 64 lanes took 6-9 ns: a copy per group.
+            c = g if self._mult_style == "mult18x18d" else 0
+            with m.If(en_g[c]):
+                m.d.sync += acc[i].eq(Mux(z_g[c], prod[i], acc[i] + prod[i]))
 
 
 class BlockCombiner(wiring.Component):
@@ -483,18 +500,21 @@ class BlockCombiner(wiring.Component):
         s1 = Signal(self.item_layout)
         m.d.sync += s1.eq(it)
 
-        # Q: the operands from memory.
+        # Q: the operands from memory, each bit one LUT from the memory's output (an ECP5
+        # DP16KD without its output register takes 5.8 ns from clock to data): the zero
+        # tests per 4-bit group of the stored value, and `first` beside them.
         ngz = (aw + 3) // 4
         q = Signal(data.StructLayout({
             **ctl, "e": signed(eb + 1), "e_lo": signed(ew), "e_hi": signed(ew),
-            "ea": signed(eb + 1), "a": signed(aw), "p": signed(pw), "zg": ngz}))
-        a = Mux(s1.first, 0, self.rd_data.a)
+            "ea": signed(eb + 1), "a": signed(aw), "p": signed(pw), "zg": ngz, "first": 1}))
+        rd_a = self.rd_data.a
         m.d.sync += [
             q.valid.eq(s1.valid), q.idx.eq(s1.idx), q.bank.eq(s1.bank), q.final.eq(s1.final),
             q.nan.eq((~s1.first & self.rd_data.nan) | s1.nan),
             q.e.eq(s1.e), q.e_lo.eq(s1.e - (aw - 2)), q.e_hi.eq(s1.e + (aw - 2)),
-            q.ea.eq(Mux(s1.first, 0, self.rd_data.ea)), q.a.eq(a), q.p.eq(s1.p),
-            q.zg.eq(Cat(a[i:i + 4] == 0 for i in range(0, aw, 4))),
+            q.ea.eq(Mux(s1.first, 0, self.rd_data.ea)), q.a.eq(Mux(s1.first, 0, rd_a)),
+            q.p.eq(s1.p), q.zg.eq(Cat(rd_a[i:i + 4] == 0 for i in range(0, aw, 4))),
+            q.first.eq(s1.first),
         ]
 
         # S1: d = e - ea and -d, d > 0, d >= AW - 1, d <= 1 - AW, and the zero tests.
@@ -507,7 +527,8 @@ class BlockCombiner(wiring.Component):
             t.nan.eq(q.nan), t.e.eq(q.e), t.ea.eq(q.ea),
             t.d.eq(q.e - q.ea), t.nd.eq(q.ea - q.e),
             t.ge.eq((q.ea - q.e_lo)[-1]), t.le.eq((q.e_hi - q.ea)[-1]),
-            t.a.eq(q.a), t.c.eq(q.p << f), t.a_zero.eq(q.zg.all()), t.p_zero.eq(q.p == 0),
+            t.a.eq(q.a), t.c.eq(q.p << f), t.a_zero.eq(q.first | q.zg.all()),
+            t.p_zero.eq(q.p == 0),
         ]
 
         # S1b: which operand to align, and by how much (clamped to AW - 1).
@@ -615,9 +636,12 @@ class OutputUnit(wiring.Component):
     with a FIFO credit (and, in stochastic rounding, an ``i_rand`` beat, which travels with
     the element). One right shifter serves both shift directions. ``pipelined=False`` folds
     the stages marked so in :meth:`elaborate` into their successors; ``stochastic=False``
-    leaves the random-number path out and keeps one fraction bit. Pipelined, ``|A|`` takes two
-    stages, the rounding decision, narrowing and saturation three more, the state register is
-    one-hot and ``finish`` comes a cycle after the last acceptance.
+    leaves the random-number path out and keeps one fraction bit. Pipelined, the memory's
+    output goes into a register before any logic (stage Q, shared by both passes), ``|A|``
+    takes two stages, the rounding decision, narrowing and saturation three more (values
+    beyond ``±2^W`` travel as flags into the saturation), the clamp's compares are taken a
+    state before its choice, the state register is one-hot and ``finish`` comes a cycle after
+    the last acceptance.
 
     Members
     -------
@@ -740,11 +764,12 @@ class OutputUnit(wiring.Component):
         m.d.sync += [rv.eq(0), sv.eq(xv if self._pipelined else qv), tv.eq(gv & (g_nz != 0)),
                      t_len.eq(bitlen), t_ea.eq(g_ea)]
         merged += [gv.eq(sv), g_ea.eq(s_ea)]
-        # Stage Q (merged): the memory's output register, copied.
+        # Stage Q (merged): the memory's output register, copied. Pipelined, it copies every
+        # cycle and the emit pipeline reads it too (its stage Q): nothing but a flip-flop
+        # follows the memory (an ECP5 DP16KD without its output register takes 5.8 ns from
+        # clock to data).
         if self._pipelined:
-            m.d.sync += qv.eq(rv)
-            with m.If(rv):
-                m.d.sync += [q_a.eq(self.rd_data.a), q_ea.eq(self.rd_data.ea)]
+            m.d.sync += [qv.eq(rv), q_a.eq(self.rd_data.a), q_ea.eq(self.rd_data.ea)]
         else:
             m.d.comb += [qv.eq(rv), q_a.eq(self.rd_data.a), q_ea.eq(self.rd_data.ea)]
         with m.If(rv):
@@ -755,20 +780,21 @@ class OutputUnit(wiring.Component):
         if self._pipelined:
             # |A| in two stages of half the width: X negates the low half and keeps its
             # borrow, S the high half.
+            # Both free-running (their valid flags travel beside them). X also inverts the
+            # high half of a negative value and takes the borrow into the increment bit, so
+            # that S is one incrementer straight into its flip-flops.
             half = aw // 2
             x_lo = Signal(half)
             x_hi = Signal(aw - half)
-            x_neg = Signal()
-            x_c = Signal()
+            x_inc = Signal()
             x_ea = Signal(signed(eb + 1))
-            m.d.sync += xv.eq(qv)
-            with m.If(qv):
-                m.d.sync += [x_neg.eq(q_a[-1]), x_hi.eq(q_a[half:]),
-                             x_lo.eq(Mux(q_a[-1], -q_a[:half], q_a[:half])),
-                             x_c.eq(q_a[:half] == 0), x_ea.eq(q_ea)]
-            with m.If(xv):
-                m.d.sync += [s_abs.eq(Cat(x_lo, Mux(x_neg, ~x_hi + x_c, x_hi))),
-                             s_ea.eq(x_ea)]
+            m.d.sync += [
+                xv.eq(qv),
+                x_hi.eq(Mux(q_a[-1], ~q_a[half:], q_a[half:])),
+                x_lo.eq(Mux(q_a[-1], -q_a[:half], q_a[:half])),
+                x_inc.eq(q_a[-1] & (q_a[:half] == 0)), x_ea.eq(q_ea),
+                s_abs.eq(Cat(x_lo, x_hi + x_inc)), s_ea.eq(x_ea),
+            ]
             # `top` is the least value when no lane is there, so the running maximum's
             # compare alone (a subtraction's sign: a carry chain) enables it; top_max starts
             # at that least value too.
@@ -817,8 +843,8 @@ class OutputUnit(wiring.Component):
             m.d.sync += credit.eq(credit >> 1)
         with m.Elif(pop & ~issue):
             m.d.sync += credit.eq(Cat(1, credit[:-1]))
-        # Stages: A shift amount, B clamps, C1/C2 shifters, D rounding decision, E increment,
-        # F saturation into the output FIFO.
+        # Stages: (pipelined: Q, the memory's output copied,) A shift amount, B clamps, C1/C2
+        # shifters, D rounding decision, E increment, F saturation into the output FIFO.
         # Without pipelining, stages A, C1 and D are combinational (merged into B, C2, E).
         v0, va, vb, vc1, vc, vd, ve = (Signal(name=f"v{c}")
                                        for c in ("0", "a", "b", "c1", "c", "d", "e"))
@@ -847,15 +873,23 @@ class OutputUnit(wiring.Component):
         vd2 = Signal()          # pipelined: stage D2's valid
         m.d.sync += [v0.eq(issue), vb.eq(va), vc.eq(vc1),
                      ve.eq(vd2 if self._pipelined else vd)]
-        merged += [va.eq(v0), vc1.eq(vb), vd.eq(vc)]
+        # Pipelined, stage Q comes between v0 / r0 and va / ra (below).
+        merged += [*([] if self._pipelined else [va.eq(v0)]), vc1.eq(vb), vd.eq(vc)]
         if self._stochastic:
             m.d.sync += [r0.eq(self.i_rand.payload), rb.eq(ra), rc.eq(rc1)]
-            merged += [ra.eq(r0), rc1.eq(rb)]
+            merged += [*([] if self._pipelined else [ra.eq(r0)]), rc1.eq(rb)]
         if self._pipelined:
-            # e4 + F + W + 1 registered (e4 is set in CLAMP, two cycles before stage A).
+            # Stage Q is the scan's copy of the memory's output. e4 + F + W + 1 registered (e4
+            # is set in CLAMP, three cycles before stage A).
+            vq = Signal()
+            m.d.sync += vq.eq(v0)
+            merged += va.eq(vq)
+            if self._stochastic:
+                rq = Signal(rr)
+                m.d.sync += rq.eq(r0)
+                merged += ra.eq(rq)
             e4_off = Signal(signed(eb + 1))
-            m.d.sync += [e4_off.eq(e4 + (f + w + 1)),
-                         a_a.eq(self.rd_data.a), a_s.eq(e4_off - self.rd_data.ea)]
+            m.d.sync += [e4_off.eq(e4 + (f + w + 1)), a_a.eq(q_a), a_s.eq(e4_off - q_ea)]
         else:
             merged += [a_a.eq(self.rd_data.a), a_s.eq(e4 - self.rd_data.ea + (f + w + 1))]
         m.d.sync += [
@@ -931,16 +965,22 @@ class OutputUnit(wiring.Component):
         # increment (sign and zero tests of the high bits, no comparator carry chain).
         if self._pipelined:
             # Stage D keeps the high bits' zero and all-ones tests per 8-bit group, stage D2
-            # narrows, stage E increments, stage F compares with the limits and stage G (into
-            # the FIFO) selects.
+            # turns them into two flags (beyond +2^W, beyond -2^W: such a value saturates
+            # whatever the rounding), stage E increments the low W + 1 bits, stage F
+            # compares with the limits (or takes the flags) and stage G (into the FIFO)
+            # selects.
             hi = q[w:]
             hgroups = [hi[i:i + 8] for i in range(0, len(hi), 8)]
             d_nz = Signal(len(hgroups))
             d_all = Signal(len(hgroups))
             d_neg = Signal()
             d_lo = Signal(signed(w + 1))
-            d2_val = Signal(signed(w + 2))
+            d2_lo = Signal(signed(w + 1))
+            d2_big = Signal()
+            d2_small = Signal()
             d2_up = Signal()
+            e_big = Signal()
+            e_small = Signal()
             vf = Signal()
             f_gt = Signal()
             f_lt = Signal()
@@ -948,12 +988,12 @@ class OutputUnit(wiring.Component):
             m.d.sync += [
                 d_neg.eq(hi[-1]), d_lo.eq(q[:w + 1]),
                 d_nz.eq(Cat(g != 0 for g in hgroups)), d_all.eq(Cat(g.all() for g in hgroups)),
-                vd2.eq(vd), d2_up.eq(up),
-                d2_val.eq(Mux(~d_neg & (d_nz != 0), 1 << w,
-                              Mux(d_neg & ~d_all.all(), -(1 << w), d_lo))),
-                e_val.eq(d2_val + d2_up),
+                vd2.eq(vd), d2_up.eq(up), d2_lo.eq(d_lo),
+                d2_big.eq(~d_neg & (d_nz != 0)), d2_small.eq(d_neg & ~d_all.all()),
+                e_val.eq(d2_lo + d2_up), e_big.eq(d2_big), e_small.eq(d2_small),
                 # The compares as subtraction sign bits (carry chains, not LUT trees).
-                vf.eq(ve), f_gt.eq((mx - e_val)[-1]), f_lt.eq((e_val - neg_mx)[-1]),
+                vf.eq(ve), f_gt.eq(e_big | (~e_small & (mx - e_val)[-1])),
+                f_lt.eq(e_small | (e_val - neg_mx)[-1]),
                 f_val.eq(e_val),
             ]
             sat = Signal(signed(w))
@@ -1022,6 +1062,8 @@ class OutputUnit(wiring.Component):
         dwin = Signal(signed(max(len(raw), len(pred.unit_exp)) + 1))
         in_window = Signal()
         raw_c = Signal(signed(eb))
+        raw_hi = Signal()       # pipelined: raw > e_max, registered in CHECK
+        raw_lo = Signal()       # pipelined: raw < -e_max
         accepted = Signal(range(n + 1))
         acc_last = Signal()      # accepted == n - 1, as a register
         with m.If(self.o.valid & self.o.ready):
@@ -1075,11 +1117,18 @@ class OutputUnit(wiring.Component):
                 # Predicted mode: is the prediction within [raw, raw + u] (no overflow, no
                 # underflow)? A subtraction here, two small tests of it in WINDOW.
                 m.d.sync += dwin.eq(pred.unit_exp - raw)
+                if self._pipelined:
+                    # The clamp's two compares here, its choice in WINDOW.
+                    m.d.sync += [raw_hi.eq(raw > e_max), raw_lo.eq(raw < -e_max)]
                 fsm.goto("WINDOW")
             with fsm.state("WINDOW"):
+                if self._pipelined:
+                    clamped = Mux(raw_hi, e_max, Mux(raw_lo, -e_max, raw))
+                else:
+                    clamped = Mux(raw > e_max, e_max, Mux(raw < -e_max, -e_max, raw))
                 m.d.sync += [
                     in_window.eq((dwin[3:] == 0) & (dwin[:3] <= self.cfg_pred_margin)),
-                    raw_c.eq(Mux(raw > e_max, e_max, Mux(raw < -e_max, -e_max, raw))),
+                    raw_c.eq(clamped),
                 ]
                 fsm.goto("DECIDE" if self._pipelined else "CLAMP")
             predicted = self.cfg_exp_mode == ExpMode.PREDICTED
@@ -1250,7 +1299,9 @@ class ExponentPredictor(wiring.Component):
         start = st.idle & self.commit & active
         w_shift = Signal()  # WEIGH: D and G are shifted this cycle (st.weigh & ~w_add)
         m.d.sync += w_shift.eq((st.dev2 & (sh != 0)) | (w_shift & (sh != 1)))
-        cleared = st.delta & ~p_nz
+        # P == 0 found in DELTA, as a register set in NORM2 (it gates the state, `busy` and
+        # the history's emptying).
+        cleared = Signal()
         m.d.sync += [
             st.idle.eq((st.idle & ~start) | cleared | st.range),
             st.settle.eq(start),
@@ -1296,25 +1347,30 @@ class ExponentPredictor(wiring.Component):
             m.d.sync += [g.eq(g_pre), w_add.eq(sh == 0)]
         with m.If(w_shift):
             m.d.sync += [diff.eq(diff >> 1), g.eq(g >> 1), sh.eq(sh - 1), w_add.eq(sh == 1)]
-        # The sums, free-running: ready a cycle after `w_add`, when `w_sum` writes them.
+        # The sums, free-running: ready a cycle after `w_add`, when `w_sum` writes them. In
+        # SETTLE they take a new history's values instead (X and 0, written in LOAD), so
+        # that mu and dev have one load source.
         mu_sum = Signal(sw)
         dev_sum = Signal(sw)
-        m.d.sync += [mu_sum.eq(mu + diff), dev_sum.eq(dev + g), w_sum.eq(w_add)]
+        m.d.sync += [mu_sum.eq(Mux(st.settle, x, mu + diff)),
+                     dev_sum.eq(Mux(st.settle, 0, dev + g)), w_sum.eq(w_add)]
         with m.If(w_add):
             m.d.sync += w_add.eq(0)
         with m.If(w_sum):
             m.d.sync += count.eq(count_inc)
         with m.If(ld):
             m.d.sync += [eu.eq(e4), count.eq(1)]
-        # mu and dev: load, add, shift right or left (one flag each).
-        with m.If(ld):
-            m.d.sync += [mu.eq(x), dev.eq(0)]
-        with m.Elif(w_sum):
+        # mu and dev: load (`ld | w_sum`, one register) or shift (`d_pos | d_neg`, one
+        # register, its direction a third): each bit's next value is a function of five inputs.
+        load_sum = Signal()
+        shifting = Signal()
+        right = Signal()
+        m.d.sync += load_sum.eq((st.settle & (restart | (count == 0))) | w_add)
+        with m.If(load_sum):
             m.d.sync += [mu.eq(mu_sum), dev.eq(dev_sum)]
-        with m.Elif(d_pos):
-            m.d.sync += [mu.eq(mu >> 1), dev.eq(dev >> 1)]
-        with m.Elif(d_neg):
-            m.d.sync += [mu.eq(mu << 1), dev.eq(dev << 1)]
+        with m.Elif(shifting):
+            m.d.sync += [mu.eq(Mux(right, mu >> 1, mu << 1)),
+                         dev.eq(Mux(right, dev >> 1, dev << 1))]
         # P = mu + k·dev by k additions of dev (one small adder, free-running: two cycles
         # per addition).
         p_sum = Signal.like(p)
@@ -1333,6 +1389,7 @@ class ExponentPredictor(wiring.Component):
             for j, grp in enumerate(pgroups):
                 nz_j, idx_j = _leading_one(grp)
                 m.d.sync += [n_nz[j].eq(nz_j), n_idx[j].eq(idx_j)]
+        m.d.sync += cleared.eq(st.norm2 & (n_nz == 0))
         with m.If(st.norm2):
             m.d.sync += p_nz.eq(n_nz != 0)
             for j in range(len(pgroups)):    # the highest non-zero group wins
@@ -1346,11 +1403,13 @@ class ExponentPredictor(wiring.Component):
         with m.If(cleared):
             m.d.sync += busy.eq(0)
         with m.If(st.adjust):
-            m.d.sync += [eu.eq(eu + delta), d_pos.eq(delta > 0), d_neg.eq(delta < 0)]
+            m.d.sync += [eu.eq(eu + delta), d_pos.eq(delta > 0), d_neg.eq(delta < 0),
+                         shifting.eq(delta != 0), right.eq(delta > 0)]
         with m.If(d_pos):
-            m.d.sync += [delta.eq(delta - 1), d_pos.eq(delta != 1)]
+            m.d.sync += [delta.eq(delta - 1), d_pos.eq(delta != 1), shifting.eq(delta != 1)]
         with m.If(d_neg):
-            m.d.sync += [delta.eq(delta + 1), d_neg.eq(delta != -1)]
+            m.d.sync += [delta.eq(delta + 1), d_neg.eq(delta != -1),
+                         shifting.eq(delta != -1)]
         with m.If(st.range):
             m.d.sync += [self.usable.eq(eu_ok), busy.eq(0)]
         return m
@@ -1661,16 +1720,19 @@ class BFPColumn(wiring.Component):
         if self._pipelined:
             # The same next state, written from registers: mid-pass, a pop is certain, so a
             # pass's last pop is `end_pass & mid_pe`.
+            # `end_pass_b`, a copy of `end_pass`, serves the bank and phase decisions (its
+            # next state reads its own output, so synthesis keeps both).
+            end_pass_b = Signal(init=n == 1)
             step = pop | take_bias
-            adv = end_pass & mid_pe
-            bias_end = end_pass & take_bias
+            adv = end_pass_b & mid_pe
+            bias_end = end_pass_b & take_bias
             bias_nx = Mux(bias_phase, ~bias_end, adv & last_blk & self.cfg_bias_en)
             cbank_nx = cbank ^ ((adv & last_blk & ~self.cfg_bias_en) | bias_end)
             first_n = Mux(adv, last_blk, first)
             mid_n = Mux(mid_pass, ~(adv | bias_end), step)
             m.d.sync += [
                 blk.eq(blk_n), pcnt.eq(pcnt_n), bias_phase.eq(bias_nx), cbank.eq(cbank_nx),
-                mid_pass.eq(mid_n), mid_pe.eq(Mux(mid_pe, ~end_pass, ~bias_phase & pop)),
+                mid_pass.eq(mid_n), mid_pe.eq(Mux(mid_pe, ~end_pass_b, ~bias_phase & pop)),
                 first.eq(first_n),
             ]
             # Next cycle's pop: mid-pass, or a pass may start (on a product's later block, or
@@ -1692,7 +1754,8 @@ class BFPColumn(wiring.Component):
                 m.d.sync += p_c.eq(Mux(mid_pe, ~end_pass | (go_end & nonempty_c),
                                        ~bias_phase & (p_c | (go_idle & nonempty_c))))
             with m.If(step):
-                m.d.sync += end_pass.eq(Mux(end_pass, n == 1, pcnt == n - 2))
+                m.d.sync += [end_pass.eq(Mux(end_pass, n == 1, pcnt == n - 2)),
+                             end_pass_b.eq(Mux(end_pass_b, n == 1, pcnt == n - 2))]
             with m.If(adv):
                 m.d.sync += last_blk.eq(Mux(last_blk, one_blk, next_last))
             with m.Elif(first):

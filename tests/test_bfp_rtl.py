@@ -315,6 +315,21 @@ def test_pipelined_six_lanes_block3():
     check(params, jobs, rounding="zero", ready_prob=0.2, seed=2)
 
 
+@pytest.mark.parametrize("mult", ["mult18x18d", "sb_mac16"])
+def test_multiplier_styles_match_model(mult):
+    """The ECP5 column (an accumulator enable per group of four lanes) and the iCE40 one (one
+    for all lanes), with eight lanes (two groups), stalls on every stream, a slow output, and
+    NaN vector and weight blocks (the vector's NaN test is kept per group)."""
+    rng = np.random.default_rng(41)
+    nan = nan_exponent(8)
+    params = {"lanes": 8, "block": 4, "max_blocks": 3, "mult": mult}
+    jobs = [make_job(rng, 8, 3, 4, kind=kind, bias=True)
+            for kind in ("gauss", "heavy", "uniform", "gauss")]
+    jobs[1]["x_e"][2] = nan
+    jobs[2]["w_e"][5, 0] = nan
+    check(params, jobs, bias=True, valid_prob=0.7, ready_prob=0.3, seed=6)
+
+
 def test_narrow_exponent_and_mantissa():
     rng = np.random.default_rng(5)
     params = {"lanes": 4, "block": 2, "width": 4, "exp_bits": 4, "max_blocks": 3}

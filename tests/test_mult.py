@@ -174,11 +174,12 @@ def test_mult18x18d_instance_equals_behavioural_model(tmp_path):
     # signedness, register and enable) against the behavioural model, by SAT over 4 cycles.
     assert _prove_equivalent(tmp_path, _mult18x18d_source(), lanes=2, width=4,
                              style="mult18x18d")
-    # And the check can fail: a cell whose output register ignored CE0, or with two A
+    # And the check can fail: a cell whose input registers ignored CE0, or with two A
     # inputs swapped, differs. (Signedness cannot be seen: the operands are sign-extended
     # to 18 bits and only the low 2 × width product bits are used.)
     source = _mult18x18d_source()
-    for old, new in [("else if (CE0) p_r <= p", "else p_r <= p"), ("A1, A0}", "A0, A1}")]:
+    for old, new in [("else if (CE0) begin a_r", "else begin a_r"),
+                     ("A1, A0}", "A0, A1}")]:
         broken = source.replace(old, new)
         assert broken != source
         assert not _prove_equivalent(tmp_path, broken, lanes=2, width=4, style="mult18x18d")

@@ -1088,6 +1088,15 @@ class OutputUnit(wiring.Component):
         states = ("IDLE", "SCAN", "SCAN_TAIL", "SELECT", "CHECK", "WINDOW", "DECIDE", "CLAMP",
                   "EMIT")
         use_pred_r = Signal()   # pipelined: DECIDE registers the choice of the prediction
+        if self._pipelined:
+            # `begin` and `restart` are registers, set a cycle after CLAMP; e4 (raw_c), the
+            # width and k hold still until the next selection.
+            begin_q = Signal()
+            restart_q = Signal()
+            m.d.sync += begin_q.eq(0)
+            m.d.comb += [pred.begin.eq(begin_q), pred.restart.eq(restart_q),
+                         pred.e4.eq(raw_c), pred.width.eq(self.cfg_width),
+                         pred.k.eq(self.cfg_pred_k)]
         fsm = _OneHotFSM(m, states) if self._pipelined else _FSM(m)
         with fsm:
             with fsm.state("IDLE"):
@@ -1151,14 +1160,18 @@ class OutputUnit(wiring.Component):
                     acc_last.eq(0),
                     clear_req.eq(self.pred_clear),
                 ]
-                m.d.comb += [
-                    pred.clear.eq(clear_req | ~predicted),
-                    pred.begin.eq(predicted & any_nz & ~any_nan),
-                    pred.restart.eq(~(usable & in_window)),
-                    pred.e4.eq(raw_c),
-                    pred.width.eq(self.cfg_width),
-                    pred.k.eq(self.cfg_pred_k),
-                ]
+                m.d.comb += pred.clear.eq(clear_req | ~predicted)
+                if self._pipelined:
+                    m.d.sync += [begin_q.eq(predicted & any_nz & ~any_nan),
+                                 restart_q.eq(~(usable & in_window))]
+                else:
+                    m.d.comb += [
+                        pred.begin.eq(predicted & any_nz & ~any_nan),
+                        pred.restart.eq(~(usable & in_window)),
+                        pred.e4.eq(raw_c),
+                        pred.width.eq(self.cfg_width),
+                        pred.k.eq(self.cfg_pred_k),
+                    ]
                 fsm.goto("EMIT")
             with fsm.state("EMIT"):
                 with m.If(emit_done):
@@ -1294,8 +1307,11 @@ class ExponentPredictor(wiring.Component):
         w_sum = Signal()    # the sums are written to mu and dev this cycle
         p_add = Signal()    # P + dev is written to P this cycle
         p_wait = Signal()   # P + dev is being summed
-        d_pos = Signal()    # SHIFT: renormalise right this cycle
-        d_neg = Signal()    # SHIFT: renormalise left this cycle
+        # SHIFT: the renormalising shifts left, in thermometer code (bit i: more than i), so
+        # that "shift this cycle" is its bit 0, a flip-flop.
+        shifts = Signal(max(w + fs - 1, sw + 2))
+        shifting = shifts[0]
+        right = Signal()    # SHIFT: the direction
         start = st.idle & self.commit & active
         w_shift = Signal()  # WEIGH: D and G are shifted this cycle (st.weigh & ~w_add)
         m.d.sync += w_shift.eq((st.dev2 & (sh != 0)) | (w_shift & (sh != 1)))
@@ -1316,8 +1332,8 @@ class ExponentPredictor(wiring.Component):
             st.delta.eq(st.norm2),
             st.delta2.eq(st.delta & p_nz),
             st.adjust.eq(st.delta2),
-            st.shift.eq(st.adjust | d_pos | d_neg),
-            st.range.eq(st.shift & ~d_pos & ~d_neg),
+            st.shift.eq(st.adjust | shifting),
+            st.range.eq(st.shift & ~shifting),
         ]
         # Emptying the history (a clear request while idle, or P == 0) acts a cycle later,
         # from one flag register: the history is next read at the next product.
@@ -1325,8 +1341,12 @@ class ExponentPredictor(wiring.Component):
         m.d.sync += empty.eq((st.idle & clear_r) | cleared)
         with m.If(empty):
             m.d.sync += [count.eq(0), self.usable.eq(0)]
+        # `active` clears in SETTLE, a cycle after `start` (no second start can come: the
+        # engine is no longer idle), so its next state reads only flip-flops.
         with m.If(start):
-            m.d.sync += [active.eq(0), busy.eq(1)]
+            m.d.sync += busy.eq(1)
+        with m.If(st.settle):
+            m.d.sync += active.eq(0)
         with m.If(st.settle):
             m.d.sync += [ld.eq(restart | (count == 0)), sh.eq(s),
                          count_inc.eq(Mux(count == 1 << a, count, count + 1))]
@@ -1360,11 +1380,9 @@ class ExponentPredictor(wiring.Component):
             m.d.sync += count.eq(count_inc)
         with m.If(ld):
             m.d.sync += [eu.eq(e4), count.eq(1)]
-        # mu and dev: load (`ld | w_sum`, one register) or shift (`d_pos | d_neg`, one
-        # register, its direction a third): each bit's next value is a function of five inputs.
+        # mu and dev: load (`ld | w_sum`, one register) or shift (`shifting`, one register,
+        # its direction another): each bit's next value is a function of five inputs.
         load_sum = Signal()
-        shifting = Signal()
-        right = Signal()
         m.d.sync += load_sum.eq((st.settle & (restart | (count == 0))) | w_add)
         with m.If(load_sum):
             m.d.sync += [mu.eq(mu_sum), dev.eq(dev_sum)]
@@ -1396,20 +1414,20 @@ class ExponentPredictor(wiring.Component):
                 with m.If(n_nz[j]):
                     m.d.sync += p_msb.eq(Cat(n_idx[j], Const(j, 8)))
         # delta = bitlen(P) - 1 - wref, free-running (ready in DELTA2).
+        # |delta| in thermometer code, free-running too (ready in ADJUST).
         delta_pre = Signal.like(delta)
-        m.d.sync += delta_pre.eq(p_msb - wref)
+        shifts_pre = Signal.like(shifts)
+        m.d.sync += [delta_pre.eq(p_msb - wref),
+                     shifts_pre.eq(Cat((delta_pre > i) | (delta_pre < -i)
+                                       for i in range(len(shifts))))]
         with m.If(st.delta2):
             m.d.sync += delta.eq(delta_pre)
         with m.If(cleared):
             m.d.sync += busy.eq(0)
         with m.If(st.adjust):
-            m.d.sync += [eu.eq(eu + delta), d_pos.eq(delta > 0), d_neg.eq(delta < 0),
-                         shifting.eq(delta != 0), right.eq(delta > 0)]
-        with m.If(d_pos):
-            m.d.sync += [delta.eq(delta - 1), d_pos.eq(delta != 1), shifting.eq(delta != 1)]
-        with m.If(d_neg):
-            m.d.sync += [delta.eq(delta + 1), d_neg.eq(delta != -1),
-                         shifting.eq(delta != -1)]
+            m.d.sync += [eu.eq(eu + delta), shifts.eq(shifts_pre), right.eq(~delta[-1])]
+        with m.Else():
+            m.d.sync += shifts.eq(shifts >> 1)
         with m.If(st.range):
             m.d.sync += [self.usable.eq(eu_ok), busy.eq(0)]
         return m

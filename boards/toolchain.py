@@ -230,18 +230,25 @@ def implement(component, device="up5k", *, seed=1, freq_mhz=None, build_dir=None
         synth = dev["synth"]
         if not dsp:
             synth = synth.replace(" -dsp", "") if dev["family"] == "ice40" else synth + " -nodsp"
-        script = f"read_rtlil {name}.il; {{}} -top top -json {name}.json; tee -o {name}.stat stat"
+        script = (f"read_rtlil {name}.il; {synth} -top top -json {name}.json; "
+                  f"tee -o {name}.stat stat")
         try:
-            _run([os.environ["YOSYS"], "-q", "-p", script.format(synth)],
-                 bd / f"{name}.yosys.log", bd, "yosys")
+            _run([os.environ["YOSYS"], "-q", "-p", script], bd / f"{name}.yosys.log", bd, "yosys")
         except ToolchainError:
             if dev["family"] != "ecp5":
                 raise
-            # YoWASP's abc9 sometimes exits 1 with an empty log on ECP5; the classic ABC flow
-            # is the documented fallback (reported in the result's "synth").
-            synth += " -noabc9"
-            _run([os.environ["YOSYS"], "-q", "-p", script.format(synth)],
-                 bd / f"{name}.yosys.log", bd, "yosys")
+            # Yosys's ECP5 flow maps LUTs with abc9 only (it no longer has -noabc9), and abc9
+            # fails on some netlists (exit 1 with an empty log, or Yosys 0.70's assertion
+            # `GetSize(conn.first) == GetSize(conn.second)` in the reintegration). The
+            # fallback is the same flow with the classic ABC mapping in its map_luts step;
+            # the result's "synth" says so.
+            classic = "abc -dress -lut 4:7"
+            script = (f"read_rtlil {name}.il; {synth} -top top -run :map_luts; "
+                      f"techmap -map +/lattice/latches_map.v; {classic}; clean; "
+                      f"{synth} -top top -run map_cells: -json {name}.json; "
+                      f"tee -o {name}.stat stat")
+            synth = f"{synth} (map_luts: {classic}, abc9 failed)"
+            _run([os.environ["YOSYS"], "-q", "-p", script], bd / f"{name}.yosys.log", bd, "yosys")
         say(f"{name}: placing and routing for {device} (seed {seed})")
         pnr = os.environ["NEXTPNR_ICE40" if dev["family"] == "ice40" else "NEXTPNR_ECP5"]
         _run([pnr, "--quiet", *dev["args"], "--json", f"{name}.json", "--seed", str(seed),

@@ -217,6 +217,8 @@ def bench_one(name, device, seeds, say, cache=None, cached_only=False, board=Non
         "ffs": r0.get("ffs"), "dsps": r0["dsps"], "rams": r0["rams"], "spram": r0["spram"],
         "fmax_mhz_median": fmax,
         "fmax_mhz_all": fmaxes,
+        # Seeds whose ECP5 synthesis fell back to the classic ABC mapping (abc9 failed).
+        "classic_abc_seeds": [r["seed"] for r in runs if "abc9 failed" in r.get("synth", "")],
         "throughput": throughput(name, device, params, fmax),
         "lcs_pct": round(100 * r0["lcs_block"] / dev["lcs"], 1),
         "dsps_pct": round(100 * r0["dsps"] / dev["dsps"], 1) if dev["dsps"] else None,
@@ -252,6 +254,7 @@ def render_markdown(rows, command):
              "| block | device | LC | % of device | DSP | RAM | SPRAM | Fmax MHz (median) "
              "| seeds | throughput | of ceiling |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    classic = False
     for r in rows:
         block = f"{r['block']} ({r['board']})" if r.get("board") else r["block"]
         if r.get("pending"):
@@ -271,9 +274,18 @@ def render_markdown(rows, command):
             rate = f"{tp['per_second'] / 1e6:.0f} M {tp['unit']}/s"
             if "ceiling_ratio" in tp:
                 ratio = f"{tp['ceiling_ratio']:.2f}"
+        fmax = r["fmax_mhz_median"]
+        if r.get("classic_abc_seeds"):
+            fmax = f"{fmax} (classic ABC)"
+            classic = True
         lines.append(f"| {block} | {r['device']} | {r['lcs_block']} | {r['lcs_pct']} | "
-                     f"{r['dsps']} | {r['rams']} | {r['spram']} | {r['fmax_mhz_median']} | "
+                     f"{r['dsps']} | {r['rams']} | {r['spram']} | {fmax} | "
                      f"{', '.join(map(str, r['seeds']))} | {rate} | {ratio} |")
+    if classic:
+        lines += ["", "\"(classic ABC)\": Yosys's abc9 LUT mapping failed on that netlist, so "
+                  "`boards.toolchain.implement` mapped its LUTs with the classic ABC instead "
+                  "(docs/bfp.md §5, \"Yosys 0.70 and the 16-lane ECP5 column\"); its LUT count "
+                  "and Fmax are not comparable with an abc9 build's."]
     lines += ["", "Device ceilings (DESIGN §7): UP5K has 8 SB_MAC16 (16 int8 MACs/cycle in dual "
               "8×8 mode); a bare 16-lane DSP array closes at ~86 MHz (≈1.4 GMAC/s); 16 LUT lanes "
               "on HX8K at ~82 MHz; a 4-lane Irwin–Hall generator at ~59 MHz on UP5K (236 M "

@@ -132,3 +132,21 @@ def test_bench_bfp_shares_the_run_cache_with_bench(tmp_path, monkeypatch):
                          cache=bench.RunCache(path, use=True), pnr_args=("--router", "router2"))
     assert calls[2:] == [("up5k", 1, None, True, "--router", "router2")]
     assert rows[0]["pnr_args"] == ["--router", "router2"]
+
+
+def test_a_classic_abc_fallback_is_marked_in_the_table(monkeypatch):
+    """Builds whose LUTs the classic ABC mapped (abc9 failed) are marked, the others not."""
+    def implement(component, device, *, seed, name, dsp):
+        res = fake_implement([])(component, device, seed=seed, name=name, dsp=dsp)
+        res["synth"] = ("synth_ecp5 (map_luts: abc -dress -lut 4:7, abc9 failed)" if seed == 2
+                        else "synth_ecp5")
+        return res
+
+    monkeypatch.setattr(bench, "implement", implement)
+    row = bench.bench_one("prng", "ecp5-25f", [1, 2], lambda msg: None, None)
+    assert row["classic_abc_seeds"] == [2]
+    text = bench.render_markdown([row], "cmd")
+    assert "| 51.5 (classic ABC) |" in text and "abc9 LUT mapping failed" in text
+    row = bench.bench_one("prng", "ecp5-25f", [1], lambda msg: None, None)
+    assert row["classic_abc_seeds"] == []
+    assert "classic ABC" not in bench.render_markdown([row], "cmd")

@@ -14,7 +14,11 @@ import time
 from pathlib import Path
 
 __all__ = ["TOOL_DEFAULTS", "DEVICES", "setup_toolchain_env", "implement", "default_freq_mhz",
-           "parse_nextpnr_report", "OOCWrapper", "ToolchainError"]
+           "parse_nextpnr_report", "OOCWrapper", "ToolchainError", "ABC9_FALLBACK"]
+
+#: The end of :func:`implement`'s ``synth`` field when abc9 failed and the classic ABC mapped
+#: the LUTs instead.
+ABC9_FALLBACK = "abc9 failed"
 
 
 #: Environment variables read by Amaranth's platform templates, and their YoWASP defaults.
@@ -247,7 +251,7 @@ def implement(component, device="up5k", *, seed=1, freq_mhz=None, build_dir=None
                       f"techmap -map +/lattice/latches_map.v; {classic}; clean; "
                       f"{synth} -top top -run map_cells: -json {name}.json; "
                       f"tee -o {name}.stat stat")
-            synth = f"{synth} (map_luts: {classic}, abc9 failed)"
+            synth = f"{synth} (map_luts: {classic}, {ABC9_FALLBACK})"
             _run([os.environ["YOSYS"], "-q", "-p", script], bd / f"{name}.yosys.log", bd, "yosys")
         say(f"{name}: placing and routing for {device} (seed {seed})")
         pnr = os.environ["NEXTPNR_ICE40" if dev["family"] == "ice40" else "NEXTPNR_ECP5"]

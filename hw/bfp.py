@@ -778,11 +778,9 @@ class OutputUnit(wiring.Component):
         scan_empty = Signal(init=1)
         top_gt = Signal(signed(eb + 4))
         if self._pipelined:
-            # |A| in two stages of half the width: X negates the low half and keeps its
-            # borrow, S the high half.
-            # Both free-running (their valid flags travel beside them). X also inverts the
-            # high half of a negative value and takes the borrow into the increment bit, so
-            # that S is one incrementer straight into its flip-flops.
+            # |A| in two stages of half the width, both free-running (their valid flags
+            # travel beside them): X negates the low half, inverts the high half of a negative
+            # value and takes the borrow into an increment bit; S is one incrementer.
             half = aw // 2
             x_lo = Signal(half)
             x_hi = Signal(aw - half)

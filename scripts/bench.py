@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import bench_float  # noqa: E402
 
 from boards.profiles import BOARDS  # noqa: E402
-from boards.toolchain import DEVICES, ToolchainError, implement  # noqa: E402
+from boards.toolchain import ABC9_FALLBACK, DEVICES, ToolchainError, implement  # noqa: E402
 from hw.registry import BLOCKS, available_blocks, block_class  # noqa: E402
 
 
@@ -218,7 +218,7 @@ def bench_one(name, device, seeds, say, cache=None, cached_only=False, board=Non
         "fmax_mhz_median": fmax,
         "fmax_mhz_all": fmaxes,
         # Seeds whose ECP5 synthesis fell back to the classic ABC mapping (abc9 failed).
-        "classic_abc_seeds": [r["seed"] for r in runs if "abc9 failed" in r.get("synth", "")],
+        "classic_abc_seeds": [r["seed"] for r in runs if ABC9_FALLBACK in r.get("synth", "")],
         "throughput": throughput(name, device, params, fmax),
         "lcs_pct": round(100 * r0["lcs_block"] / dev["lcs"], 1),
         "dsps_pct": round(100 * r0["dsps"] / dev["dsps"], 1) if dev["dsps"] else None,

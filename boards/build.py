@@ -1,6 +1,6 @@
 """Board builds: the accelerator top on a board, bitstream, resource and timing report, flashing.
 
-Importing this module (through :mod:`boards.toolchain`) sets the YoWASP tool variables.
+Importing this module (through :mod:`lowbit.boards.toolchain`) sets the YoWASP tool variables.
 """
 
 import inspect
@@ -32,7 +32,7 @@ class FlashError(RuntimeError):
 
 
 def top_parameters(profile, clk_freq=None):
-    """Split a profile's top parameters into those :class:`hw.top.Accelerator` takes and not.
+    """Split a profile's top parameters into those :class:`lowbit.hw.top.Accelerator` takes and not.
 
     Returns
     -------
@@ -40,7 +40,7 @@ def top_parameters(profile, clk_freq=None):
         Parameters passed to the top (including ``clk_freq``), and profile settings that the top
         as it stands does not take yet (reported, never silently dropped).
     """
-    from hw.top import Accelerator
+    from lowbit.hw.top import Accelerator
     accepted = inspect.signature(Accelerator.__init__).parameters
     params = {"clk_freq": profile.clk_freq if clk_freq is None else clk_freq}
     unused = {}
@@ -63,7 +63,7 @@ class BoardTop(Elaboratable):
         self.params, self.unused = top_parameters(profile)
 
     def elaborate(self, platform):
-        from hw.top import Accelerator
+        from lowbit.hw.top import Accelerator
         m = Module()
         m.submodules.accel = accel = Accelerator(**self.params)
         # Every subsignal raw (dir="-"): some boards' UARTs also carry rts/dtr.
@@ -145,7 +145,7 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
     Parameters
     ----------
     board : str
-        A name from :data:`boards.profiles.BOARDS`.
+        A name from :data:`lowbit.boards.profiles.BOARDS`.
     seed : int
         nextpnr placement seed.
     build_dir : str, optional

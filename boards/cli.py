@@ -22,6 +22,8 @@ import argparse
 import json
 import sys
 
+from lowbit import __version__
+
 from .profiles import BOARDS, DEFAULT_BOARD
 from .toolchain import DEVICES, ToolchainError, setup_toolchain_env
 
@@ -39,7 +41,7 @@ def _say(msg):
 def cmd_verilog(args):
     from amaranth.back import verilog
 
-    from hw.registry import BLOCKS, available_blocks, build_block, parse_params
+    from lowbit.hw.registry import BLOCKS, available_blocks, build_block, parse_params
     if args.list:
         for name in available_blocks():
             print(f"{name:<10} {BLOCKS[name][2]}")
@@ -114,6 +116,7 @@ def _parser():
     parser = argparse.ArgumentParser(
         prog="lowbit",
         description="Low-precision neural-network arithmetic for small FPGAs.")
+    parser.add_argument("--version", action="version", version=f"lowbit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("verilog", help="write the Verilog of a block or of the top")

@@ -1,21 +1,21 @@
 """``lowbit demo digits``: the digits MLP end to end on the accelerator (issues #8 and #10).
 
-The demo trains the 64-32-10 MLP of :mod:`sim.mlp` in float64 (or loads it from the cache
+The demo trains the 64-32-10 MLP of :mod:`lowbit.sim.mlp` in float64 (or loads it from the cache
 under the build directory), converts it to the accelerator's layers (BFP, or discrete weights
 after quantisation-aware fine-tuning), places it on a device with
-:meth:`boards.driver.Accelerator.load_network`, runs test images through
-:meth:`~boards.driver.Accelerator.run_network` and checks every output code and exponent
-against the golden model :func:`sim.mlp.forward`. It reports the float, golden and device
+:meth:`lowbit.boards.driver.Accelerator.load_network`, runs test images through
+:meth:`~lowbit.boards.driver.Accelerator.run_network` and checks every output code and exponent
+against the golden model :func:`lowbit.sim.mlp.forward`. It reports the float, golden and device
 accuracy, the wall-clock images per second, the accelerator cycles per image (from the ``RUN``
 replies) and each board's projected images per second (its clock over the cycles per image
 of its own top).
 
 Devices (``target``)
 --------------------
-* ``"cxxrtl"``: the real top compiled with CXXRTL (:class:`sim.transport.SimulatedSerial`);
+* ``"cxxrtl"``: the real top compiled with CXXRTL (:class:`lowbit.sim.transport.SimulatedSerial`);
   the default when a C++ compiler is installed. The first run compiles (2-6 min, cached).
 * ``"amaranth"``: the real top in Amaranth's simulator (~1-2k cycles/s: a few images).
-* ``"model"``: the protocol model :class:`sim.link.DeviceModel` (instant; no cycle counts).
+* ``"model"``: the protocol model :class:`lowbit.sim.link.DeviceModel` (instant; no cycle counts).
 * a serial port (``port=``): a board built with ``lowbit build``; its profile's top parameters
   tell the driver the design (``board=``).
 
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim import mlp
+from lowbit.sim import mlp
 
 from .profiles import BOARDS, DEFAULT_BOARD, get_board
 
@@ -48,7 +48,7 @@ __all__ = ["VARIANTS", "SIMULATORS", "SIM_TOP", "DEFAULT_IMAGES", "DemoError", "
 VARIANTS = ("bfp", "discrete")
 #: Simulated devices.
 SIMULATORS = ("cxxrtl", "amaranth", "model")
-#: Parameters of the simulated top (:class:`hw.top.Accelerator`).
+#: Parameters of the simulated top (:class:`lowbit.hw.top.Accelerator`).
 SIM_TOP = dict(sequencer=True, matrix_lanes=16, block=16, max_blocks=16, weight_depth=512)
 #: Test images run by default per target (each runs in well under a minute once compiled).
 DEFAULT_IMAGES = {"model": 540, "cxxrtl": 540, "amaranth": 3, "port": 540}
@@ -124,7 +124,7 @@ def prepare_network(variant, column, *, split=None, build_dir="build", progress=
 
     Returns
     -------
-    (sim.mlp.FloatMLP, sim.mlp.QuantisedMLP)
+    (lowbit.sim.mlp.FloatMLP, lowbit.sim.mlp.QuantisedMLP)
     """
     if variant not in VARIANTS:
         raise UsageError(f"Variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
@@ -148,9 +148,9 @@ def prepare_network(variant, column, *, split=None, build_dir="build", progress=
 
 
 def _input_quant(net, where="device"):
-    """The :class:`sim.program.InputQuant` of ``net``'s input quantisation (``where``:
+    """The :class:`lowbit.sim.program.InputQuant` of ``net``'s input quantisation (``where``:
     ``"device"`` runs QUANT, ``"host"`` sends the same numbers already quantised)."""
-    from sim.program import InputQuant
+    from lowbit.sim.program import InputQuant
     iq = net.input_quant
     return InputQuant(where, width=iq.width, rule=iq.rule, rounding="nearest",
                       shift=iq.shift if iq.kind == "int8" else 0)
@@ -159,7 +159,7 @@ def _input_quant(net, where="device"):
 # -- devices --------------------------------------------------------------------------------------
 
 def connect(*, simulator=None, port=None, board=DEFAULT_BOARD, progress=None):
-    """An :class:`boards.driver.Accelerator` for the demo and a description of it.
+    """An :class:`lowbit.boards.driver.Accelerator` for the demo and a description of it.
 
     ``port`` opens a board (top parameters of ``board``'s profile); otherwise ``simulator``
     (default :func:`default_simulator`) runs :data:`SIM_TOP`.
@@ -173,7 +173,7 @@ def connect(*, simulator=None, port=None, board=DEFAULT_BOARD, progress=None):
             f"{board} on {port}"
     simulator = default_simulator() if simulator is None else simulator
     if simulator == "model":
-        return Accelerator.model(**SIM_TOP), "model (sim.link.DeviceModel)"
+        return Accelerator.model(**SIM_TOP), "model (lowbit.sim.link.DeviceModel)"
     if simulator == "cxxrtl":
         _say(progress, "lowbit: building the CXXRTL simulator of the top (the first run "
                        "compiles it, 2-6 min; later runs load it from the cache)")
@@ -189,18 +189,18 @@ DEMO_BENCH = Path(__file__).resolve().parent.parent / "docs" / "bench" / "demo.j
 
 
 def board_top(board):
-    """The :class:`hw.top.Accelerator` parameters ``lowbit build`` gives ``board``'s top
-    (:func:`boards.build.top_parameters`, ``clk_freq`` included)."""
+    """The :class:`lowbit.hw.top.Accelerator` parameters ``lowbit build`` gives ``board``'s top
+    (:func:`lowbit.boards.build.top_parameters`, ``clk_freq`` included)."""
     from .build import top_parameters
     return top_parameters(get_board(board))[0]
 
 
 def _canonical_top(params):
-    """``params`` with every omitted :class:`hw.top.Accelerator` default filled in, in JSON
+    """``params`` with every omitted :class:`lowbit.hw.top.Accelerator` default filled in, in JSON
     form (tuples as lists), so that two spellings of one top compare equal."""
     import inspect
 
-    from hw.top import Accelerator
+    from lowbit.hw.top import Accelerator
     full = {name: p.default for name, p in inspect.signature(Accelerator.__init__)
             .parameters.items() if p.default is not inspect.Parameter.empty}
     full.update(params)
@@ -211,7 +211,7 @@ def _canonical_top(params):
 
 def same_top(a, b):
     """True if the top parameter dicts ``a`` and ``b`` describe the same
-    :class:`hw.top.Accelerator` (omitted parameters count as their defaults)."""
+    :class:`lowbit.hw.top.Accelerator` (omitted parameters count as their defaults)."""
     return _canonical_top(a) == _canonical_top(b)
 
 
@@ -253,8 +253,8 @@ def measured_fmax(board, *, build_dir="build", bench_dir=None):
 
 def board_fit(board, net):
     """``None`` if ``board``'s profile (its top parameters) can run ``net``
-    (:class:`sim.mlp.QuantisedMLP`), else the reason (engines, weight memory, scratchpad)."""
-    from sim.program import NetworkLayout
+    (:class:`lowbit.sim.mlp.QuantisedMLP`), else the reason (engines, weight memory, scratchpad)."""
+    from lowbit.sim.program import NetworkLayout
 
     from .driver import Accelerator
     design = Accelerator.model(**get_board(board).top).design
@@ -293,7 +293,7 @@ def stored_cycles(variant, *, path=None, data=None):
 
 
 def projections(cycles, *, build_dir="build", net=None, sources=None):
-    """Projected images/s on every board of :data:`boards.profiles.BOARDS`, each from its own
+    """Projected images/s on every board of :data:`lowbit.boards.profiles.BOARDS`, each from its own
     cycle count: the board clock (and its measured Fmax, :func:`measured_fmax`) divided by the
     cycles per image measured on that board's top.
 
@@ -305,7 +305,7 @@ def projections(cycles, *, build_dir="build", net=None, sources=None):
         of another top is never scaled to it.
     build_dir : str
         Directory of ``lowbit build`` reports (measured Fmax).
-    net : sim.mlp.QuantisedMLP or mapping of str to it, optional
+    net : lowbit.sim.mlp.QuantisedMLP or mapping of str to it, optional
         The network (or each board's conversion of it); boards whose profile cannot run it
         (:func:`board_fit`) get no rate and the reason in ``unfit``.
     sources : mapping of str to str, optional
@@ -314,7 +314,7 @@ def projections(cycles, *, build_dir="build", net=None, sources=None):
     Returns
     -------
     list of dict
-        One per board, in :data:`~boards.profiles.BOARDS` order: ``board``, ``clock_mhz``,
+        One per board, in :data:`~lowbit.boards.profiles.BOARDS` order: ``board``, ``clock_mhz``,
         ``lanes`` (matrix lanes of its top), ``cycles_per_image`` and ``cycles_source``
         (``None`` when not measured), ``images_per_s``, ``fmax_mhz``, ``fmax_source``,
         ``images_per_s_at_fmax`` (only where the measured Fmax exceeds the board clock) and
@@ -388,7 +388,7 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=D
         Directory of the model cache (``<build_dir>/demo``) and of ``lowbit build`` reports.
     progress : callable(str), optional
         Receives progress messages.
-    accelerator : boards.driver.Accelerator, optional
+    accelerator : lowbit.boards.driver.Accelerator, optional
         Use this device instead of connecting (tests); its ``params`` are its top parameters.
     cycles_file : str, optional
         The per-board cycle counts of ``scripts/bench_demo.py`` (default

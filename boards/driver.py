@@ -6,8 +6,8 @@
 >>> acc = Accelerator.open("/dev/ttyUSB1", baud=1_000_000)  # a board
 >>> acc = Accelerator.model(sequencer=True, bfp=True)      # the protocol model (fast)
 
-Layer programs (:mod:`sim.program`): :meth:`Accelerator.load_network` places a network of
-:mod:`sim.network` layers on the device (weights through LOADW, biases, LUT tables, one
+Layer programs (:mod:`lowbit.sim.program`): :meth:`Accelerator.load_network` places a network of
+:mod:`lowbit.sim.network` layers on the device (weights through LOADW, biases, LUT tables, one
 program); :meth:`Accelerator.run_network` runs a batch with one ``RUN`` per chunk that fits the
 scratchpad. :meth:`~Accelerator.quantise`, :meth:`~Accelerator.bfp_matvec`,
 :meth:`~Accelerator.discrete_matvec` and :meth:`~Accelerator.dense` run single operations the
@@ -20,7 +20,7 @@ Every request is answered by one reply frame; a status other than OK raises the
 :class:`Limit`). A command needing an engine the device lacks raises :class:`MissingEngine`
 before anything is sent.
 A missing, short or corrupted reply raises :class:`NoReply` or :class:`ReplyError`. The protocol
-itself is :mod:`sim.link`.
+itself is :mod:`lowbit.sim.link`.
 """
 
 import contextlib
@@ -29,7 +29,7 @@ import typing
 
 import numpy as np
 
-from sim.link import (
+from lowbit.sim.link import (
     DESIGN_PARAMS,
     DESIGN_VERSION,
     ENGINE_BITS,
@@ -120,7 +120,7 @@ class MissingEngine(LinkError):
 
 
 class RunError(StatusError):
-    """A RUN failed; :attr:`result` (:class:`sim.program.RunResult`) has the status, the byte
+    """A RUN failed; :attr:`result` (:class:`lowbit.sim.program.RunResult`) has the status, the byte
     address of the failing instruction and the instruction count. The exception is raised as
     the status's class (e.g. :class:`BadAddress`) mixed with this one."""
     result = None
@@ -153,19 +153,19 @@ class Activations(typing.NamedTuple):
 ID_REGISTERS = ("ID_MATRIX", "ID_ENGINE")
 
 #: Top parameters a device reports (IDENTIFY record, ``ID_MATRIX``, ``ID_ENGINE``) and their
-#: defaults (those of :class:`hw.top.Accelerator` and :class:`sim.link.DeviceModel`;
+#: defaults (those of :class:`lowbit.hw.top.Accelerator` and :class:`lowbit.sim.link.DeviceModel`;
 #: ``scratch_bytes=None``: 131072 with SPRAM, else 4096).
 _TOP_DEFAULTS = dict(lanes=2, scratch_bytes=None, frame_bytes=512, use_spram=False, grand=True,
                      sequencer=False, bfp=True, quantiser=True, discrete=True, **DESIGN_PARAMS)
 
 
 def _grand_modes(modes):
-    from sim.grand import MODES
+    from lowbit.sim.grand import MODES
     return MODES if modes is None else tuple(m for m in MODES if m in set(modes))
 
 
 def device_params(identity, registers):
-    """The top parameters (names of :class:`hw.top.Accelerator`) a device reports, from its
+    """The top parameters (names of :class:`lowbit.hw.top.Accelerator`) a device reports, from its
     IDENTIFY record ``identity`` and the values of ``ID_MATRIX`` / ``ID_ENGINE`` (``registers``,
     a dict by register name). ``bfp``, ``quantiser`` and ``discrete`` say whether the engine is
     present (they are always ``False`` without the sequencer)."""
@@ -178,7 +178,7 @@ def device_params(identity, registers):
 
 
 def design_of(identity, registers):
-    """The :class:`sim.program.Design` of a device from its IDENTIFY record and the values of
+    """The :class:`lowbit.sim.program.Design` of a device from its IDENTIFY record and the values of
     its ``ID_MATRIX`` / ``ID_ENGINE`` registers (``registers``, a dict by register name).
 
     Raises
@@ -186,7 +186,7 @@ def design_of(identity, registers):
     ValueError
         If the values describe no valid design.
     """
-    from sim.program import ENGINES, Design
+    from lowbit.sim.program import ENGINES, Design
     p = device_params(identity, registers)
     engines = frozenset(e for e in ENGINES if identity.engines >> ENGINE_BITS[e] & 1)
     kw = {k: p[k] for k in ("matrix_lanes", "block", "max_blocks", "weight_depth", "lut_tables",
@@ -206,7 +206,7 @@ def _expected_params(params):
     exp["grand_modes"] = _grand_modes(exp["grand_modes"])
     if not exp["sequencer"]:
         exp.update(bfp=False, quantiser=False, discrete=False)
-    if params.get("engines") is not None:       # sim.link.DeviceModel's bitmask override
+    if params.get("engines") is not None:       # lowbit.sim.link.DeviceModel's bitmask override
         exp.update({name: bool(params["engines"] >> ENGINE_BITS[name] & 1)
                     for name in ("grand", "sequencer", "bfp", "quantiser", "discrete")})
     return exp
@@ -236,7 +236,7 @@ class Accelerator:
     check : bool
         Run :meth:`identify` now (raises :class:`IdentityError` for a foreign device).
     params : dict, optional
-        The :class:`hw.top.Accelerator` parameters the device is expected to have been built
+        The :class:`lowbit.hw.top.Accelerator` parameters the device is expected to have been built
         with (e.g. a board profile's ``top``; parameters it lacks mean the top's defaults,
         hardware-only ones such as ``baud`` are ignored). The design is always read from the
         device (:meth:`identify`); ``params`` only checks it: any disagreement raises
@@ -244,12 +244,12 @@ class Accelerator:
 
     Attributes
     ----------
-    identity : sim.link.Identity or None
+    identity : lowbit.sim.link.Identity or None
         The record from the last :meth:`identify`.
     device_params : dict or None
         The top parameters the device reported at the last :meth:`identify`
         (:func:`device_params`).
-    network : sim.program.NetworkLayout or None
+    network : lowbit.sim.program.NetworkLayout or None
         The network placed by the last :meth:`load_network`.
     """
 
@@ -286,23 +286,23 @@ class Accelerator:
     @classmethod
     def simulated(cls, *, level="byte", baud_error=0.0, timeout_cycles=200_000, check=True,
                   simulator="amaranth", **params):
-        """The real top in simulation (:class:`sim.transport.SimulatedSerial`).
+        """The real top in simulation (:class:`lowbit.sim.transport.SimulatedSerial`).
 
-        ``params`` are :class:`hw.top.Accelerator` parameters; ``level`` is ``"byte"`` (byte
+        ``params`` are :class:`lowbit.hw.top.Accelerator` parameters; ``level`` is ``"byte"`` (byte
         stream shortcut, fast) or ``"uart"`` (bit-level 8N1); ``simulator`` is ``"amaranth"``
         (Amaranth's simulator) or ``"cxxrtl"`` (compiled, ~100x faster, byte level only).
         """
-        from sim.transport import SimulatedSerial
+        from lowbit.sim.transport import SimulatedSerial
         port = SimulatedSerial(level=level, baud_error=baud_error,
                                timeout_cycles=timeout_cycles, simulator=simulator, **params)
         return cls(port, check=check, params=params)
 
     @classmethod
     def model(cls, *, check=True, **params):
-        """The protocol model :class:`sim.link.DeviceModel` behind
-        :class:`sim.transport.ModelSerial`: pure Python, instant, the reference of the real
-        top with the same ``params`` (:class:`hw.top.Accelerator` parameter names)."""
-        from sim.transport import ModelSerial
+        """The protocol model :class:`lowbit.sim.link.DeviceModel` behind
+        :class:`lowbit.sim.transport.ModelSerial`: pure Python, instant, the reference of the real
+        top with the same ``params`` (:class:`lowbit.hw.top.Accelerator` parameter names)."""
+        from lowbit.sim.transport import ModelSerial
         return cls(ModelSerial(**params), check=check, params=params)
 
     def close(self):
@@ -361,7 +361,7 @@ class Accelerator:
 
     def identify(self):
         """Read and check the identification record and registers; returns
-        :class:`sim.link.Identity`.
+        :class:`lowbit.sim.link.Identity`.
 
         After the IDENTIFY record it reads ``ID_MATRIX`` and ``ID_ENGINE`` (REG_READ), which
         with the record describe the design (:attr:`design`, :attr:`device_params`).
@@ -478,7 +478,7 @@ class Accelerator:
         """Load byte table ``table`` (0 .. lut_tables-1) with 256 entries.
 
         ``values`` is any array of 256 int8 or uint8 codes (e.g. from
-        :func:`sim.lut.transfer_table`); they are sent as their uint8 bit patterns.
+        :func:`lowbit.sim.lut.transfer_table`); they are sent as their uint8 bit patterns.
 
         Raises
         ------
@@ -515,13 +515,15 @@ class Accelerator:
 
     # -- grand unit -----------------------------------------------------------------------------
     def grand_seed(self, seed, mode=None):
-        """Seed the grand unit from a 64-bit ``seed`` (states by :func:`sim.prng.seed_lanes`).
+        """Seed the grand unit from a 64-bit ``seed`` (states by
+        :func:`lowbit.sim.prng.seed_lanes`).
 
-        ``mode`` (a ``sim.grand.MODES`` name or code 0..5) is written to ``GRAND_MODE`` first;
+        ``mode`` (a ``lowbit.sim.grand.MODES`` name or code 0..5) is written to ``GRAND_MODE``
+        first;
         the unit latches the mode at the seed, so this is how the mode changes.
         """
-        from sim.grand import MODES
-        from sim.prng import seed_lanes
+        from lowbit.sim.grand import MODES
+        from lowbit.sim.prng import seed_lanes
         if mode is not None:
             code = MODES.index(mode) if isinstance(mode, str) and mode in MODES else mode
             if not isinstance(code, int) or isinstance(code, bool) or not 0 <= code < len(MODES):
@@ -552,14 +554,15 @@ class Accelerator:
     # -- layer programs -------------------------------------------------------------------------
     @property
     def design(self):
-        """The device's :class:`sim.program.Design`, as the device describes itself (IDENTIFY
+        """The device's :class:`lowbit.sim.program.Design`, as the device describes itself (IDENTIFY
         record and identification registers, read by :meth:`identify`)."""
         if self._design is None:
             self.identify()
         return self._design
 
     def has_engine(self, name):
-        """True if the IDENTIFY record lists engine ``name`` (a ``sim.link.ENGINE_BITS`` key)."""
+        """True if the IDENTIFY record lists engine ``name`` (a ``lowbit.sim.link.ENGINE_BITS``
+        key)."""
         if name not in ENGINE_BITS:
             raise ValueError(f"Unknown engine {name!r}; known: {', '.join(ENGINE_BITS)}")
         if self.identity is None:
@@ -593,7 +596,7 @@ class Accelerator:
 
         Returns
         -------
-        sim.program.RunResult
+        lowbit.sim.program.RunResult
             ``pc`` (byte address of the HALT), ``executed`` (instructions, HALT included) and
             ``cycles`` (measured by the hardware; 0 from the model).
 
@@ -609,7 +612,7 @@ class Accelerator:
             A failing instruction (as :class:`RunError`, with ``.result``), or a bad start
             address (:class:`BadAddress` without ``.result``).
         """
-        from sim.program import RunResult
+        from lowbit.sim.program import RunResult
         addr = _check_int("Start address", addr, 0, (1 << 32) - 2)
         limit = _check_int("Instruction limit", limit, 1, (1 << 32) - 1)
         if addr % 2:
@@ -638,9 +641,9 @@ class Accelerator:
         raise _STATUS_ERRORS.get(status, StatusError)(f"{op} failed with status {name}", status)
 
     def load_program(self, program, addr=0):
-        """Write a program (a list of :class:`sim.program.Instruction` or its bytes) at byte
+        """Write a program (a list of :class:`lowbit.sim.program.Instruction` or its bytes) at byte
         address ``addr``; returns its length in bytes."""
-        from sim.program import Instruction, assemble
+        from lowbit.sim.program import Instruction, assemble
         if isinstance(program, (bytes, bytearray, memoryview)):
             raw = bytes(program)
             if len(raw) % 16:
@@ -648,7 +651,7 @@ class Accelerator:
         elif all(isinstance(i, Instruction) for i in program):
             raw = assemble(program)
         else:
-            raise TypeError("A program is a list of sim.program.Instruction or its bytes")
+            raise TypeError("A program is a list of lowbit.sim.program.Instruction or its bytes")
         addr = _check_int("Program address", addr, 0, (1 << 32) - 1)
         if addr % 2:
             raise ValueError(f"Program address must be even, not {addr}")
@@ -668,7 +671,7 @@ class Accelerator:
         after the 32-byte LOADW program at address 0), in as many runs as needed; the staged
         region and the first 32 bytes are overwritten.
         """
-        from sim.program import load_weights_program
+        from lowbit.sim.program import load_weights_program
         self._require("sequencer")
         d = self.design
         self._program_count = None    # the LOADW program replaces the network's
@@ -695,8 +698,8 @@ class Accelerator:
 
     def rounding_seed(self, seed):
         """Seed the rounding PRNG (stochastic rounding of QUANT and MATVEC) with the 64-bit
-        ``seed``: state ``sim.prng.seed_lanes(seed, 1)``, written to PRNG_SEED0..3."""
-        from sim.prng import seed_lanes
+        ``seed``: state ``lowbit.sim.prng.seed_lanes(seed, 1)``, written to PRNG_SEED0..3."""
+        from lowbit.sim.prng import seed_lanes
         s0, s1 = (int(v) for v in seed_lanes(seed, 1)[0])
         for k, v in enumerate((s0 & 0xFFFFFFFF, s0 >> 32, s1 & 0xFFFFFFFF, s1 >> 32)):
             self.write_reg(f"PRNG_SEED{k}", v)
@@ -717,7 +720,7 @@ class Accelerator:
         rounding : {"nearest", "zero", "stochastic"}
         shift : int
             int8 scale exponent (-128..127).
-        book : sim.discrete.CodeBook
+        book : lowbit.sim.discrete.CodeBook
             Code book of ``fmt="discrete"``.
 
         Returns
@@ -725,9 +728,9 @@ class Accelerator:
         ``(m, e)`` (mantissas per element, exponents per block) for BFP, else the int8 codes
         or the discrete codes (int64 arrays).
         """
-        from sim.discrete import CodeBook
-        from sim.network import unpack_elements
-        from sim.program import _ROUNDING_CODES, Instruction, config
+        from lowbit.sim.discrete import CodeBook
+        from lowbit.sim.network import unpack_elements
+        from lowbit.sim.program import _ROUNDING_CODES, Instruction, config
         codes = _f16_codes(x_f16)
         if fmt not in ("bfp", "int8", "discrete"):
             raise ValueError(f"Format must be 'bfp', 'int8' or 'discrete', not {fmt!r}")
@@ -739,7 +742,8 @@ class Accelerator:
                              f"{rounding!r}")
         shift = _check_int("Shift", shift, -128, 127)
         if fmt == "discrete" and not isinstance(book, CodeBook):
-            raise TypeError(f"Discrete quantisation needs a sim.discrete.CodeBook, not {book!r}")
+            raise TypeError(f"Discrete quantisation needs a lowbit.sim.discrete.CodeBook, "
+                            f"not {book!r}")
         self._require("sequencer", "quantiser")
         d = self.design
         if fmt == "bfp" and codes.size % d.block:
@@ -775,12 +779,12 @@ class Accelerator:
 
     def bfp_matvec(self, w_m, w_e, x_m, x_e, *, bias_m=None, bias_e=None, width=8,
                    rounding="nearest", exp_mode="max", fixed_exp=0):
-        """``W·x (+ b)`` on the BFP column (MATVEC; one :class:`sim.network.BFPDense` layer
+        """``W·x (+ b)`` on the BFP column (MATVEC; one :class:`lowbit.sim.network.BFPDense` layer
         without table, weights loaded first). ``w_m`` (R, K), ``w_e`` (R, K/B), ``x_m`` (K,),
         ``x_e`` (K/B,). Returns ``(m, e)``: R output mantissas and the exponent of each row
         (each tile of ``N`` rows has its own with ``exp_mode="max"``), as
-        :func:`sim.network.bfp_dense`."""
-        from sim.network import BFPDense
+        :func:`lowbit.sim.network.bfp_dense`."""
+        from lowbit.sim.network import BFPDense
         layer = BFPDense(w_m, w_e, bias_m, bias_e, width=width, rounding=rounding,
                          exp_mode=exp_mode, out_exp=fixed_exp)
         return self.dense(layer, (x_m, x_e))
@@ -788,23 +792,24 @@ class Accelerator:
     def discrete_matvec(self, w_codes, x_m, *, book, bias=None, shift=0, out_exp=0):
         """Discrete-weight ``W·x`` (DMATVEC) of int8 codes ``x_m`` with weight codes of
         ``book``, integer ``bias``, requantiser ``shift`` (0..24): one
-        :class:`sim.network.DiscreteDense` layer with the device's accumulator width. Returns
-        ``(m, e)`` as :func:`sim.network.discrete_dense`."""
-        from sim.network import DiscreteDense
+        :class:`lowbit.sim.network.DiscreteDense` layer with the device's accumulator width. Returns
+        ``(m, e)`` as :func:`lowbit.sim.network.discrete_dense`."""
+        from lowbit.sim.network import DiscreteDense
         layer = DiscreteDense(w_codes, book, bias=bias, shift=shift,
                               acc_width=self.design.disc_acc_width, out_exp=out_exp)
         return self.dense(layer, x_m)
 
     def dense(self, layer, x):
-        """Run one :mod:`sim.network` layer on one input vector.
+        """Run one :mod:`lowbit.sim.network` layer on one input vector.
 
         ``x`` is ``(x_m, x_e)`` (mantissas, block exponents) for a
-        :class:`~sim.network.BFPDense` layer and the int8 codes ``x_m`` for a
-        :class:`~sim.network.DiscreteDense` layer. Returns ``(m, e)`` like the golden functions.
+        :class:`~lowbit.sim.network.BFPDense` layer and the int8 codes ``x_m`` for a
+        :class:`~lowbit.sim.network.DiscreteDense` layer. Returns ``(m, e)`` like the golden
+        functions.
         Replaces the loaded network (weights, tables 0.., scratchpad).
         """
-        from sim.network import BFPDense, block_exponents, pack_elements
-        from sim.program import InputQuant
+        from lowbit.sim.network import BFPDense, block_exponents, pack_elements
+        from lowbit.sim.program import InputQuant
         if isinstance(layer, BFPDense):
             if not (isinstance(x, tuple) and len(x) == 2):
                 raise TypeError("A BFP layer's input is a tuple (x_m, x_e)")
@@ -824,32 +829,33 @@ class Accelerator:
 
     # -- networks ---------------------------------------------------------------------------
     def load_network(self, layers, *, quantise_input="auto"):
-        """Place a network of :mod:`sim.network` layers on the device: weights (LOADW), LUT
-        tables (from table 0), biases and the program (:class:`sim.program.NetworkLayout`).
+        """Place a network of :mod:`lowbit.sim.network` layers on the device: weights (LOADW), LUT
+        tables (from table 0), biases and the program (:class:`lowbit.sim.program.NetworkLayout`).
 
         Parameters
         ----------
-        layers : sequence of sim.network.BFPDense / DiscreteDense
-        quantise_input : {"auto", "device", "host"} or sim.program.InputQuant
+        layers : sequence of lowbit.sim.network.BFPDense / DiscreteDense
+        quantise_input : {"auto", "device", "host"} or lowbit.sim.program.InputQuant
             Where the f16 input becomes the first layer's codes: by QUANT on the device,
-            or on the host (``sim.bfp.quantise`` / ``sim.quantiser.quantise_int8``, the same
+            or on the host (``lowbit.sim.bfp.quantise`` / ``lowbit.sim.quantiser.quantise_int8``,
+            the same
             numbers); ``"auto"`` uses the device if it has the quantiser. An
-            :class:`~sim.program.InputQuant` also sets width, rule, rounding and int8 shift
+            :class:`~lowbit.sim.program.InputQuant` also sets width, rule, rounding and int8 shift
             (default width 8, "floor", "nearest", shift 0).
 
         Returns
         -------
-        sim.program.NetworkLayout
+        lowbit.sim.program.NetworkLayout
             Also kept as :attr:`network`.
 
         Raises
         ------
         TypeError, ValueError
-            For layers that are not :mod:`sim.network` layers or do not fit the device.
+            For layers that are not :mod:`lowbit.sim.network` layers or do not fit the device.
         MissingEngine
             For an engine the network needs that the device lacks.
         """
-        from sim.program import InputQuant, NetworkLayout
+        from lowbit.sim.program import InputQuant, NetworkLayout
         if isinstance(quantise_input, str):
             if quantise_input not in ("auto", "device", "host"):
                 raise ValueError(f"quantise_input must be 'auto', 'device', 'host' or an "
@@ -862,7 +868,7 @@ class Accelerator:
                             f"not {quantise_input!r}")
         layers = list(layers)
         self._require("sequencer")
-        from sim.network import BFPDense, DiscreteDense
+        from lowbit.sim.network import BFPDense, DiscreteDense
         for layer in layers:
             if isinstance(layer, BFPDense):
                 self._require("bfp")
@@ -928,7 +934,7 @@ class Accelerator:
                 cycles + res.cycles
             out.append(self.read_mem(2 * lay.out_addr, count * lay.out_words, np.uint16)
                        .reshape(count, lay.out_words)[:, :lay.rows])
-        from sim.network import unpack_elements
+        from lowbit.sim.network import unpack_elements
         m, e = unpack_elements(np.concatenate(out) if out else
                                np.zeros((0, lay.rows), np.uint16))
         acts = Activations(m, e)
@@ -959,7 +965,7 @@ def _f16_codes(x):
 
 
 def _book_config(book):
-    from sim.program import config
+    from lowbit.sim.program import config
     words = book.words() + [0] * (8 - len(book.words()))
     return [config("CODE_WIDTH", book.n),
             config("CODE_BOOK0", sum(v << 8 * k for k, v in enumerate(words[:4]))),

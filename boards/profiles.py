@@ -23,11 +23,11 @@ class BoardProfile:
     platform : str
         ``module:Class`` of the amaranth-boards platform.
     device : str
-        Key of :data:`boards.toolchain.DEVICES` (resource ceilings, out-of-context builds).
+        Key of :data:`lowbit.boards.toolchain.DEVICES` (resource ceilings, out-of-context builds).
     clk_freq : float
         Frequency of the board clock the accelerator runs from, Hz.
     top : dict
-        Keyword parameters of :class:`hw.top.Accelerator` for this device.
+        Keyword parameters of :class:`lowbit.hw.top.Accelerator` for this device.
     programmer : str
         The programming tool amaranth-boards runs for this board.
     programmer_env : str

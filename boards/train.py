@@ -1,6 +1,6 @@
 """``lowbit train digits``: train the digits MLP with the accelerator doing the products.
 
-The training itself is :mod:`sim.train`. This module picks the backend — the golden models
+The training itself is :mod:`lowbit.sim.train`. This module picks the backend — the golden models
 (``golden``), the protocol model (``model``), the simulated top (``cxxrtl``, ``amaranth``) or a
 board (``--port``) — runs the epochs with one progress line each, and (unless ``--no-check``)
 trains the same run on the golden backend alongside and checks after every epoch that the
@@ -8,7 +8,7 @@ device produced bit-identical weights. Test accuracy is computed with the golden
 arithmetic on the current weights (the device equals it bit for bit; evaluating 540 images on
 a simulated top would take much longer than the training).
 
-The lead wires :func:`add_parser` and :func:`run` into :mod:`boards.cli`.
+The lead wires :func:`add_parser` and :func:`run` into :mod:`lowbit.boards.cli`.
 """
 
 import json
@@ -39,7 +39,7 @@ def _say(msg):
 
 def add_parser(subparsers):
     """Add the ``train`` command to an ``argparse`` sub-parser collection."""
-    from sim.train import VARIANTS
+    from lowbit.sim.train import VARIANTS
 
     from .profiles import BOARDS, DEFAULT_BOARD
     p = subparsers.add_parser(
@@ -75,7 +75,7 @@ def add_parser(subparsers):
 
 def _backend(args):
     """``(kind, backend)`` for the options."""
-    from sim.train import DeviceBackend, GoldenBackend
+    from lowbit.sim.train import DeviceBackend, GoldenBackend
     if args.port is not None:
         from .demo import connect
         accel, _ = connect(port=args.port, board=args.board, progress=_say)
@@ -93,14 +93,14 @@ def _backend(args):
 
 
 def _golden_twin(backend):
-    from sim.train import GoldenBackend
+    from lowbit.sim.train import GoldenBackend
     return GoldenBackend(backend.column, disc_lanes=backend.disc_lanes,
                          disc_acc_width=backend.disc_acc_width, grand_lanes=backend.grand_lanes)
 
 
 def train_digits(args):
     """Run the training; returns ``(history, info)``. Raises UsageError / MismatchError."""
-    from sim.train import Trainer, variant_config
+    from lowbit.sim.train import Trainer, variant_config
     try:
         hidden = tuple(int(h) for h in str(args.hidden).split(",") if h.strip())
     except ValueError:

@@ -3,14 +3,15 @@
 The column computes ``y = M · x (+ b)`` for BFP operands with ``N`` processing elements (one per
 output row). Its arithmetic — exact block products, exponent adder, cross-block accumulation with
 fraction guard bits, bias path, output exponent selector and output mantissa shifter — is
-specified in :mod:`sim.bfp_column`, whose :class:`~sim.bfp_column.ColumnModel` it matches bit
+specified in :mod:`lowbit.sim.bfp_column`, whose :class:`~lowbit.sim.bfp_column.ColumnModel` it
+matches bit
 for bit. ``docs/bfp.md`` describes the architecture.
 
 Dataflow
 --------
 1. **PE array** (:class:`BFPLanes`): each beat takes one weight column ``M[:, j]`` (``N``
    mantissas and ``N`` row exponents) from ``i_w`` and the element ``x[j]`` (mantissa and block
-   exponent) from ``i_x``, both in the same cycle. The products (``hw.mult``, registered) are
+   exponent) from ``i_x``, both in the same cycle. The products (``lowbit.hw.mult``, registered) are
    summed exactly per block; on the last beat of each block the ``N`` block sums and the exponent
    sums ``e3 = eM + ex`` (taken from that beat) move into a drain register.
 2. **Combiner** (:class:`BlockCombiner`, shared by all lanes): the drain is shifted out one lane
@@ -395,7 +396,7 @@ class BlockCombiner(wiring.Component):
     written). With ``pipelined=False`` S1 and S1b are combinational (the update is written two
     cycles after the read, so no collision happens for ``N`` >= 3). Pipelined with ``N >= 6``,
     two more stages (a register after the memory, the shifter in two) write the update six
-    cycles after the read. Implements step 2 of :mod:`sim.bfp_column` exactly.
+    cycles after the read. Implements step 2 of :mod:`lowbit.sim.bfp_column` exactly.
 
     Members
     -------
@@ -1181,7 +1182,7 @@ class OutputUnit(wiring.Component):
 class ExponentPredictor(wiring.Component):
     """History and update engine of the predicted output exponent selector.
 
-    Implements :class:`sim.bfp_column.ExponentPredictor` (which states the rules): the state
+    Implements :class:`lowbit.sim.bfp_column.ExponentPredictor` (which states the rules): the state
     ``count``, ``mu``, ``dev`` (``W_max - 1 + FS`` bits, ``FS = stat_shift + 2`` fraction
     bits) and ``unit_exp``, the largest output mantissa magnitude of the product in flight,
     and a small sequential engine that adds the sample and renormalises after the product's
@@ -1451,7 +1452,7 @@ class BFPColumn(wiring.Component):
     rand_bits : int
         Random bits ``R`` per output element in stochastic rounding (1..16).
     mult : {"lut", "sb_mac16", "mult18x18d"}
-        Multiplier style (see :mod:`hw.mult`).
+        Multiplier style (see :mod:`lowbit.hw.mult`).
     sim_model : bool
         Use the multipliers' behavioural model (needed for simulation; ``False`` for synthesis
         of the hard-block styles).

@@ -1,6 +1,7 @@
 """Byte-serial CRC-16/CCITT-FALSE: one byte per cycle.
 
-The reference is :func:`sim.link.crc16` (polynomial 0x1021, initial value 0xFFFF, no reflection,
+The reference is :func:`lowbit.sim.link.crc16` (polynomial 0x1021, initial value 0xFFFF, no
+reflection,
 no final XOR; CRC of ``b"123456789"`` is 0x29B1).
 """
 

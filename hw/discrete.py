@@ -4,7 +4,7 @@
 run-time code book, by sign XOR and a saturating barrel shift; a saturating accumulator turns a
 stream of beats into dot products (matrix–vector products, ``Wᵀ·g``); discrete ⊗ discrete
 ``+ − × ÷`` go through run-time loaded lookup tables. There is no multiplier anywhere. The golden
-model is :mod:`sim.discrete`; this gateware matches it bit for bit.
+model is :mod:`lowbit.sim.discrete`; this gateware matches it bit for bit.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
@@ -20,10 +20,13 @@ __all__ = ["DiscreteOp", "CodeEntry", "DiscreteUnit"]
 class DiscreteOp(enum.Enum, shape=2):
     """Operation of a :class:`DiscreteUnit`, set on its ``op`` port.
 
-    ``MUL`` and ``DIV``: per lane ``y = x × code`` / ``x ÷ code`` (:func:`sim.discrete.mul_cd`,
-    :func:`sim.discrete.div_cd`). ``DOT``: accumulate ``Σ x × code`` over beats until ``last``
-    (:func:`sim.discrete.dot`). ``LUT``: per lane ``y = table[lut_op][a][w]`` with ``a`` the low
-    code bits of ``x`` (:func:`sim.discrete.dd_table`).
+    ``MUL`` and ``DIV``: per lane ``y = x × code`` / ``x ÷ code``
+    (:func:`lowbit.sim.discrete.mul_cd`,
+    :func:`lowbit.sim.discrete.div_cd`). ``DOT``: accumulate ``Σ x × code`` over beats until
+    ``last``
+    (:func:`lowbit.sim.discrete.dot`). ``LUT``: per lane ``y = table[lut_op][a][w]`` with ``a`` the
+    low
+    code bits of ``x`` (:func:`lowbit.sim.discrete.dd_table`).
     """
     MUL = 0
     DIV = 1
@@ -32,7 +35,7 @@ class DiscreteOp(enum.Enum, shape=2):
 
 
 #: One code-book entry as a register word: ``shift | direction << 3 | sign << 4``
-#: (:meth:`sim.discrete.CodeBook.words`).
+#: (:meth:`lowbit.sim.discrete.CodeBook.words`).
 CodeEntry = data.StructLayout({"shift": 3, "direction": 1, "sign": 1})
 
 
@@ -41,7 +44,8 @@ class DiscreteUnit(wiring.Component):
     """Multiplier-free continuous × discrete unit with accumulation and discrete LUT ops.
 
     Operands are sign-magnitude words of ``width`` bits (sign on top; the unit never needs the
-    position of the binary point, so any ``frac`` of :class:`sim.discrete.SMFormat` works). Codes
+    position of the binary point, so any ``frac`` of :class:`lowbit.sim.discrete.SMFormat` works).
+    Codes
     are ``code_bits`` wide and index the run-time code book.
 
     Parameters
@@ -67,11 +71,12 @@ class DiscreteUnit(wiring.Component):
         The operation (configuration). Change it only while the unit is idle (no beat in flight
         and no unfinished dot product).
     lut_op : In(2)
-        ``LUT`` mode: which table, index into :data:`sim.discrete.DD_OPS` (add, sub, mul, div).
+        ``LUT`` mode: which table, index into :data:`lowbit.sim.discrete.DD_OPS` (add, sub, mul,
+        div).
     tbl_en, tbl_addr, tbl_data : In(1), In(2 + 2 * code_bits), In(width)
         Table write port (only when ``tables``): on a cycle with ``tbl_en``, entry
         ``tbl_addr = op << 2n | a << n | b`` becomes ``tbl_data`` (a sign-magnitude word, see
-        :func:`sim.discrete.dd_table`). Do not write while ``LUT`` beats are in flight.
+        :func:`lowbit.sim.discrete.dd_table`). Do not write while ``LUT`` beats are in flight.
     i : In(stream.Signature(StructLayout({"x": ArrayLayout(width, L), "w": ArrayLayout(n, L),
         "last": 1})))
         Operands: ``x`` words and ``w`` codes per lane; ``last`` ends a dot product. In ``LUT``

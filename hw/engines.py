@@ -1,18 +1,19 @@
 """Engine command handlers of the accelerator top: host commands that stream through an engine.
 
-Each handler sits on a :class:`hw.link.Dispatcher` row and speaks the
-:class:`hw.link.CommandSignature` protocol: it takes the command, reads the request payload from
+Each handler sits on a :class:`lowbit.hw.link.Dispatcher` row and speaks the
+:class:`lowbit.hw.link.CommandSignature` protocol: it takes the command, reads the request payload
+from
 ``arg``, answers one ``resp`` (status, reply length) and then exactly that many ``data`` bytes.
 Every check happens before the first side effect, so a rejected command changes nothing.
 The protocol of each command is in ``docs/protocol.md`` and modelled by
-:class:`sim.link.DeviceModel`.
+:class:`lowbit.sim.link.DeviceModel`.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from sim.link import Opcode, Status
+from lowbit.sim.link import Opcode, Status
 
 from .grand import GrandUnit
 from .link import CommandSignature, _check_int
@@ -24,7 +25,7 @@ __all__ = ["LUTHandler", "GrandHandler"]
 
 
 class LUTHandler(wiring.Component):
-    """LUT_WRITE / LUT_APPLY through a :class:`hw.lut.TransferLUT` (byte tables).
+    """LUT_WRITE / LUT_APPLY through a :class:`lowbit.hw.lut.TransferLUT` (byte tables).
 
     ``LUT_WRITE`` payload: table u8, start u8, then ``n`` entries; writes entries
     ``start .. start+n-1`` of byte table ``table``. Checks, in order: payload shorter than 2 ->
@@ -50,7 +51,7 @@ class LUTHandler(wiring.Component):
     Members
     -------
     command : In(CommandSignature())
-    seq : In(hw.sequencer.LUTPortSignature())
+    seq : In(lowbit.hw.sequencer.LUTPortSignature())
         One-code lookups of the sequencer.
     seq_en : In(1)
         The sequencer owns the engine.
@@ -188,11 +189,11 @@ class LUTHandler(wiring.Component):
 
 
 class GrandHandler(wiring.Component):
-    """GRAND_SEED / GRAND_SAMPLES through a :class:`hw.grand.GrandUnit`.
+    """GRAND_SEED / GRAND_SAMPLES through a :class:`lowbit.hw.grand.GrandUnit`.
 
     ``GRAND_SEED`` payload: ``16 * lanes`` bytes, the generator state of every lane (``s0``
-    u64, ``s1`` u64, lane 0 first; the host computes it with :func:`sim.prng.seed_lanes`).
-    It loads the state (bit 0 of ``s1`` forced to 1, :func:`sim.prng.load_state`), discards
+    u64, ``s1`` u64, lane 0 first; the host computes it with :func:`lowbit.sim.prng.seed_lanes`).
+    It loads the state (bit 0 of ``s1`` forced to 1, :func:`lowbit.sim.prng.load_state`), discards
     buffered samples and latches the mode from ``mode`` (the ``GRAND_MODE`` register; codes 6
     and 7 act as normal). The mode therefore changes only at a GRAND_SEED. Check: payload
     length ``!= 16 * lanes`` -> ``BAD_LENGTH``.
@@ -201,7 +202,7 @@ class GrandHandler(wiring.Component):
     bytes). The reply is the next ``count`` samples of the sequence, lane-interleaved (lane 0
     of a result, lane 1, ...), little-endian. Samples of a result that a command does not take
     are kept for the next one, so consecutive commands read one unbroken sequence, equal to
-    :class:`sim.grand.GrandModel`'s. Checks, in order: payload length ``!= 3`` ->
+    :class:`lowbit.sim.grand.GrandModel`'s. Checks, in order: payload length ``!= 3`` ->
     ``BAD_LENGTH``; format > 1 -> ``BAD_ADDRESS``; reply longer than ``frame_bytes`` ->
     ``BAD_LENGTH``.
 
@@ -223,7 +224,7 @@ class GrandHandler(wiring.Component):
     frame_bytes : int
         Largest reply payload.
     modes : iterable of str or GrandMode, optional
-        Modes of the unit (:class:`hw.grand.GrandUnit`; default all).
+        Modes of the unit (:class:`lowbit.hw.grand.GrandUnit`; default all).
 
     Members
     -------

@@ -1,9 +1,9 @@
 """IEEE float multiply-accumulate lanes: the baseline the BFP column is measured against (#10).
 
-:class:`FloatMAC` has the shape of the BFP column's PE array (:class:`hw.bfp.BFPLanes`): each
+:class:`FloatMAC` has the shape of the BFP column's PE array (:class:`lowbit.hw.bfp.BFPLanes`): each
 beat takes one weight column (one binary16 / binary32 element per lane) and one vector element
 that is broadcast to all lanes, and lane ``i`` computes ``acc_i = round(acc_i + round(w_i · x))``
-(not fused, round to nearest even, flush to zero) exactly as :func:`sim.floatmac.float_mac`
+(not fused, round to nearest even, flush to zero) exactly as :func:`lowbit.sim.floatmac.float_mac`
 specifies. After ``cfg_len`` beats the ``N`` accumulators leave on ``o`` in one beat and the
 next product starts from ``+0`` without a gap. ``docs/float_baseline.md`` has the figures.
 
@@ -71,11 +71,12 @@ class FloatMAC(wiring.Component):
     fmt : {"f16", "f32"}
         IEEE 754 binary16 or binary32.
     mult : {"lut", "sb_mac16", "mult18x18d"}
-        Significand multiplier style, as in :mod:`hw.mult`. ``"lut"``: a behavioural product
+        Significand multiplier style, as in :mod:`lowbit.hw.mult`. ``"lut"``: a behavioural product
         register (build it with DSP inference off to get LUT logic). ``"mult18x18d"`` with
-        ``"f16"``: one ECP5 MULT18X18D per lane through :class:`hw.mult.MultiplierArray`
+        ``"f16"``: one ECP5 MULT18X18D per lane through :class:`lowbit.hw.mult.MultiplierArray`
         (12-bit operands with a zero sign bit). Otherwise (``"sb_mac16"``: the 8×8 dual mode of
-        :mod:`hw.mult` is too narrow for an 11-bit significand; ``"mult18x18d"`` with ``"f32"``:
+        :mod:`lowbit.hw.mult` is too narrow for an 11-bit significand; ``"mult18x18d"`` with
+        ``"f32"``:
         24 bits) a behavioural product that synthesis maps onto the hard blocks (Yosys'
         ``mul2dsp``: SB_MAC16 16×16, or several blocks per product).
     max_len : int

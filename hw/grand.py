@@ -4,7 +4,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from sim.prng import MASK64
+from lowbit.sim.prng import MASK64
 
 from .common import check_int as _check_int
 from .prng import Xoroshiro128aox, lane_state_layout
@@ -30,7 +30,7 @@ sample_layout = data.StructLayout({"f16": 16, "f32": 32})
 
 # Kinds of a stage-D result and their scale: v · 2^-5 (N), 2^-11 (U), 2^-9 (F); M: normal-144.
 _KIND_N, _KIND_U, _KIND_F, _KIND_M = range(4)
-# PRNG words per result (sim.grand.WORDS_PER_RESULT).
+# PRNG words per result (lowbit.sim.grand.WORDS_PER_RESULT).
 _WORDS = {GrandMode.NORMAL: 1, GrandMode.NORMAL_144: 12, GrandMode.TRUNC_2SIGMA: 3,
           GrandMode.TRUNC_3SIGMA: 2, GrandMode.UNIFORM: 1, GrandMode.RAW: 1}
 
@@ -70,9 +70,9 @@ def _sext(v, width):
 class GrandUnit(wiring.Component):
     """``L`` lanes of Irwin–Hall Gaussian (and truncated, uniform, raw) random numbers.
 
-    Bit-exact with :class:`sim.grand.GrandModel` ``(reset_seed, lanes)``: lane ``k`` consumes
-    the words of lane ``k`` of an internal :class:`hw.prng.Xoroshiro128aox`, and each result
-    takes ``sim.grand.WORDS_PER_RESULT[mode]`` consecutive words (1 for normal, uniform and
+    Bit-exact with :class:`lowbit.sim.grand.GrandModel` ``(reset_seed, lanes)``: lane ``k`` consumes
+    the words of lane ``k`` of an internal :class:`lowbit.hw.prng.Xoroshiro128aox`, and each result
+    takes ``lowbit.sim.grand.WORDS_PER_RESULT[mode]`` consecutive words (1 for normal, uniform and
     raw; 2 for trunc-3σ; 3 for trunc-2σ; 12 for normal-144). Words are never skipped, so the
     output sequence is the model's sequence whatever the back-pressure.
 
@@ -117,8 +117,8 @@ class GrandUnit(wiring.Component):
 
     Mode changes take effect at the next result boundary: the mode port is registered and the
     registered value is sampled with the first word of each result. ``seed_load`` acts as a
-    synchronous restart: it loads the generator (see :class:`hw.prng.Xoroshiro128aox`; the
-    host computes the state with ``sim.prng.seed_lanes``), empties the pipeline and drops
+    synchronous restart: it loads the generator (see :class:`lowbit.hw.prng.Xoroshiro128aox`; the
+    host computes the state with ``lowbit.sim.prng.seed_lanes``), empties the pipeline and drops
     ``o.valid`` without waiting for ``o.ready``, like a reset. The next results are the
     model's results for the new state.
 
@@ -141,7 +141,7 @@ class GrandUnit(wiring.Component):
         ``f16 = w[15:0]``).
     mode : In(GrandMode)
         Run-time mode.
-    seed : In(data.ArrayLayout(hw.prng.lane_state_layout, lanes))
+    seed : In(data.ArrayLayout(lowbit.hw.prng.lane_state_layout, lanes))
         Generator state to load.
     seed_load : In(1)
         Load strobe.
@@ -325,7 +325,7 @@ class GrandUnit(wiring.Component):
                 m.d.sync += nc[k].eq((qb[0] + qb[1]) + (qb[2] - 186))
             fcv = None
             if truncs:
-                # The fallbacks over 2^9 (see sim.grand).
+                # The fallbacks over 2^9 (see lowbit.sim.grand).
                 fb2_1 = Signal(11, name=f"fb2_1_{k}")
                 fb3_1 = Signal(10, name=f"fb3_1_{k}")
                 w3_1 = Signal(9, name=f"w3_1_{k}")

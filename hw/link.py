@@ -1,7 +1,8 @@
 """Framed host link: request parser, reply framer and the command interface behind them.
 
-The protocol (frame layout, CRC, statuses, parser rules) is specified by :mod:`sim.link`, whose
-:class:`sim.link.DeviceModel` is the reference this gateware matches byte for byte; see also
+The protocol (frame layout, CRC, statuses, parser rules) is specified by :mod:`lowbit.sim.link`,
+whose
+:class:`lowbit.sim.link.DeviceModel` is the reference this gateware matches byte for byte; see also
 ``docs/protocol.md``.
 
 The link does not execute anything itself. After a request frame has been received completely
@@ -10,7 +11,7 @@ interface: a ``cmd`` stream (opcode, payload length), the payload as the ``arg``
 (read out of the frame buffer), and back the ``resp`` stream (status, reply length) followed by
 exactly that many reply bytes on ``data``. A :class:`Dispatcher` routes commands by opcode to
 handler components (one per opcode group) and answers unknown opcodes itself; adding an engine
-command means adding a handler and a row to the dispatch table (see :mod:`hw.top`).
+command means adding a handler and a row to the dispatch table (see :mod:`lowbit.hw.top`).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -18,7 +19,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from sim.link import MAX_LENGTH, SOF_REPLY, SOF_REQUEST, Status
+from lowbit.sim.link import MAX_LENGTH, SOF_REPLY, SOF_REQUEST, Status
 
 from .common import check_int as _check_int
 from .crc import CRC16

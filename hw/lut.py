@@ -1,4 +1,4 @@
-"""Transfer lookup-table engine (DESIGN §3.5, seed 003); golden model :mod:`sim.lut`."""
+"""Transfer lookup-table engine (DESIGN §3.5, seed 003); golden model :mod:`lowbit.sim.lut`."""
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring

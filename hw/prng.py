@@ -4,7 +4,7 @@ from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from sim.prng import MASK64, seed_lanes
+from lowbit.sim.prng import MASK64, seed_lanes
 
 from .common import check_int as _check_int
 
@@ -23,16 +23,19 @@ def _rotl(v, k):
 class Xoroshiro128aox(wiring.Component):
     """``L`` lanes of xoroshiro128aox, one 64-bit word per lane per transfer.
 
-    The generator is the golden model :mod:`sim.prng`, bit for bit. Lane ``k`` produces the
-    words of lane ``k`` of ``sim.prng.Xoroshiro128aox(reset_seed, lanes)``. The output stream is
+    The generator is the golden model :mod:`lowbit.sim.prng`, bit for bit. Lane ``k`` produces the
+    words of lane ``k`` of ``lowbit.sim.prng.Xoroshiro128aox(reset_seed, lanes)``. The output
+    stream is
     always valid; every cycle with ``o.ready`` high hands over one word per lane and steps the
     generator, so there are no bubbles. The payload is a plain function of the state registers
     (no extra latency): other blocks may use the words combinationally.
 
-    Seeding: after reset the state is ``sim.prng.seed_lanes(reset_seed, lanes)``. At run time,
+    Seeding: after reset the state is ``lowbit.sim.prng.seed_lanes(reset_seed, lanes)``. At run
+    time,
     a cycle with ``seed_load`` high loads every lane's state from the ``seed`` port; the host
-    computes it with ``sim.prng.seed_lanes(new_seed, lanes)`` (the hardware does not run
-    splitmix64). Loading forces bit 0 of ``s1`` to 1 (``sim.prng.load_state``), so the all-zero
+    computes it with ``lowbit.sim.prng.seed_lanes(new_seed, lanes)`` (the hardware does not run
+    splitmix64). Loading forces bit 0 of ``s1`` to 1 (``lowbit.sim.prng.load_state``), so the
+    all-zero
     state, the one state xoroshiro never leaves, cannot be loaded; ``seed_lanes`` states
     already have that bit set. A word transferred in the load cycle is the last word of the old
     stream; the next word is the first of the new one. A word on offer but not taken in the

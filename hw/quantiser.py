@@ -1,8 +1,9 @@
 """Stochastic quantiser: f16 or wide fixed-point streams to BFP blocks, int8 or discrete codes
 (DESIGN §3.4).
 
-The golden model is :mod:`sim.quantiser` (BFP through :func:`sim.bfp.quantise`, discrete codes
-through :func:`sim.discrete.to_codes`); this gateware matches it bit for bit. See
+The golden model is :mod:`lowbit.sim.quantiser` (BFP through :func:`lowbit.sim.bfp.quantise`,
+discrete codes
+through :func:`lowbit.sim.discrete.to_codes`); this gateware matches it bit for bit. See
 ``docs/quantiser.md`` for the architecture and measured figures.
 """
 
@@ -11,9 +12,9 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.common import Rounding
-from hw.common import check_int as _check_int
-from hw.discrete import CodeEntry
+from lowbit.hw.common import Rounding
+from lowbit.hw.common import check_int as _check_int
+from lowbit.hw.discrete import CodeEntry
 
 __all__ = ["Quantiser", "QuantTarget", "FORMATS"]
 
@@ -108,7 +109,7 @@ class Quantiser(wiring.Component):
     i : In(stream.Signature(ArrayLayout(elem, lanes)))
         Input elements: ``unsigned(16)`` f16 codes or ``signed(width)`` fixed point.
     i_rand : In(stream.Signature(ArrayLayout(unsigned(rand_bits), lanes)))
-        Random bits (stochastic rounding only), e.g. from :class:`hw.prng.Xoroshiro128aox`.
+        Random bits (stochastic rounding only), e.g. from :class:`lowbit.hw.prng.Xoroshiro128aox`.
     o : Out(stream.Signature(StructLayout({"q": ArrayLayout(signed(Q), lanes), "e": signed(E)})))
         Quantised elements, ``Q = max(w_max, 8)``: BFP mantissas (``W`` significant bits) with
         their block's shared exponent ``e`` (the NaN code ``-2^(E-1)`` for a NaN block), or
@@ -127,15 +128,16 @@ class Quantiser(wiring.Component):
         int8 affine multiplier (present when ``mult_bits > 0``; must be non-zero).
     zero : In(signed(8))
         int8 zero point.
-    book : In(ArrayLayout(hw.discrete.CodeEntry, 2**code_bits))
+    book : In(ArrayLayout(lowbit.hw.discrete.CodeEntry, 2**code_bits))
         Discrete code book (present when ``code_bits > 0``), entries ``(shift, direction,
-        sign)`` exactly as :class:`hw.discrete.DiscreteUnit`'s ``book`` port and
-        :meth:`sim.discrete.CodeBook.words`, so one register set drives both engines. Any order;
+        sign)`` exactly as :class:`lowbit.hw.discrete.DiscreteUnit`'s ``book`` port and
+        :meth:`lowbit.sim.discrete.CodeBook.words`, so one register set drives both engines. Any
+        order;
         only the first ``2**code_width`` entries are used.
     code_width : In(range(code_bits + 1))
         Run-time code width ``n``, 1..code_bits (present when ``code_bits > 0``).
 
-    Discrete codes (``target = DISCRETE``) follow :func:`sim.quantiser.quantise_discrete`:
+    Discrete codes (``target = DISCRETE``) follow :func:`lowbit.sim.quantiser.quantise_discrete`:
     ``rounding = STOCHASTIC`` is the seed-001 stochastic choice, any other mode is "nearest".
     The output lane holds the code (0..2^n-1), ``e`` is 0. The comparisons are exact: the
     element is shifted to ``floor(x · 2^(7+R))`` with a sticky bit and compared with the code
@@ -361,7 +363,7 @@ class Quantiser(wiring.Component):
         ]
         m.d.sync += [s1_hold_amax.eq(s1_amax), s1_hold_nan.eq(s1_nan)]
 
-        # Shared exponent of the block from its largest magnitude (sim.bfp's rule).
+        # Shared exponent of the block from its largest magnitude (lowbit.sim.bfp's rule).
         if f16:
             a_exp = s1_amax[10:15]
             a_sig = Signal(11)

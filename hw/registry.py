@@ -13,23 +13,23 @@ __all__ = ["BLOCKS", "block_names", "block_class", "build_block", "parse_params"
 
 #: name -> (module, class name, one-line description)
 BLOCKS = {
-    "prng": ("hw.prng", "Xoroshiro128aox",
+    "prng": ("lowbit.hw.prng", "Xoroshiro128aox",
              "xoroshiro128aox pseudo-random generator, L lanes, seedable at run time"),
-    "grand": ("hw.grand", "GrandUnit",
+    "grand": ("lowbit.hw.grand", "GrandUnit",
               "Irwin-Hall Gaussian generator (f16/f32, normal/144/truncated/uniform/raw)"),
-    "bfp": ("hw.bfp", "BFPColumn",
+    "bfp": ("lowbit.hw.bfp", "BFPColumn",
             "block-floating-point systolic MAC column with exponent selector and bias path"),
-    "discrete": ("hw.discrete", "DiscreteUnit",
+    "discrete": ("lowbit.hw.discrete", "DiscreteUnit",
                  "discrete-data shift/XOR unit with a run-time code book"),
-    "quantiser": ("hw.quantiser", "Quantiser",
+    "quantiser": ("lowbit.hw.quantiser", "Quantiser",
                   "stochastic quantiser to BFP, int8 or discrete codes"),
-    "lut": ("hw.lut", "TransferLUT",
+    "lut": ("lowbit.hw.lut", "TransferLUT",
             "transfer lookup tables (int8 256-entry, int16 interpolated)"),
-    "floatmac": ("hw.floatmac", "FloatMAC",
+    "floatmac": ("lowbit.hw.floatmac", "FloatMAC",
                  "IEEE f16/f32 multiply-accumulate lanes: the float baseline of the BFP column"),
-    "uart": ("hw.uart", "UART", "8N1 UART transmitter and receiver"),
-    "link": ("hw.link", "HostLink", "framed host link: length, CRC-16, status replies"),
-    "top": ("hw.top", "Accelerator", "the accelerator top"),
+    "uart": ("lowbit.hw.uart", "UART", "8N1 UART transmitter and receiver"),
+    "link": ("lowbit.hw.link", "HostLink", "framed host link: length, CRC-16, status replies"),
+    "top": ("lowbit.hw.top", "Accelerator", "the accelerator top"),
 }
 
 

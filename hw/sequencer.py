@@ -1,6 +1,6 @@
 """The layer-program sequencer of the accelerator top (DESIGN §3.6, issue #8).
 
-The sequencer executes the instruction set of :mod:`sim.program` (its module docstring is the
+The sequencer executes the instruction set of :mod:`lowbit.sim.program` (its module docstring is the
 normative specification) from the scratchpad, on behalf of the host command ``RUN``. It owns the
 weight memory, the BFP column, the quantiser, the discrete unit and the rounding PRNG; it
 borrows the scratchpad port, the transfer-LUT engine and the grand unit's sample stream from the
@@ -27,8 +27,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from sim.link import REGISTERS, Status
-from sim.program import F_BIAS, F_OFS_DST, F_OFS_SRC, Op
+from lowbit.sim.link import REGISTERS, Status
+from lowbit.sim.program import F_BIAS, F_OFS_DST, F_OFS_SRC, Op
 
 from .bfp import BFPColumn, ExpMode
 from .common import check_bool as _check_bool
@@ -43,15 +43,15 @@ from .uart import quiet_on_error
 __all__ = ["Sequencer", "ConfigPortSignature", "LUTPortSignature", "SEQ_REGISTERS",
            "COLUMN_FRAC_BITS", "RAND_BITS", "DISCRETE_ACC_WIDTH"]
 
-#: Fraction guard bits of the sequencer's BFP column (:class:`sim.bfp_column.ColumnModel`).
+#: Fraction guard bits of the sequencer's BFP column (:class:`lowbit.sim.bfp_column.ColumnModel`).
 COLUMN_FRAC_BITS = 3
 #: Random bits per element of stochastic rounding (column and quantiser): the low bits of a
 #: rounding-PRNG word.
 RAND_BITS = 8
-#: Accumulator width of the discrete unit (:class:`sim.network.DiscreteDense` ``acc_width``).
+#: Accumulator width of the discrete unit (:class:`lowbit.sim.network.DiscreteDense` ``acc_width``).
 DISCRETE_ACC_WIDTH = 16
 
-#: Read-write registers the sequencer reads (lower-case names of :data:`sim.link.REGISTERS`).
+#: Read-write registers the sequencer reads (lower-case names of :data:`lowbit.sim.link.REGISTERS`).
 SEQ_REGISTERS = ("mant_width", "rounding", "exp_select", "fixed_exp", "quant_format",
                  "code_width", "code_book0", "code_book1", "lut_select", "lut_exp", "disc_shift",
                  "quant_shift", "quant_rule", "prng_seed0", "prng_seed1", "prng_seed2",
@@ -104,7 +104,7 @@ def _log2(n):
 
 
 class Sequencer(wiring.Component):
-    """Run layer programs (:mod:`sim.program`) for the host command ``RUN``.
+    """Run layer programs (:mod:`lowbit.sim.program`) for the host command ``RUN``.
 
     ``RUN`` payload: start byte address u32, instruction limit u32. Checks, in order: length
     ``!= 8`` -> ``BAD_LENGTH``; start odd or ``start + 16 > scratch_bytes`` -> ``BAD_ADDRESS``;
@@ -140,7 +140,7 @@ class Sequencer(wiring.Component):
         MATVEC with ``EXP_SELECT`` 2 fails with ``BAD_OPCODE``.
     bfp_acc_block_ram, bfp_pipelined : bool
         The column's accumulator memory in block RAM, its pipelines with all stages
-        (:class:`hw.bfp.BFPColumn` ``acc_block_ram`` and ``pipelined``; area options for
+        (:class:`lowbit.hw.bfp.BFPColumn` ``acc_block_ram`` and ``pipelined``; area options for
         iCE40 at 12 MHz).
     code_bits : int
         Largest discrete code width of the discrete unit and quantiser, 1..3.
@@ -159,11 +159,11 @@ class Sequencer(wiring.Component):
 
     Members
     -------
-    command : In(hw.link.CommandSignature())
+    command : In(lowbit.hw.link.CommandSignature())
         The ``RUN`` row of the dispatcher.
     busy : Out(1)
         A program runs: the sequencer owns ``mem``, ``lut`` and ``grand``.
-    mem : Out(hw.top.ScratchPortSignature(addr_width))
+    mem : Out(lowbit.hw.top.ScratchPortSignature(addr_width))
     cfg : Out(ConfigPortSignature())
         CONFIG's register write port.
     lut : Out(LUTPortSignature())
@@ -232,7 +232,7 @@ class Sequencer(wiring.Component):
 
     def column_params(self):
         """Keyword parameters of the BFP column (also those of its golden
-        :class:`sim.bfp_column.ColumnModel`, less ``mult`` and ``sim_model``)."""
+        :class:`lowbit.sim.bfp_column.ColumnModel`, less ``mult`` and ``sim_model``)."""
         return dict(lanes=self._lanes, block=self._block, width=8, exp_bits=8,
                     max_blocks=self._max_blocks, frac_bits=COLUMN_FRAC_BITS,
                     rand_bits=RAND_BITS, predictor=self._bfp_predictor)
@@ -285,7 +285,8 @@ class Sequencer(wiring.Component):
         # Pulses when a RUN starts executing: the predicted exponent selector's history is
         # per RUN (no product is in flight then, so the column clears it before the next one).
         run_start = Signal()
-        # Register values the ISA leaves open, decoded as sim.program.Machine does: ROUNDING 3
+        # Register values the ISA leaves open, decoded as lowbit.sim.program.Machine does: ROUNDING
+        # 3
         # is nearest, EXP_SELECT 3 is fixed, MANT_WIDTH is clamped to 2..8.
         rounding = Signal(2)
         mant_width = Signal(4)
@@ -554,7 +555,7 @@ class Sequencer(wiring.Component):
                                 m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
                                              mul_step.eq(w[4] << lgB)]
                             # A rounding or exponent selector the column lacks: as a missing
-                            # engine (sim.program.Machine checks it first too).
+                            # engine (lowbit.sim.program.Machine checks it first too).
                             lacks = Const(0)
                             if not self._bfp_stochastic:
                                 lacks = lacks | (rounding == 2)

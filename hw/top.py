@@ -9,16 +9,16 @@ The communication backbone the engines plug into::
                                                   +-> LUTHandler, GrandHandler      |
                                                   +-> Sequencer (RUN) --------------+
 
-With ``sequencer=True`` the layer sequencer (:mod:`hw.sequencer`, ``docs/sequencer.md``) runs
+With ``sequencer=True`` the layer sequencer (:mod:`lowbit.hw.sequencer`, ``docs/sequencer.md``) runs
 programs from the scratchpad; while it runs (``busy``) it owns the scratchpad port, the LUT
 engine and the grand unit's sample stream, and writes registers through the register
 handler's second port (CONFIG).
 
-Engine commands are added as one more handler on the :class:`hw.link.Dispatcher` (a row of
-:meth:`Accelerator.dispatch_table` with opcodes from :data:`sim.link.ENGINE_OPCODES`); the
+Engine commands are added as one more handler on the :class:`lowbit.hw.link.Dispatcher` (a row of
+:meth:`Accelerator.dispatch_table` with opcodes from :data:`lowbit.sim.link.ENGINE_OPCODES`); the
 configuration registers are the ``Out`` ports of the :class:`RegisterHandler` (``regs.mant_width``
 etc.), which engine wiring inside :meth:`Accelerator.elaborate` reads. The
-protocol and the register map are defined in :mod:`sim.link` (``docs/protocol.md``).
+protocol and the register map are defined in :mod:`lowbit.sim.link` (``docs/protocol.md``).
 """
 
 from amaranth.hdl import Cat, ClockSignal, Const, Instance, Module, Mux, Signal
@@ -26,7 +26,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from sim.link import (
+from lowbit.sim.link import (
     DESIGN_VERSION,
     ENGINE_BITS,
     IDENTITY_BYTES,
@@ -210,7 +210,7 @@ def _check_mult(style):
 
 
 def _check_grand_modes(modes):
-    from sim.grand import MODES
+    from lowbit.sim.grand import MODES
     if modes is None:
         return None
     if isinstance(modes, str) or not hasattr(modes, "__iter__"):
@@ -265,7 +265,7 @@ class IdentifyHandler(wiring.Component):
 
     Parameters
     ----------
-    identity : sim.link.Identity
+    identity : lowbit.sim.link.Identity
 
     Members
     -------
@@ -276,7 +276,7 @@ class IdentifyHandler(wiring.Component):
     @quiet_on_error
     def __init__(self, identity):
         if not isinstance(identity, Identity):
-            raise TypeError(f"Identity must be a sim.link.Identity, not {identity!r}")
+            raise TypeError(f"Identity must be a lowbit.sim.link.Identity, not {identity!r}")
         self._record = identity.to_bytes()
         super().__init__()
 
@@ -316,7 +316,7 @@ class IdentifyHandler(wiring.Component):
 
 
 class RegisterHandler(wiring.Component):
-    """REG_READ / REG_WRITE over the register map :data:`sim.link.REGISTERS`.
+    """REG_READ / REG_WRITE over the register map :data:`lowbit.sim.link.REGISTERS`.
 
     Read-write registers are flip-flops of their declared width, exposed as ``Out`` ports
     named after the register in lower case (e.g. ``mant_width``). Identification registers
@@ -335,7 +335,7 @@ class RegisterHandler(wiring.Component):
     to a read-only register -> ``READ_ONLY`` (nothing written); else ``OK`` with the 4-byte
     little-endian value (read) or no payload (write; bits above the width are dropped).
 
-    A second write port, ``cfg`` (:class:`hw.sequencer.ConfigPortSignature`, the sequencer's
+    A second write port, ``cfg`` (:class:`lowbit.hw.sequencer.ConfigPortSignature`, the sequencer's
     CONFIG), writes read-write registers; its ``ok`` says combinationally whether ``index`` is
     one. The host and the sequencer never write in the same cycle (the link is stop-and-wait and
     ``RUN`` answers at the end). ``prng_load`` pulses in the cycle after ``PRNG_SEED3`` was
@@ -343,15 +343,15 @@ class RegisterHandler(wiring.Component):
 
     Parameters
     ----------
-    identity : sim.link.Identity
+    identity : lowbit.sim.link.Identity
     design : dict, optional
         Generator parameters reported by ``ID_MATRIX`` / ``ID_ENGINE`` (keys of
-        :data:`sim.link.DESIGN_PARAMS`; missing ones take its defaults).
+        :data:`lowbit.sim.link.DESIGN_PARAMS`; missing ones take its defaults).
 
     Members
     -------
     command : In(CommandSignature())
-    cfg : In(hw.sequencer.ConfigPortSignature())
+    cfg : In(lowbit.hw.sequencer.ConfigPortSignature())
     prng_load : Out(1)
     """
 
@@ -360,7 +360,7 @@ class RegisterHandler(wiring.Component):
     @quiet_on_error
     def __init__(self, identity, design=None):
         if not isinstance(identity, Identity):
-            raise TypeError(f"Identity must be a sim.link.Identity, not {identity!r}")
+            raise TypeError(f"Identity must be a lowbit.sim.link.Identity, not {identity!r}")
         if design is not None and not isinstance(design, dict):
             raise TypeError(f"Design parameters must be a dict, not {design!r}")
         self._constants = identity_registers(identity, **(design or {}))
@@ -626,10 +626,11 @@ class Accelerator(wiring.Component):
     grand : bool
         Include the Irwin-Hall grand unit (GRAND_SEED / GRAND_SAMPLES), ``lanes`` lanes.
     grand_modes : iterable of str, optional
-        Modes built into the grand unit (names of :data:`sim.grand.MODES`; default all; a
+        Modes built into the grand unit (names of :data:`lowbit.sim.grand.MODES`; default all; a
         mode left out acts as normal). For area.
     sequencer : bool
-        Include the layer sequencer (host command ``RUN``, :mod:`hw.sequencer`) and the weight
+        Include the layer sequencer (host command ``RUN``, :mod:`lowbit.hw.sequencer`) and the
+        weight
         memory; the engines below exist only with it. Default ``False``.
     matrix_lanes : int
         Matrix lanes ``N``: weight banks, BFP column lanes, discrete terms per beat; a power of
@@ -643,7 +644,8 @@ class Accelerator(wiring.Component):
     bfp, quantiser, discrete : bool
         Build the BFP column (MATVEC), the quantiser (QUANT), the discrete unit (DMATVEC).
     bfp_stochastic, bfp_predictor, bfp_acc_block_ram, bfp_pipelined : bool
-        Area options of the BFP column (:class:`hw.sequencer.Sequencer`): stochastic rounding,
+        Area options of the BFP column (:class:`lowbit.hw.sequencer.Sequencer`): stochastic
+        rounding,
         the predicted exponent selector (a MATVEC needing one that is left out fails with
         ``BAD_OPCODE``), the accumulator in block RAM, all pipeline stages.
     code_bits : int
@@ -757,7 +759,7 @@ class Accelerator(wiring.Component):
 
     def design_params(self):
         """Generator parameters reported by the ``ID_MATRIX`` / ``ID_ENGINE`` registers
-        (:func:`sim.link.design_registers`), as the driver reads them back."""
+        (:func:`lowbit.sim.link.design_registers`), as the driver reads them back."""
         from .sequencer import COLUMN_FRAC_BITS, DISCRETE_ACC_WIDTH, RAND_BITS
         p = self._seq_params
         return dict(matrix_lanes=p["lanes"], block=p["block"], max_blocks=p["max_blocks"],
@@ -768,15 +770,15 @@ class Accelerator(wiring.Component):
                     grand_modes=self._grand_modes)
 
     def sequencer_params(self):
-        """Keyword parameters of the :class:`hw.sequencer.Sequencer` of this design."""
+        """Keyword parameters of the :class:`lowbit.hw.sequencer.Sequencer` of this design."""
         return dict(self._seq_params, scratch_bytes=self._scratch_bytes,
                     addr_width=max((self._scratch_bytes // 2 - 1).bit_length(), 1),
                     lut=bool(self._lut_tables), lut_tables=max(self._lut_tables, 1),
                     grand=self._grand, simulation=self._simulation)
 
     def column_model(self):
-        """The golden :class:`sim.bfp_column.ColumnModel` of the sequencer's BFP column."""
-        from sim.bfp_column import ColumnModel
+        """The golden :class:`lowbit.sim.bfp_column.ColumnModel` of the sequencer's BFP column."""
+        from lowbit.sim.bfp_column import ColumnModel
 
         from .sequencer import Sequencer
         seq = Sequencer(**self.sequencer_params())

@@ -1,6 +1,6 @@
 """The one benchmark suite: every block and the top on every device, median over placement seeds.
 
-Builds each registered block out of context (``boards.toolchain.implement``) with its default
+Builds each registered block out of context (``lowbit.boards.toolchain.implement``) with its default
 parameters — plus the device profile's multiplier style where the block takes one — and the
 accelerator top with the profile of the board that carries the device. Writes
 ``docs/bench/all.json`` and ``docs/PERFORMANCE.md``. Per-block figures of merit (MAC/s,
@@ -42,18 +42,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench_float  # noqa: E402
 
-from boards.profiles import BOARDS  # noqa: E402
-from boards.toolchain import ABC9_FALLBACK, DEVICES, ToolchainError, implement  # noqa: E402
-from hw.registry import BLOCKS, available_blocks, block_class  # noqa: E402
+from lowbit.boards.profiles import BOARDS  # noqa: E402
+from lowbit.boards.toolchain import ABC9_FALLBACK, DEVICES, ToolchainError, implement  # noqa: E402
+from lowbit.hw.registry import BLOCKS, available_blocks, block_class  # noqa: E402
 
 
 def boards_on(device):
-    """Names of the board profiles on ``device``, in :data:`boards.profiles.BOARDS` order."""
+    """Names of the board profiles on ``device``, in :data:`lowbit.boards.profiles.BOARDS` order."""
     return [name for name, p in BOARDS.items() if p.device == device]
 
 
@@ -126,7 +125,7 @@ def netlist_digest(component):
     part of :func:`netlist_key` that costs an elaboration, the same for every seed."""
     from amaranth.back import rtlil
 
-    from boards.toolchain import OOCWrapper
+    from lowbit.boards.toolchain import OOCWrapper
     text = rtlil.convert(OOCWrapper(component), name="top")
     text = re.sub(r"^\s*attribute \\src .*\n", "", text, flags=re.M)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -229,7 +228,7 @@ def render_float(float_rows, ratio_rows, commands):
     """Markdown section of the float baseline and the BFP/float ratios."""
     lines = ["", "## IEEE float MAC baseline and BFP/float ratios (issue #10)", "",
              "Float rows: " + "; ".join(f"`{c}`" for c in commands), "",
-             "`hw.floatmac.FloatMAC` (docs/float_baseline.md): N lanes of "
+             "`lowbit.hw.floatmac.FloatMAC` (docs/float_baseline.md): N lanes of "
              "`acc = round(acc + round(w·x))` in binary16 / binary32, one beat per cycle, the "
              "shape of the BFP column's PE array, with the BFP column's multiplier style on the "
              "device. Ratios are BFP column / float MAC of the same lane count on the same "
@@ -283,9 +282,9 @@ def render_markdown(rows, command):
                      f"{', '.join(map(str, r['seeds']))} | {rate} | {ratio} |")
     if classic:
         lines += ["", "\"(classic ABC)\": Yosys's abc9 LUT mapping failed on that netlist, so "
-                  "`boards.toolchain.implement` mapped its LUTs with the classic ABC instead "
-                  "(docs/bfp.md §5, \"Yosys 0.70 and the 16-lane ECP5 column\"); its LUT count "
-                  "and Fmax are not comparable with an abc9 build's."]
+                  "`lowbit.boards.toolchain.implement` mapped its LUTs with the classic ABC "
+                  "instead (docs/bfp.md §5, \"Yosys 0.70 and the 16-lane ECP5 column\"); its "
+                  "LUT count and Fmax are not comparable with an abc9 build's."]
     lines += ["", "Device ceilings (DESIGN §7): UP5K has 8 SB_MAC16 (16 int8 MACs/cycle in dual "
               "8×8 mode); a bare 16-lane DSP array closes at ~86 MHz (≈1.4 GMAC/s); 16 LUT lanes "
               "on HX8K at ~82 MHz; a 4-lane Irwin–Hall generator at ~59 MHz on UP5K (236 M "

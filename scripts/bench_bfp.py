@@ -6,8 +6,8 @@ Usage::
     python scripts/bench_bfp.py --devices up5k --seeds 1
     python scripts/bench_bfp.py --quick              # up5k only, one seed
 
-Each profile builds :class:`hw.bfp.BFPColumn` out of context with
-:func:`boards.toolchain.implement`, and simulates a run of products with full valid/ready to
+Each profile builds :class:`lowbit.hw.bfp.BFPColumn` out of context with
+:func:`lowbit.boards.toolchain.implement`, and simulates a run of products with full valid/ready to
 measure the sustained MACs per cycle (the column stalls while the output unit drains short
 products). Results go to ``docs/bench/bfp.json``.
 
@@ -25,13 +25,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench  # noqa: E402
 
-from boards.toolchain import default_freq_mhz, implement  # noqa: E402
-from hw.bfp import BFPColumn  # noqa: E402
+from lowbit.boards.toolchain import default_freq_mhz, implement  # noqa: E402
+from lowbit.hw.bfp import BFPColumn  # noqa: E402
 
 #: device -> column parameters, clock target (MHz) and the device's ceiling (DESIGN §7):
 #: (description, MACs per cycle, MHz or None for the column's own Fmax).

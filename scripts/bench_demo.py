@@ -5,19 +5,23 @@ board's projected images/s from the cycles per image of its own top.
 
 For every device and variant the script connects once (simulator start-up and CXXRTL compile
 are not timed), places the network once (timed separately as ``load_s``), then runs the same
-test images ``--runs`` times through :meth:`boards.driver.Accelerator.run_network`, checks every
-output against :func:`sim.mlp.forward` bit for bit, and reports the median wall-clock images/s.
-These rows run :data:`boards.demo.SIM_TOP`. Cycles per image come from the ``RUN`` replies
+test images ``--runs`` times through :meth:`lowbit.boards.driver.Accelerator.run_network`, checks
+every
+output against :func:`lowbit.sim.mlp.forward` bit for bit, and reports the median wall-clock
+images/s.
+These rows run :data:`lowbit.boards.demo.SIM_TOP`. Cycles per image come from the ``RUN`` replies
 (identical in both simulators: they run the same gateware).
 
-Board projections: for every board of :data:`boards.profiles.BOARDS` whose profile can run the
-variant (:func:`boards.demo.board_fit`), the network is converted for that board's column and
+Board projections: for every board of :data:`lowbit.boards.profiles.BOARDS` whose profile can run
+the
+variant (:func:`lowbit.boards.demo.board_fit`), the network is converted for that board's column and
 run in CXXRTL on a simulated top with the board's own top parameters
-(:func:`boards.demo.board_top`, what ``lowbit build`` gives :class:`hw.top.Accelerator`), every
+(:func:`lowbit.boards.demo.board_top`, what ``lowbit build`` gives
+:class:`lowbit.hw.top.Accelerator`), every
 output checked bit for bit; boards with identical top parameters share one measurement. The
 projection is ``board clock / its cycles per image`` (and its measured top Fmax / the same,
 where one exists). ``lowbit demo digits`` reads these per-board counts back
-(:func:`boards.demo.stored_cycles`).
+(:func:`lowbit.boards.demo.stored_cycles`).
 
 Writes ``docs/bench/demo.json`` and the tables between the ``bench:begin`` / ``bench:end``
 markers of ``docs/demo.md``. The first CXXRTL compile of each distinct top takes 2-6 min
@@ -38,11 +42,10 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
-from boards import demo  # noqa: E402
-from boards.driver import Accelerator  # noqa: E402
-from sim import mlp  # noqa: E402
+from lowbit.boards import demo  # noqa: E402
+from lowbit.boards.driver import Accelerator  # noqa: E402
+from lowbit.sim import mlp  # noqa: E402
 
 DEVICES = ("model", "amaranth", "cxxrtl")
 #: Images per run: full and --quick.
@@ -60,7 +63,7 @@ def _accelerator(device, params):
 
 def bench_one(device, variant, *, images, runs, split, build_dir, log, params=None):
     """One row: ``variant`` on ``device`` running the top ``params`` (default
-    :data:`boards.demo.SIM_TOP`), ``runs`` timed runs of ``images`` test images, every output
+    :data:`lowbit.boards.demo.SIM_TOP`), ``runs`` timed runs of ``images`` test images, every output
     checked against the golden model of that top's design."""
     params = demo.SIM_TOP if params is None else params
     t0 = time.perf_counter()
@@ -164,7 +167,7 @@ def table(rows, projections, boards):
                   "cycles per image measured in CXXRTL",
                   "on a simulated top with the board's own top parameters (`lowbit build`'s), "
                   f"{' / '.join(map(str, images)) or 'no'} test",
-                  "images per top, every output bit-exact against `sim.mlp.forward`:", "",
+                  "images per top, every output bit-exact against `lowbit.sim.mlp.forward`:", "",
                   "| board | clock MHz | N | images / RUN commands | cycles/image | images/s | "
                   "measured Fmax MHz | images/s at Fmax |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|"]

@@ -2,7 +2,8 @@
 reference multiply–accumulate built from LUT multipliers of the same operand width.
 
 The reference (:class:`LutMulMAC`) is a plain ``a * b`` lane array with the same pipeline depth,
-exact lane sum and saturating accumulator as :class:`hw.discrete.DiscreteUnit`'s ``DOT`` path,
+exact lane sum and saturating accumulator as :class:`lowbit.hw.discrete.DiscreteUnit`'s ``DOT``
+path,
 synthesised with DSP inference switched off so that its multipliers are LUT logic (as in the BFP
 column's LUT multiplier style). The discrete unit is synthesised with the device's normal flow
 (``synth_ice40 -dsp`` on UP5K), so its zero DSP count shows that it holds no multiplier.
@@ -14,7 +15,8 @@ Usage::
     python scripts/bench_discrete.py --devices hx8k --seeds 1 2 3 --lanes 1 8
 
 Figures: ``lcs_block`` is the nextpnr LC / LUT4 count minus the out-of-context wrapper estimate
-(:func:`boards.toolchain.implement`); "per lane" is the increment between the smallest and the
+(:func:`lowbit.boards.toolchain.implement`); "per lane" is the increment between the smallest and
+the
 largest lane count; Fmax is the median over seeds. Three designs are built: ``discrete`` (the
 full unit), ``discrete-mac`` (``tables=False``: the shift/XOR MAC datapath without the discrete ⊗
 discrete tables, the like-for-like comparison with the reference) and ``lutmul``.
@@ -29,14 +31,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from amaranth.hdl import Module, Mux, Signal, signed  # noqa: E402
 from amaranth.lib import data, stream, wiring  # noqa: E402
 from amaranth.lib.wiring import In, Out  # noqa: E402
 
-from boards import toolchain  # noqa: E402
-from hw.discrete import DiscreteUnit  # noqa: E402
+from lowbit.boards import toolchain  # noqa: E402
+from lowbit.hw.discrete import DiscreteUnit  # noqa: E402
 
 NODSP = {"ice40": "synth_ice40", "ecp5": "synth_ecp5 -nodsp"}
 

@@ -7,8 +7,9 @@ Usage::
     python scripts/bench_float.py --quick                           # up5k, f16, seed 1
     python scripts/bench_float.py --devices ecp5-25f --with-bfp     # build the BFP column too
 
-Each configuration builds :class:`hw.floatmac.FloatMAC` out of context with
-:func:`boards.toolchain.implement` (median Fmax over the placement seeds), with the multiplier
+Each configuration builds :class:`lowbit.hw.floatmac.FloatMAC` out of context with
+:func:`lowbit.boards.toolchain.implement` (median Fmax over the placement seeds), with the
+multiplier
 style the BFP column uses on that device (``scripts/bench_bfp.py``'s profiles): SB_MAC16 on
 UP5K, LUTs on HX8K, MULT18X18D on ECP5. Lane counts: 16 and the BFP column's lane count on the
 device. A configuration that does not fit the device is reported as such (that is a result);
@@ -21,7 +22,6 @@ to ``docs/bench/float.json``.
 
 import argparse
 import json
-import os
 import re
 import statistics
 import sys
@@ -29,16 +29,14 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from boards.toolchain import (  # noqa: E402
+from lowbit.boards.toolchain import (  # noqa: E402
     DEVICES,
     OOCWrapper,
     ToolchainError,
     implement,
     parse_nextpnr_report,
 )
-from hw.floatmac import FloatMAC  # noqa: E402
+from lowbit.hw.floatmac import FloatMAC  # noqa: E402
 
 #: device -> multiplier style and lane count of the BFP column there (scripts/bench_bfp.py),
 #: and the clock target handed to nextpnr (MHz).

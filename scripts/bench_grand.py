@@ -1,6 +1,6 @@
 """Benchmark the grand unit (and the bare PRNG): logic cells, Fmax and samples per second.
 
-Out-of-context synthesis and place-and-route with YoWASP (:func:`boards.toolchain.implement`)
+Out-of-context synthesis and place-and-route with YoWASP (:func:`lowbit.boards.toolchain.implement`)
 for each device and lane count, over several placement seeds; Fmax is the median over seeds.
 Samples per second assume the one-word modes (normal, uniform, raw): ``L`` results per cycle.
 
@@ -16,7 +16,7 @@ append to the same file, and a stopped run keeps its finished rows).
 each seed's critical path in the JSON (start and end cell; logic_levels counts the LUT and
 carry steps; routing and total ns). With ``--reuse`` a seed whose report is already in the
 build directory is read back instead of built again (Fmax and the wrapper estimate as in
-``boards.toolchain.implement``; ``seconds`` from the files' times).
+``lowbit.boards.toolchain.implement``; ``seconds`` from the files' times).
 """
 
 import argparse
@@ -27,17 +27,15 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from boards.toolchain import (  # noqa: E402
+from lowbit.boards.toolchain import (  # noqa: E402
     DEVICES,
     OOCWrapper,
     ToolchainError,
     implement,
     parse_nextpnr_report,
 )
-from hw.grand import GrandUnit  # noqa: E402
-from hw.prng import Xoroshiro128aox  # noqa: E402
+from lowbit.hw.grand import GrandUnit  # noqa: E402
+from lowbit.hw.prng import Xoroshiro128aox  # noqa: E402
 
 BLOCKS = {"grand": GrandUnit, "prng": Xoroshiro128aox}
 
@@ -59,7 +57,7 @@ def critical_path(report):
 
 
 def reuse_build(component, device, build_dir, name):
-    """The :func:`boards.toolchain.implement` result of a finished build in ``build_dir``."""
+    """The :func:`lowbit.boards.toolchain.implement` result of a finished build in ``build_dir``."""
     family = DEVICES[device]["family"]
     report = Path(build_dir) / f"{name}.report.json"
     res = parse_nextpnr_report(report, family)

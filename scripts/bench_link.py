@@ -3,10 +3,10 @@
 Blocks: ``uart`` (receiver + transmitter, 1 Mbaud at 12 MHz), ``link`` (HostLink with a
 512-byte frame buffer and a PING handler behind it) and ``top`` (the accelerator top with its
 UART, per-device scratchpad). Each configuration is implemented out of context
-(:func:`boards.toolchain.implement`) per device and seed; the table gives LCs / LUT4s
+(:func:`lowbit.boards.toolchain.implement`) per device and seed; the table gives LCs / LUT4s
 (``lcs_block``: minus the wrapper estimate), DSPs, block RAMs, SPRAMs and the median Fmax over
 seeds, plus the link's payload throughput at 1 Mbaud (stop and wait: one request, one reply;
-computed from the frame sizes of :mod:`sim.link`).
+computed from the frame sizes of :mod:`lowbit.sim.link`).
 
 Usage::
 
@@ -23,17 +23,15 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from amaranth.hdl import Module  # noqa: E402
 from amaranth.lib import stream, wiring  # noqa: E402
 from amaranth.lib.wiring import In, Out  # noqa: E402
 
-from boards import toolchain  # noqa: E402
-from hw.link import HostLink, PingHandler  # noqa: E402
-from hw.top import Accelerator  # noqa: E402
-from hw.uart import UART  # noqa: E402
-from sim import link as L  # noqa: E402
+from lowbit.boards import toolchain  # noqa: E402
+from lowbit.hw.link import HostLink, PingHandler  # noqa: E402
+from lowbit.hw.top import Accelerator  # noqa: E402
+from lowbit.hw.uart import UART  # noqa: E402
+from lowbit.sim import link as L  # noqa: E402
 
 #: Per-device top parameters: SPRAM scratchpad on UP5K, block RAM elsewhere.
 TOP_PARAMS = {

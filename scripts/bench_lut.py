@@ -1,7 +1,8 @@
 """Benchmark the transfer-LUT engine: logic cells, RAM blocks, DSPs and Fmax per device.
 
 Each configuration (lanes, byte tables, interpolated int16 tables) is implemented out of context
-with :func:`boards.toolchain.implement` (YoWASP synthesis + nextpnr) for every device and seed.
+with :func:`lowbit.boards.toolchain.implement` (YoWASP synthesis + nextpnr) for every device and
+seed.
 The table reports ``lcs_block`` (nextpnr LCs / LUT4s minus the wrapper estimate), RAM blocks
 (iCE40 EBR / ECP5 DP16KD), DSPs, the MEDIAN Fmax over seeds, and lookups per second
 (``lanes x Fmax``; both paths accept one beat per cycle).
@@ -20,11 +21,8 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-from boards import toolchain  # noqa: E402
-from hw.lut import TransferLUT  # noqa: E402
+from lowbit.boards import toolchain  # noqa: E402
+from lowbit.hw.lut import TransferLUT  # noqa: E402
 
 
 def parse_config(text):

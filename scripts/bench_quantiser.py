@@ -1,7 +1,8 @@
 """Benchmark the stochastic quantiser: logic cells, RAMs, DSPs and Fmax per device and per lane.
 
 Each configuration (input format, lanes, int8 multiplier width) is implemented out of context
-with :func:`boards.toolchain.implement` (YoWASP synthesis + nextpnr) for every device and seed.
+with :func:`lowbit.boards.toolchain.implement` (YoWASP synthesis + nextpnr) for every device and
+seed.
 The table reports ``lcs_block`` (nextpnr LCs / LUT4s minus the wrapper estimate), the same per
 lane, RAM blocks, DSPs, the MEDIAN Fmax over seeds and elements per second (``lanes x Fmax``;
 the quantiser takes one beat of ``lanes`` elements per cycle).
@@ -21,11 +22,8 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-
-from boards import toolchain  # noqa: E402
-from hw.quantiser import Quantiser  # noqa: E402
+from lowbit.boards import toolchain  # noqa: E402
+from lowbit.hw.quantiser import Quantiser  # noqa: E402
 
 
 def parse_config(text):

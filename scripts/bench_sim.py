@@ -1,6 +1,6 @@
 """Simulation speed: Amaranth's Python simulator against CXXRTL on two accelerator tops.
 
-Both simulators run the same host workload through :class:`sim.transport.SimulatedSerial` at
+Both simulators run the same host workload through :class:`lowbit.sim.transport.SimulatedSerial` at
 the byte level. Speed is simulated clock cycles per wall-clock second of the whole session
 (Python host side included), median over ``--runs`` runs; the one-time setup (Amaranth:
 elaboration; CXXRTL: RTLIL + yosys + C++ compile, or the cache lookup) is reported separately.
@@ -10,12 +10,12 @@ Tops (``--tops``):
 - ``link``: the first top, host link only (``scratch_bytes=4096, frame_bytes=512``; LUT and
   grand engines, no sequencer). Workload: MEM_WRITE / MEM_READ / PING / REG frames, stop and
   wait; the reply bytes and cycle counts of every run must be identical across simulators.
-- ``full``: the digits demo's top (:data:`boards.demo.SIM_TOP`: sequencer, BFP column with
+- ``full``: the digits demo's top (:data:`lowbit.boards.demo.SIM_TOP`: sequencer, BFP column with
   N = 16 and B = 16, quantiser, discrete unit, LUT, grand -- the engines of the ULX3S and
   OrangeCrab profiles). Workload: the BFP digits network placed once with
-  :meth:`boards.driver.Accelerator.load_network` (not timed), then ``run_network`` on test
+  :meth:`lowbit.boards.driver.Accelerator.load_network` (not timed), then ``run_network`` on test
   images (write inputs, ``RUN``, read outputs; RUN-heavy). Amaranth runs ``--full-images-amaranth``
-  images, CXXRTL ``--full-images``; every output must equal :func:`sim.mlp.forward`, and a
+  images, CXXRTL ``--full-images``; every output must equal :func:`lowbit.sim.mlp.forward`, and a
   CXXRTL run on the Amaranth image count must give the same outputs and cycle count.
 
 Usage::
@@ -37,12 +37,10 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
-
 import numpy as np  # noqa: E402
 
-from sim import link as L  # noqa: E402
-from sim.transport import SimulatedSerial  # noqa: E402
+from lowbit.sim import link as L  # noqa: E402
+from lowbit.sim.transport import SimulatedSerial  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PARAMS = dict(scratch_bytes=4096, frame_bytes=512)
@@ -91,10 +89,10 @@ def run(simulator, frames):
 
 
 def full_network(build_dir):
-    """The demo's BFP digits network for :data:`boards.demo.SIM_TOP` and the test images."""
-    from boards import demo
-    from boards.driver import Accelerator
-    from sim import mlp
+    """The demo's BFP digits network for :data:`lowbit.boards.demo.SIM_TOP` and the test images."""
+    from lowbit.boards import demo
+    from lowbit.boards.driver import Accelerator
+    from lowbit.sim import mlp
     split = mlp.load_split()
     design = Accelerator.model(**demo.SIM_TOP).design
     _, net = demo.prepare_network("bfp", design.column(), split=split, build_dir=build_dir)
@@ -105,9 +103,9 @@ def run_full(simulator, net, codes, design, images, runs, check_images=None):
     """Place ``net`` (its cycles are returned as ``load_cycles``), run ``check_images`` images
     once untimed if given (``check``: cycles and output digest of that first run), then time
     ``runs`` calls of ``run_network`` on ``images`` images."""
-    from boards import demo
-    from boards.driver import Accelerator
-    from sim import mlp
+    from lowbit.boards import demo
+    from lowbit.boards.driver import Accelerator
+    from lowbit.sim import mlp
     t0 = time.perf_counter()
     acc = Accelerator.simulated(simulator=simulator, **demo.SIM_TOP)
     setup = time.perf_counter() - t0
@@ -121,7 +119,7 @@ def run_full(simulator, net, codes, design, images, runs, check_images=None):
         res, stats = acc.run_network(codes[:n])
         seconds = time.perf_counter() - t0
         if not (np.array_equal(res.m, gm) and np.array_equal(res.e, ge)):
-            raise RuntimeError(f"{simulator}: outputs differ from sim.mlp.forward")
+            raise RuntimeError(f"{simulator}: outputs differ from lowbit.sim.mlp.forward")
         digest = hashlib.sha256(res.m.tobytes() + res.e.tobytes()).hexdigest()
         return dict(setup_s=setup, seconds=seconds, cycles=acc.port.cycles - c0,
                     run_cycles=int(stats["cycles"]), images=n, output_sha256=digest)
@@ -217,7 +215,7 @@ def main(argv=None):
                     f"REG_WRITE), {cycles} cycles")
             work = dict(frames=args.frames, params=PARAMS, cycles=cycles)
         else:
-            from boards import demo
+            from lowbit.boards import demo
             results, identical = bench_full(sims, args)
             desc = ("BFP digits network, run_network on "
                     + ", ".join(f"{res['runs'][0]['images']} images in {sim} "

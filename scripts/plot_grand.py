@@ -8,7 +8,6 @@ distributions the hardware produces.
 """
 
 import argparse
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -18,9 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from sim.grand import GrandModel, ih12_pmf  # noqa: E402
+from lowbit.sim.grand import GrandModel, ih12_pmf  # noqa: E402
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -33,8 +33,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 #: Start-point clock-to-output delays (ns) by cell type, before routing.
 _CLK_TO_OUT = {"SB_RAM40_4K": 2.2, "SB_MAC16": 2.0}
 _CLK_TO_Q = 1.4
@@ -45,8 +43,8 @@ def synthesise(kwargs, workdir):
     """Elaborate ``BFPColumn(**kwargs)`` in the out-of-context wrapper and run synth_ice40."""
     from amaranth.back import rtlil
 
-    from boards.toolchain import OOCWrapper, setup_toolchain_env
-    from hw.bfp import BFPColumn
+    from lowbit.boards.toolchain import OOCWrapper, setup_toolchain_env
+    from lowbit.hw.bfp import BFPColumn
 
     setup_toolchain_env()
     kwargs = {"mult": "sb_mac16", "sim_model": False, **kwargs}

@@ -1,6 +1,6 @@
 """Full training runs of the digits MLP with the accelerator's arithmetic (issue #11).
 
-Trains every variant of :mod:`sim.train` on the golden backend for ``--epochs`` epochs and
+Trains every variant of :mod:`lowbit.sim.train` on the golden backend for ``--epochs`` epochs and
 ``--seeds`` seeds, prints a table of the median test accuracy, writes
 ``docs/bench/train.json`` and plots the median test accuracy against the epoch to
 ``docs/training_accuracy.png``.
@@ -31,8 +31,6 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
 #: (name, variant, overrides, label) of every curve.
 RUNS = [
     ("float64", "float64", {}, "float64"),
@@ -58,7 +56,7 @@ LR_GRID = (0.025, 0.05, 0.1, 0.2, 0.4, 0.8)
 def one_run(job):
     name, variant, overrides, seed, epochs = job[:5]
     validation = len(job) > 5 and job[5]
-    import sim.train as st
+    import lowbit.sim.train as st
     cfg = st.variant_config(variant, epochs=epochs, seed=seed, **overrides)
     backend = None if variant == "float64" else st.GoldenBackend()
     data = st.validation_split(st.load_digits_split()) if validation else None

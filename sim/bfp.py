@@ -57,7 +57,7 @@ __all__ = ["ROUNDINGS", "RULES", "nan_exponent", "exponent_range", "max_mantissa
            "shared_exponent", "quantise", "quantise_with_exponent", "dequantise", "to_e8m0",
            "from_e8m0", "E8M0_NAN", "E8M0_BIAS"]
 
-#: Rounding mode names, in :class:`hw.common.Rounding` order.
+#: Rounding mode names, in :class:`lowbit.hw.common.Rounding` order.
 ROUNDINGS = ("nearest", "zero", "stochastic")
 #: Shared-exponent rules.
 RULES = ("floor", "ceil")

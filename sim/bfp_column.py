@@ -1,6 +1,6 @@
 """Golden model of the BFP systolic MAC column (DESIGN §3.2), and a float64 reference.
 
-Pure NumPy / Python integers; never imports Amaranth. :class:`hw.bfp.BFPColumn` matches
+Pure NumPy / Python integers; never imports Amaranth. :class:`lowbit.hw.bfp.BFPColumn` matches
 :meth:`ColumnModel.matvec` bit for bit.
 
 Arithmetic
@@ -106,7 +106,7 @@ class ExponentPredictor:
     earlier outputs (claims 1-5, 18-20: rolling values of the block's largest absolute value,
     their mean and standard deviation, ``μ + kσ``), applies Eq. 3/4 to the prediction, and
     clears the statistics when an overflow or underflow is detected (claims 23, 30, 31).
-    Every choice below is mirrored bit for bit by :class:`hw.bfp.ExponentPredictor`.
+    Every choice below is mirrored bit for bit by :class:`lowbit.hw.bfp.ExponentPredictor`.
 
     Sample
         One per product: ``x = max_i |m_i|``, the largest output mantissa magnitude of the
@@ -244,7 +244,7 @@ class ExponentPredictor:
 
 
 class ColumnModel:
-    """Bit-exact model of :class:`hw.bfp.BFPColumn` with the same generator parameters.
+    """Bit-exact model of :class:`lowbit.hw.bfp.BFPColumn` with the same generator parameters.
 
     Every step is vectorised over the lanes, the row tiles and a batch of vectors
     (:meth:`matvec_batch`); only the predicted exponent selector, whose state carries from one

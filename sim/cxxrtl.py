@@ -24,7 +24,8 @@ stays at 0. Nothing else about the design is known here, so engines added to the
 compiled in.
 
 Cycle semantics are exactly those of the byte-level testbench of
-:class:`sim.transport.SimulatedSerial`, so both simulators give the same reply bytes *at the same
+:class:`lowbit.sim.transport.SimulatedSerial`, so both simulators give the same reply bytes *at the
+same
 cycle counts*: each cycle, the values of ``i.ready``, ``o.valid``, ``o.payload`` and ``leds`` are
 sampled with the current inputs just before the rising edge (what ``ctx.tick().sample(...)``
 returns), the edge is applied, an offered request byte is dropped from the queue if ``i.ready``

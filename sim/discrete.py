@@ -16,7 +16,7 @@ Sign-magnitude fixed point (:class:`SMFormat`)
     (sign 1, magnitude 0) is accepted as an input and means zero; every function here returns
     canonical zero (all bits 0).
 
-Rules (the gateware in :mod:`hw.discrete` follows them bit for bit)
+Rules (the gateware in :mod:`lowbit.hw.discrete` follows them bit for bit)
 -------------------------------------------------------------------
 Continuous × discrete (:func:`mul_cd`)
     ``sign = sign_x XOR sign_c``; a right shift by ``k`` truncates the magnitude toward zero

@@ -1,6 +1,6 @@
 """Golden model of the IEEE float multiply-accumulate baseline (issue #10).
 
-Pure NumPy; never imports Amaranth. :class:`hw.floatmac.FloatMAC` matches :func:`float_mac`
+Pure NumPy; never imports Amaranth. :class:`lowbit.hw.floatmac.FloatMAC` matches :func:`float_mac`
 bit for bit. The datapath has the shape of the BFP column's PE array: every beat ``k`` brings
 one weight column ``w[k, :]`` (one element per lane) and one vector element ``x[k]`` that is
 broadcast to all lanes, and lane ``i`` computes, in order,
@@ -176,7 +176,7 @@ def fadd(a, b, fmt="f16"):
 
 
 def float_mac(w, x, fmt="f16"):
-    """Multiply-accumulate of ``K`` beats, as :class:`hw.floatmac.FloatMAC` computes it.
+    """Multiply-accumulate of ``K`` beats, as :class:`lowbit.hw.floatmac.FloatMAC` computes it.
 
     Parameters
     ----------

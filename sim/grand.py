@@ -1,6 +1,7 @@
 """Golden model of the Irwin–Hall "grand" unit (DESIGN §3.1, seed 000).
 
-Every lane consumes its own stream of xoroshiro128aox words (:mod:`sim.prng`; lane ``k`` of the
+Every lane consumes its own stream of xoroshiro128aox words (:mod:`lowbit.sim.prng`; lane ``k`` of
+the
 generator is lane ``k`` of the unit). A *result* consumes a fixed number of consecutive words of
 its lane, depending on the mode; all lanes run in lockstep.
 
@@ -203,18 +204,19 @@ def f16_values(f16):
 
 
 class GrandModel:
-    """The grand unit: ``L`` lanes fed by :class:`sim.prng.Xoroshiro128aox` ``(seed, lanes)``.
+    """The grand unit: ``L`` lanes fed by :class:`lowbit.sim.prng.Xoroshiro128aox` ``(seed,
+    lanes)``.
 
     Parameters
     ----------
     seed : int
-        64-bit seed of the generator (see :func:`sim.prng.seed_lanes`).
+        64-bit seed of the generator (see :func:`lowbit.sim.prng.seed_lanes`).
     lanes : int
         ``L`` ≥ 1.
 
     Members
     -------
-    prng : sim.prng.Xoroshiro128aox
+    prng : lowbit.sim.prng.Xoroshiro128aox
         The generator; its state advances by the words each call consumes.
     """
 

@@ -2,7 +2,8 @@
 
 This module is the single source of truth of the host protocol (``docs/protocol.md``): frame
 layout, CRC, opcodes, status codes, register map and identification record. The host driver
-(:mod:`boards.driver`), the gateware (:mod:`hw.link`, :mod:`hw.top`, which build their tables from
+(:mod:`lowbit.boards.driver`), the gateware (:mod:`lowbit.hw.link`, :mod:`lowbit.hw.top`, which
+build their tables from
 the constants here) and the tests all use it.
 
 Frames
@@ -131,9 +132,9 @@ REGISTERS = (
              "lut_tables [7:0], code_bits [9:8], BFP column with stochastic rounding [10] "
              "and with the predicted exponent selector [11], frac_bits [15:12], "
              "rand_bits - 1 [19:16], disc_acc_width - 1 [24:20], grand modes built "
-             "(bit 25 + k: sim.grand.MODES[k]) [30:25]"),
+             "(bit 25 + k: lowbit.sim.grand.MODES[k]) [30:25]"),
     Register("MANT_WIDTH", 0x10, 4, "rw", 8, "BFP mantissa width W"),
-    Register("ROUNDING", 0x11, 2, "rw", 0, "rounding mode (hw.common.Rounding)"),
+    Register("ROUNDING", 0x11, 2, "rw", 0, "rounding mode (lowbit.hw.common.Rounding)"),
     Register("EXP_SELECT", 0x12, 2, "rw", 0, "exponent selector: 0 max, 1 fixed, 2 predicted"),
     Register("FIXED_EXP", 0x13, 8, "rw", 0, "shared exponent used by the fixed selector"),
     Register("GRAND_MODE", 0x14, 3, "rw", 0,
@@ -198,8 +199,8 @@ class Identity:
 
 
 #: Generator parameters carried by ``ID_MATRIX`` / ``ID_ENGINE`` and their defaults (those of
-#: :class:`hw.top.Accelerator`; ``frac_bits``, ``rand_bits`` and ``disc_acc_width`` are
-#: constants of :mod:`hw.sequencer` in the gateware). ``grand_modes=None`` means all modes.
+#: :class:`lowbit.hw.top.Accelerator`; ``frac_bits``, ``rand_bits`` and ``disc_acc_width`` are
+#: constants of :mod:`lowbit.hw.sequencer` in the gateware). ``grand_modes=None`` means all modes.
 DESIGN_PARAMS = dict(matrix_lanes=8, block=16, max_blocks=16, weight_depth=512, lut_tables=4,
                      code_bits=3, bfp_stochastic=True, bfp_predictor=True, frac_bits=3,
                      rand_bits=8, disc_acc_width=16, grand_modes=None)
@@ -278,7 +279,7 @@ def design_registers(**params):
 def decode_design_registers(id_matrix, id_engine):
     """The generator parameters (dict, the keys of :data:`DESIGN_PARAMS`) that register values
     ``id_matrix`` and ``id_engine`` carry; ``grand_modes`` is a tuple in
-    :data:`sim.grand.MODES` order. The inverse of :func:`design_registers`."""
+    :data:`lowbit.sim.grand.MODES` order. The inverse of :func:`design_registers`."""
     out = {}
     for reg, value in (("ID_MATRIX", id_matrix), ("ID_ENGINE", id_engine)):
         for name, lsb, bits, kind, offset in _ID_FIELDS[reg]:
@@ -440,7 +441,7 @@ class DeviceModel:
     Feed it the bytes the host sends with :meth:`feed` and model an inter-byte timeout with
     :meth:`timeout`; both return the reply bytes the device sends. :attr:`scratch` (bytearray)
     and :attr:`regs` (index -> value) are the device state; :attr:`machine` (a
-    :class:`sim.program.Machine` sharing them) holds the weight banks, LUT tables, grand unit
+    :class:`lowbit.sim.program.Machine` sharing them) holds the weight banks, LUT tables, grand unit
     and rounding PRNG and runs ``RUN`` programs. UART-level errors (framing, overrun) are not
     modelled; ``UART_ERRORS`` reads 0. ``RUN`` replies carry ``cycles = 0`` (the model cannot
     predict the hardware's cycle count).
@@ -448,26 +449,26 @@ class DeviceModel:
     Parameters
     ----------
     lanes, scratch_bytes, frame_bytes, use_spram, lut_tables, grand : design parameters, as in
-        :class:`hw.top.Accelerator` (``scratch_bytes=None``: 131072 with SPRAM, else 4096).
+        :class:`lowbit.hw.top.Accelerator` (``scratch_bytes=None``: 131072 with SPRAM, else 4096).
     grand_modes : iterable of str, optional
         Modes built into the grand unit (default all; a mode left out acts as normal).
     sequencer, bfp, quantiser, discrete : bool
         The sequencer (``RUN``) and, with it only, the engines of the MATVEC, QUANT and DMATVEC
         instructions.
     matrix_lanes, block, max_blocks, weight_depth, frac_bits, rand_bits, disc_acc_width : int
-        Sequencer and engine parameters (:class:`sim.program.Design`); ``block`` and
+        Sequencer and engine parameters (:class:`lowbit.sim.program.Design`); ``block`` and
         ``weight_depth`` powers of two (as in the gateware; ``ID_MATRIX`` carries their log2).
     code_bits : int
         Largest discrete code width of the discrete unit and the quantiser (reported in
         ``ID_ENGINE``; the model itself accepts every code width).
     bfp_stochastic, bfp_predictor : bool
         The BFP column has stochastic rounding / the predicted exponent selector
-        (:class:`sim.program.Design`; without one a MATVEC needing it fails with
+        (:class:`lowbit.sim.program.Design`; without one a MATVEC needing it fails with
         ``BAD_OPCODE``). ``bfp_acc_block_ram`` and ``bfp_pipelined`` are hardware-only.
     engines : int, optional
         Engine bitmask of the identity record; default: derived from the parameters.
     **hardware
-        Parameters of :class:`hw.top.Accelerator` that do not change the protocol
+        Parameters of :class:`lowbit.hw.top.Accelerator` that do not change the protocol
         (:data:`HARDWARE_ONLY`, e.g. ``clk_freq``), accepted and ignored so that one set of
         top parameters builds both.
     """
@@ -521,7 +522,7 @@ class DeviceModel:
         #: Byte tables of the LUT engine, ``luts[table][code]`` (power-on contents are 0).
         self.luts = [bytearray(256) for _ in range(lut_tables)]
         self.machine = Machine(self.design, scratch=self.scratch, regs=self.regs, luts=self.luts)
-        #: Outcome (:class:`sim.program.RunResult`) of the last RUN that executed.
+        #: Outcome (:class:`lowbit.sim.program.RunResult`) of the last RUN that executed.
         self.last_run = None
         self.skipped = 0
         self.errors = 0

@@ -2,8 +2,10 @@
 
 A 64-32-10 multilayer perceptron (ReLU hidden layer, softmax cross-entropy) is trained in
 float64 on scikit-learn's bundled 8×8 digits, then converted to the accelerator's dense layers
-(:mod:`sim.network`): a BFP network (:class:`sim.network.BFPDense`) and a discrete-weight
-network (:class:`sim.network.DiscreteDense`). :func:`forward` is the golden model of the whole
+(:mod:`lowbit.sim.network`): a BFP network (:class:`lowbit.sim.network.BFPDense`) and a
+discrete-weight
+network (:class:`lowbit.sim.network.DiscreteDense`). :func:`forward` is the golden model of the
+whole
 network as the accelerator runs it; the accelerator's outputs equal it bit for bit. Pure NumPy
 (plus ``sklearn.datasets.load_digits`` and ``train_test_split`` for the data); never imports
 Amaranth.
@@ -27,24 +29,25 @@ Input quantisation (:class:`InputQuant`)
 ----------------------------------------
 The host sends ``pixels / 16`` as f16; the device's QUANT instruction converts it.
 
-* BFP (``kind="bfp"``): :func:`sim.quantiser.quantise_bfp` of each image in blocks of ``B``,
+* BFP (``kind="bfp"``): :func:`lowbit.sim.quantiser.quantise_bfp` of each image in blocks of ``B``,
   width ``W = 8``, "floor" rule, nearest-even rounding. Lossless here: pixel values have 4
   fraction bits and the floor rule leaves at least 6 mantissa bits below the block's top bit.
-* int8 (``kind="int8"``, the discrete network): :func:`sim.quantiser.quantise_int8` with
+* int8 (``kind="int8"``, the discrete network): :func:`lowbit.sim.quantiser.quantise_int8` with
   ``shift`` (value ``q · 2^shift``), nearest-even rounding, saturation to [-128, 127]. The
   default ``shift = -6`` maps pixel ``p`` to ``4p`` (0..64), also lossless. (``-7`` doubles the
   resolution of the truncating discrete products but saturates pixel 16; it measured no better.)
 
 BFP conversion (:func:`convert_bfp`)
 ------------------------------------
-* Weights: :func:`sim.bfp.quantise` along the reduction axis in blocks of the column's ``B``,
+* Weights: :func:`lowbit.sim.bfp.quantise` along the reduction axis in blocks of the column's ``B``,
   ``W = 8``, floor rule, nearest-even, saturating; one exponent per row and block.
-* Biases: BFP elements with their own exponent (:func:`sim.bfp.quantise` with block 1, W = 8).
+* Biases: BFP elements with their own exponent (:func:`lowbit.sim.bfp.quantise` with block 1, W =
+8).
 * Hidden layer: output width 8, nearest-even, fixed output exponent ``out_exp`` = the least
   exponent with ``max |y| <= 127 · 2^out_exp`` over the exact column accumulators
-  (:meth:`sim.bfp_column.ColumnModel.accumulate`) of the whole calibration set (the training
+  (:meth:`lowbit.sim.bfp_column.ColumnModel.accumulate`) of the whole calibration set (the training
   images) — so no output saturates on the calibration set. ReLU through a transfer table
-  (:func:`sim.lut.transfer_table`) from int8 with scale ``2^out_exp`` to int8 with scale
+  (:func:`lowbit.sim.lut.transfer_table`) from int8 with scale ``2^out_exp`` to int8 with scale
   ``2^out_exp`` (``table_exp = out_exp``): the next layer's int8 input scale.
 * Output layer: output width 8, nearest-even, exponent mode "max" (one exponent per tile of
   ``N`` rows), no table.
@@ -58,7 +61,7 @@ backward passes (straight-through estimator, :func:`finetune_discrete`), then co
 
 * Input: int8 quantisation as above (exponent ``e_x = shift``).
 * Weights: ``w ≈ 2^a · v`` with ``v`` the value of a code of the book (nearest code,
-  :func:`sim.discrete.to_codes`, ties to the lowest code); the per-layer scale exponent ``a``
+  :func:`lowbit.sim.discrete.to_codes`, ties to the lowest code); the per-layer scale exponent ``a``
   minimises the squared weight error of the float model over ``a`` in -12..4
   (:func:`discrete_scales`; fine-tuning keeps them). The default book is 3 bits:
   ``{-1, -1/2, -1/4, -2^-7, +2^-7, +1/4, +1/2, +1}``: ``±2^-7`` times an int8 magnitude
@@ -74,8 +77,9 @@ backward passes (straight-through estimator, :func:`finetune_discrete`), then co
 
 Golden forward (:func:`forward`)
 --------------------------------
-Per image: input quantisation, then :func:`sim.network.bfp_dense` or
-:func:`sim.network.discrete_dense` layer by layer; the hidden codes and their exponents (one per
+Per image: input quantisation, then :func:`lowbit.sim.network.bfp_dense` or
+:func:`lowbit.sim.network.discrete_dense` layer by layer; the hidden codes and their exponents (one
+per
 row, all equal after the table) feed the next layer as blocks of ``B`` (BFP) or as int8 codes
 (discrete). All rounding is nearest-even (the network uses no random numbers), saturation is
 symmetric to ±127, and no NaN can arise (finite inputs, exponents in range).
@@ -365,7 +369,7 @@ class InputQuant:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class QuantisedMLP:
-    """A converted network: its input quantisation and its layers (as :mod:`sim.network`).
+    """A converted network: its input quantisation and its layers (as :mod:`lowbit.sim.network`).
 
     Members
     -------
@@ -410,7 +414,7 @@ def _bfp_accumulators(layer, x_m, x_e, column):
 
 def _check_column(column, hidden, width):
     if not isinstance(column, ColumnModel):
-        raise TypeError(f"Column must be a sim.bfp_column.ColumnModel, not {column!r}")
+        raise TypeError(f"Column must be a lowbit.sim.bfp_column.ColumnModel, not {column!r}")
     b = column.block
     if INPUTS % b or hidden % b:
         raise ValueError(f"Block size {b} must divide the layer widths {INPUTS} and {hidden}")
@@ -429,7 +433,7 @@ def convert_bfp(model, calib_pixels, *, column=None, width=8):
     model : FloatMLP
     calib_pixels : array, shape (n, 64)
         Calibration images (raw pixels): the training set.
-    column : sim.bfp_column.ColumnModel, optional
+    column : lowbit.sim.bfp_column.ColumnModel, optional
         The device's column (default ``ColumnModel()``: 16 lanes, B = 16).
     width : int
         Mantissa width ``W`` of weights, biases and outputs (2..8).
@@ -609,7 +613,7 @@ def forward(net, f16_codes, *, column=None, lanes=4):
     net : QuantisedMLP
     f16_codes : array of uint16, shape (n, 64)
         Raw f16 codes of ``pixels / 16`` (:func:`pixels_to_f16`).
-    column : sim.bfp_column.ColumnModel, optional
+    column : lowbit.sim.bfp_column.ColumnModel, optional
         The device's column (BFP nets; default ``ColumnModel()``); its block size must be the
         net's.
     lanes : int

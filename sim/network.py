@@ -13,29 +13,32 @@ two's complement), see :func:`pack_elements`.
 
 BFP dense layer (:class:`BFPDense`, :func:`bfp_dense`)
 ------------------------------------------------------
-1. **Matrix-vector product** on :class:`sim.bfp_column.ColumnModel` (``N`` lanes): the ``R``
+1. **Matrix-vector product** on :class:`lowbit.sim.bfp_column.ColumnModel` (``N`` lanes): the ``R``
    weight rows are processed in tiles of ``N`` rows (the last tile padded with zero rows whose
-   exponents are 0 and zero biases), each tile one :meth:`~sim.bfp_column.ColumnModel.matvec`
+   exponents are 0 and zero biases), each tile one :meth:`~lowbit.sim.bfp_column.ColumnModel.matvec`
    with the layer's bias, runtime width ``W``, rounding and exponent selector. With
    ``exp_mode="fixed"`` every tile's output exponent is ``out_exp`` (clamped to the exponent
    range); with ``"max"`` each tile has its own; with ``"predicted"`` each tile's exponent comes
-   from the column's predicted selector (:class:`sim.bfp_column.ExponentPredictor`, ``k = 3``,
+   from the column's predicted selector (:class:`lowbit.sim.bfp_column.ExponentPredictor`, ``k =
+   3``,
    margin 2): its history is cleared when the layer starts and carried from tile to tile in
    order, so the first tile uses the max rule and later tiles the prediction from the earlier
    tiles' outputs when it neither overflows nor underflows (else the max rule, restarting the
    statistics). This is MATVEC with ``EXP_SELECT`` 2 as the first product after the history
-   was cleared (:class:`sim.program.Machine`; a RUN clears it, and a layer program clears it
-   before each predicted layer, see :class:`sim.program.NetworkLayout`).
+   was cleared (:class:`lowbit.sim.program.Machine`; a RUN clears it, and a layer program clears it
+   before each predicted layer, see :class:`lowbit.sim.program.NetworkLayout`).
 2. **Activation** (optional): the output mantissas index a 256-entry transfer table
-   (:func:`sim.lut.transfer_table`, code reinterpreted as uint8); the looked-up int8 codes get
+   (:func:`lowbit.sim.lut.transfer_table`, code reinterpreted as uint8); the looked-up int8 codes
+   get
    exponent ``table_exp``. A table needs ``exp_mode="fixed"``, because a table encodes one input
    scale.
 
 Discrete dense layer (:class:`DiscreteDense`, :func:`discrete_dense`)
 ---------------------------------------------------------------------
-Weights are codes of a :class:`sim.discrete.CodeBook`. The int8 input codes ``m`` become 8-bit
+Weights are codes of a :class:`lowbit.sim.discrete.CodeBook`. The int8 input codes ``m`` become
+8-bit
 sign-magnitude words (``-128`` saturates to ``-127``; input exponents are ignored: the scale is
-the host's bookkeeping); :func:`sim.discrete.matvec` forms the saturating sign-magnitude dot
+the host's bookkeeping); :func:`lowbit.sim.discrete.matvec` forms the saturating sign-magnitude dot
 products (``acc_width`` bits, ``lanes`` terms per beat). Then, in integers: ``v = clamp(acc +
 bias, ±(2^(acc_width-1) - 1))``, ``y = clamp(floor((v + 2^(shift-1)) / 2^shift), -127, 127)``
 for ``shift > 0`` (round half up), ``y = clamp(v, -127, 127)`` for ``shift = 0``. The optional
@@ -159,7 +162,7 @@ class DiscreteDense:
     ----------
     w_codes : array of int, shape (R, K)
         Weight codes of ``book``.
-    book : sim.discrete.CodeBook
+    book : lowbit.sim.discrete.CodeBook
     bias : array of int, shape (R,), or None
         Integer bias added to the accumulator.
     shift : int
@@ -183,7 +186,7 @@ class DiscreteDense:
     def __post_init__(self):
         w = _int_array("Weight codes", self.w_codes, 2)
         if not isinstance(self.book, CodeBook):
-            raise TypeError(f"Code book must be a sim.discrete.CodeBook, not {self.book!r}")
+            raise TypeError(f"Code book must be a lowbit.sim.discrete.CodeBook, not {self.book!r}")
         if w.size and (w.min() < 0 or w.max() >= 1 << self.book.n):
             raise ValueError(f"Weight codes must be in 0..{(1 << self.book.n) - 1}")
         object.__setattr__(self, "w_codes", w)
@@ -239,7 +242,7 @@ def bfp_dense(layer, x_m, x_e, column, *, rand=None):
         Input mantissas.
     x_e : array of int, shape (K // B,)
         Input block exponents.
-    column : sim.bfp_column.ColumnModel
+    column : lowbit.sim.bfp_column.ColumnModel
         The column (lanes ``N``, block ``B`` = ``layer.block``). Its predicted selector's
         history is cleared first and, in ``"predicted"`` mode, left as the last tile made it.
     rand : array of int, shape (tiles, N), optional
@@ -254,7 +257,7 @@ def bfp_dense(layer, x_m, x_e, column, *, rand=None):
     if not isinstance(layer, BFPDense):
         raise TypeError(f"Layer must be a BFPDense, not {layer!r}")
     if not isinstance(column, ColumnModel):
-        raise TypeError(f"Column must be a sim.bfp_column.ColumnModel, not {column!r}")
+        raise TypeError(f"Column must be a lowbit.sim.bfp_column.ColumnModel, not {column!r}")
     if column.block != layer.block:
         raise ValueError(f"Layer block size {layer.block} differs from the column's "
                          f"{column.block}")

@@ -95,7 +95,7 @@ def _check_int(value, name, lo, hi):
 def load_state(state):
     """The state a lane takes when ``state`` is loaded: bit 0 of ``s1`` is forced to 1.
 
-    This is the gateware's seed-load rule (``hw.prng``); it maps every 128-bit value, zero
+    This is the gateware's seed-load rule (``lowbit.hw.prng``); it maps every 128-bit value, zero
     included, to a valid nonzero state. Works on a ``(lanes, 2)`` array (returns a copy).
     """
     state = np.array(state, dtype=np.uint64)

@@ -51,7 +51,7 @@ op   name     operands and meaning
 0x22 LUT      w1 src, w2 dst, w3 count: ``dst[i] = table[src[i] & 0xFF] | LUT_EXP << 8`` with
               the byte table ``LUT_SELECT``.
 0x23 DMATVEC  w1 x, w2 dst, w3 weight entry, w4 columns ``K``, w5 rows ``R``, w6 bias:
-              discrete-weight product (:func:`sim.network.discrete_dense` without table).
+              discrete-weight product (:func:`lowbit.sim.network.discrete_dense` without table).
               Row ``r`` reads ``ceil(K / lanes)`` entries from ``entry + r·ceil(K/lanes)``;
               bank ``l`` of the ``b``-th holds the code of column ``b·lanes + l`` (low bits;
               columns past ``K`` are ignored). ``x`` are ``K`` element words (mantissa byte
@@ -74,7 +74,7 @@ count / block count / tile count, or a QUANT BFP count not a multiple of ``B``
 (``BAD_LENGTH``). ``RUN``'s instruction limit ends a runaway program with ``LIMIT``.
 
 Random numbers for stochastic rounding come from the rounding PRNG, one xoroshiro128aox lane
-(:class:`sim.prng.Xoroshiro128aox`) loaded from ``PRNG_SEED0..3`` when ``PRNG_SEED3`` is
+(:class:`lowbit.sim.prng.Xoroshiro128aox`) loaded from ``PRNG_SEED0..3`` when ``PRNG_SEED3`` is
 written (``s0 = SEED1:SEED0``, ``s1 = SEED3:SEED2``). Each random number is the low ``R`` bits
 of one 64-bit output: MATVEC draws ``N`` per tile in lane order as the tile is output, QUANT one
 per element in order.
@@ -238,7 +238,7 @@ def disassemble(data):
 
 # == The machine: a reference interpreter of the instruction set ================================
 
-#: Engines an instruction needs (names of :data:`sim.link.ENGINE_BITS`).
+#: Engines an instruction needs (names of :data:`lowbit.sim.link.ENGINE_BITS`).
 _OP_ENGINE = {Op.QUANT: "quantiser", Op.MATVEC: "bfp", Op.LUT: "lut", Op.DMATVEC: "discrete",
               Op.GRAND: "grand"}
 #: Every engine an accelerator may have besides the sequencer.
@@ -257,7 +257,8 @@ def _check_param(name, value, lo, hi):
 class Design:
     """The generator parameters of an accelerator that its programs depend on.
 
-    The names are those of :class:`hw.top.Accelerator` (and of :class:`sim.link.DeviceModel`).
+    The names are those of :class:`lowbit.hw.top.Accelerator` (and of
+    :class:`lowbit.sim.link.DeviceModel`).
 
     Parameters
     ----------
@@ -284,7 +285,7 @@ class Design:
     disc_acc_width : int
         Accumulator width of the discrete unit (8..32).
     grand_modes : tuple of str, optional
-        Modes built into the grand unit (default all of :data:`sim.grand.MODES`); a mode left
+        Modes built into the grand unit (default all of :data:`lowbit.sim.grand.MODES`); a mode left
         out acts as "normal".
     bfp_stochastic, bfp_predictor : bool
         The BFP column rounds stochastically / has the predicted exponent selector (default
@@ -347,7 +348,7 @@ class Design:
         return self.scratch_bytes // 2
 
     def column(self):
-        """The :class:`sim.bfp_column.ColumnModel` of the design's BFP column."""
+        """The :class:`lowbit.sim.bfp_column.ColumnModel` of the design's BFP column."""
         from .bfp_column import ColumnModel
         return ColumnModel(lanes=self.matrix_lanes, block=self.block, width=8, exp_bits=8,
                            max_blocks=self.max_blocks, frac_bits=self.frac_bits,
@@ -355,7 +356,8 @@ class Design:
 
 
 class Fault(Exception):
-    """An instruction failed with ``status`` (a :class:`sim.link.Status`); it had no effect."""
+    """An instruction failed with ``status`` (a :class:`lowbit.sim.link.Status`); it had no
+    effect."""
 
     def __init__(self, status, message):
         super().__init__(message)
@@ -391,19 +393,20 @@ def _s8(v):
 
 class Machine:
     """Reference interpreter of the instruction set (module docstring), built on the golden
-    block models: :meth:`sim.bfp_column.ColumnModel.matvec` (MATVEC), :func:`sim.network.
-    discrete_dense` (DMATVEC), :func:`sim.quantiser.quantise_bfp` / ``quantise_int8`` /
-    ``quantise_discrete`` (QUANT), :func:`sim.lut.lookup` (LUT), :func:`sim.grand.
-    results_from_words` (GRAND) and :class:`sim.prng.Xoroshiro128aox` (random numbers).
+    block models: :meth:`lowbit.sim.bfp_column.ColumnModel.matvec` (MATVEC),
+    :func:`lowbit.sim.network.
+    discrete_dense` (DMATVEC), :func:`lowbit.sim.quantiser.quantise_bfp` / ``quantise_int8`` /
+    ``quantise_discrete`` (QUANT), :func:`lowbit.sim.lut.lookup` (LUT), :func:`lowbit.sim.grand.
+    results_from_words` (GRAND) and :class:`lowbit.sim.prng.Xoroshiro128aox` (random numbers).
 
-    State: :attr:`scratch` (bytearray, shared with a :class:`sim.link.DeviceModel`),
+    State: :attr:`scratch` (bytearray, shared with a :class:`lowbit.sim.link.DeviceModel`),
     :attr:`banks` (``N`` weight banks, uint16 arrays of ``weight_depth``), :attr:`regs`
     (register index -> value), :attr:`luts` (byte tables), the grand unit (:attr:`grand_prng`,
     :attr:`grand_mode`, :attr:`grand_pending`) and the rounding PRNG (:attr:`rng`).
 
     Register values the ISA leaves open are decoded as follows (the hardware does the same):
     ``ROUNDING`` 3 is "nearest"; ``EXP_SELECT`` 0 is "max", 2 "predicted", 1 and 3 "fixed";
-    the predicted selector's history (:class:`sim.bfp_column.ExponentPredictor`, defaults
+    the predicted selector's history (:class:`lowbit.sim.bfp_column.ExponentPredictor`, defaults
     ``k = 3``, margin 2, ``stat_shift = 4``) carries across the MATVEC tiles of one RUN and is
     cleared when a RUN starts; ``MANT_WIDTH`` is clamped to
     2..8; ``QUANT_FORMAT`` 3 and ``CODE_WIDTH`` 0 make QUANT / DMATVEC fail with
@@ -433,7 +436,7 @@ class Machine:
         if design is None:
             design = Design()
         if not isinstance(design, Design):
-            raise TypeError(f"Design must be a sim.program.Design, not {design!r}")
+            raise TypeError(f"Design must be a lowbit.sim.program.Design, not {design!r}")
         self.design = design
         if scratch is None:
             scratch = bytearray(design.scratch_bytes)
@@ -472,7 +475,7 @@ class Machine:
 
     def write_reg(self, index, value):
         """Write a register as ``REG_WRITE`` / CONFIG do; returns the status (a
-        :class:`sim.link.Status`): ``BAD_ADDRESS`` for an unknown index, ``READ_ONLY`` for a
+        :class:`lowbit.sim.link.Status`): ``BAD_ADDRESS`` for an unknown index, ``READ_ONLY`` for a
         read-only one. Writing ``PRNG_SEED3`` loads the rounding PRNG."""
         from .link import _REGISTER_BY_INDEX, Status
         from .prng import load_state
@@ -804,7 +807,7 @@ def _layer_kind(layer):
         return "bfp"
     if isinstance(layer, DiscreteDense):
         return "discrete"
-    raise TypeError(f"Layers must be sim.network.BFPDense or DiscreteDense, not {layer!r}")
+    raise TypeError(f"Layers must be lowbit.sim.network.BFPDense or DiscreteDense, not {layer!r}")
 
 
 def _table_key(table):
@@ -818,8 +821,9 @@ class InputQuant:
     A BFP first layer takes BFP blocks of the design's block size (``width``, ``rule``,
     ``rounding``); a discrete first layer takes int8 codes ``quantise_int8(x, shift=shift)``
     with ``rounding``. ``where="device"`` runs QUANT in the program (needs the quantiser
-    engine); ``"host"`` quantises on the host (:func:`sim.bfp.quantise`,
-    :func:`sim.quantiser.quantise_int8`: the same numbers) and sends element words. Stochastic
+    engine); ``"host"`` quantises on the host (:func:`lowbit.sim.bfp.quantise`,
+    :func:`lowbit.sim.quantiser.quantise_int8`: the same numbers) and sends element words.
+    Stochastic
     rounding needs the device's rounding PRNG, so it is device-only.
     """
     where: str = "device"
@@ -843,7 +847,8 @@ class InputQuant:
 
 
 class NetworkLayout:
-    """Placement of a network of :mod:`sim.network` layers on an accelerator, and its program.
+    """Placement of a network of :mod:`lowbit.sim.network` layers on an accelerator, and its
+    program.
 
     Weight memory: the layers' weights one after another from entry 0 (:meth:`weight_words`
     gives the LOADW image: a BFP layer of ``T`` tiles uses ``T · K`` entries, entry
@@ -865,11 +870,11 @@ class NetworkLayout:
     A BFP layer with ``exp_mode="predicted"`` is preceded by a one-tile, one-block MATVEC with
     the max selector and nearest rounding into its own output, which clears the predicted
     selector's history: every predicted layer of every sample starts afresh, as
-    :func:`sim.network.bfp_dense` does, whatever the batch.
+    :func:`lowbit.sim.network.bfp_dense` does, whatever the batch.
 
     Parameters
     ----------
-    layers : sequence of sim.network.BFPDense / DiscreteDense
+    layers : sequence of lowbit.sim.network.BFPDense / DiscreteDense
     design : Design
     input : InputQuant, optional
         Quantisation of the f16 input (default: on the device if it has the quantiser, else on
@@ -886,7 +891,7 @@ class NetworkLayout:
 
     def __init__(self, layers, design, *, input=None, table_base=0):
         if not isinstance(design, Design):
-            raise TypeError(f"Design must be a sim.program.Design, not {design!r}")
+            raise TypeError(f"Design must be a lowbit.sim.program.Design, not {design!r}")
         layers = list(layers)
         if not layers:
             raise ValueError("A network needs at least one layer")
@@ -895,7 +900,7 @@ class NetworkLayout:
         if input is None:
             input = InputQuant("device" if design.has("quantiser") else "host")
         if not isinstance(input, InputQuant):
-            raise TypeError(f"Input quantisation must be a sim.program.InputQuant, not "
+            raise TypeError(f"Input quantisation must be a lowbit.sim.program.InputQuant, not "
                             f"{input!r}")
         if input.where == "device" and not design.has("quantiser"):
             raise ValueError("The design has no quantiser engine; quantise the input on the "
@@ -1140,7 +1145,8 @@ class NetworkLayout:
     # -- golden reference -----------------------------------------------------------------------
     def reference(self, x):
         """The network's outputs for samples ``x`` by the golden layer functions
-        (:func:`sim.network.bfp_dense`, :func:`~sim.network.discrete_dense`): ``(m, e)`` int64
+        (:func:`lowbit.sim.network.bfp_dense`, :func:`~lowbit.sim.network.discrete_dense`): ``(m,
+        e)`` int64
         arrays of shape ``(samples, rows)``. A BFP layer's input block exponent is the
         exponent of the block's last element (as MATVEC reads it). Stochastic rounding
         anywhere raises ``ValueError`` (its numbers come from the device's PRNG: use a

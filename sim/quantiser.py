@@ -11,7 +11,7 @@ All arithmetic below is on exact values (float64 holds every product involved ex
 
 Targets
 -------
-* **BFP** (:func:`quantise_bfp`): delegated to :func:`sim.bfp.quantise`, the project's single
+* **BFP** (:func:`quantise_bfp`): delegated to :func:`lowbit.sim.bfp.quantise`, the project's single
   BFP rule (shared exponent "floor" or "ceil"; NaN/±Inf make the block NaN with exponent
   ``-2^(E-1)`` and zero mantissas; all-zero block → exponent 0; mantissas rounded then saturated
   to ±(2^(W-1)-1)). Blocks are ``block`` consecutive elements of the flattened stream.
@@ -20,7 +20,7 @@ Targets
   uses ``(mult, shift) = affine_scale(s)`` so that ``mult · 2^-shift ≈ 1/s``. The rounding is
   applied to the exact product before the zero point is added. NaN → ``zero`` (the code of 0);
   +Inf → 127; −Inf → −128.
-* **discrete codes** (:func:`quantise_discrete`): delegated to :func:`sim.discrete.to_codes`.
+* **discrete codes** (:func:`quantise_discrete`): delegated to :func:`lowbit.sim.discrete.to_codes`.
 
 Rounding (``rounding``)
 -----------------------
@@ -43,7 +43,7 @@ import numpy as np
 __all__ = ["ROUNDINGS", "decode_f16", "decode_fixed", "round_scaled", "affine_scale",
            "quantise_int8", "quantise_bfp", "quantise_discrete", "dequantise_int8"]
 
-#: Rounding mode names, in the order of :class:`hw.common.Rounding`.
+#: Rounding mode names, in the order of :class:`lowbit.hw.common.Rounding`.
 ROUNDINGS = ("nearest", "zero", "stochastic")
 
 
@@ -188,14 +188,14 @@ def quantise_bfp(x, *, block=16, width=8, exp_bits=8, rule="floor", rounding="ne
                  rand=None, rand_bits=8):
     """BFP quantisation of the flattened ``x`` in blocks of ``block`` consecutive elements.
 
-    Thin wrapper over :func:`sim.bfp.quantise` (the single BFP rule of the project).
+    Thin wrapper over :func:`lowbit.sim.bfp.quantise` (the single BFP rule of the project).
 
     Returns
     -------
     mantissas : int64 array, shape of ``x``
     exponents : int64 array, one per block
     """
-    from sim import bfp
+    from lowbit.sim import bfp
 
     x = np.asarray(x, dtype=np.float64)
     if rounding == "stochastic":
@@ -208,12 +208,13 @@ def quantise_bfp(x, *, block=16, width=8, exp_bits=8, rule="floor", rounding="ne
 
 
 def quantise_discrete(x, book, *, mode="nearest", rand=None, rand_bits=None):
-    """Discrete codes of ``x`` from code book ``book``: :func:`sim.discrete.to_codes` (clip to
+    """Discrete codes of ``x`` from code book ``book``: :func:`lowbit.sim.discrete.to_codes` (clip
+    to
     ±zone, nearest with ties to the lowest code, or the seed-001 stochastic choice between the
     two neighbouring code values), with the f16 special values defined: ±Inf clip to the outer
     codes like any large value, and NaN is converted as 0 (``to_codes`` itself rejects NaN).
     ``rand_bits`` is required in stochastic mode only."""
-    from sim import discrete
+    from lowbit.sim import discrete
 
     x = np.asarray(x, dtype=np.float64)
     x = np.where(np.isnan(x), 0.0, x)

@@ -10,20 +10,21 @@ Backends
 --------
 A backend is the set of products the accelerator runs (:class:`Backend`):
 
-* :meth:`Backend.bfp_matvec` — the BFP MAC column (:class:`sim.bfp_column.ColumnModel`), a
+* :meth:`Backend.bfp_matvec` — the BFP MAC column (:class:`lowbit.sim.bfp_column.ColumnModel`), a
   batch of vectors against one weight matrix, the rows in tiles of ``N`` lanes (the last tile
   padded with zero rows), each vector one ``MATVEC`` of ``T`` tiles;
 * :meth:`Backend.discrete_matvec` — the discrete shift/XOR unit as
-  :func:`sim.network.discrete_dense` (no table);
+  :func:`lowbit.sim.network.discrete_dense` (no table);
 * :meth:`Backend.grand` — normal samples of the Irwin–Hall grand unit (weight initialisation);
 * :meth:`Backend.seed_rounding` — loads the rounding PRNG (``PRNG_SEED0..3``).
 
 :class:`GoldenBackend` runs the golden models (a batch of vectors is one
-:meth:`sim.bfp_column.ColumnModel.matvec_batch`, vectorised over vectors and tiles) and models
-the rounding PRNG's draws exactly as :mod:`sim.program` specifies them (one xoroshiro128aox
+:meth:`lowbit.sim.bfp_column.ColumnModel.matvec_batch`, vectorised over vectors and tiles) and
+models
+the rounding PRNG's draws exactly as :mod:`lowbit.sim.program` specifies them (one xoroshiro128aox
 lane, the low ``R`` bits of one output word per random number, ``N`` per tile in lane order,
 vectors in call order). It draws only for stochastic rounding. :class:`DeviceBackend` sends
-the same calls, in the same order, to a :class:`boards.driver.Accelerator` (model transport,
+the same calls, in the same order, to a :class:`lowbit.boards.driver.Accelerator` (model transport,
 simulated top, or a board).
 
 Arithmetic of one training step (BFP variants)
@@ -72,11 +73,11 @@ drawn from the float64 master copy (clipped to ``[-γ, γ]``) by seed 001's *sto
 conversion (:func:`to_codes`, host random bits) after every update. Activations are int8 codes
 with a power-of-two scale. Forward: ``DMATVEC`` with the integer bias and a requantiser shift;
 backward ``Wᵀ·g``: ``DMATVEC`` of the transposed codes with the loss gradient as int8 codes
-(nearest, per-batch power-of-two scale); ``× f′``: :func:`sim.discrete.ew_mul` with the ReLU
+(nearest, per-batch power-of-two scale); ``× f′``: :func:`lowbit.sim.discrete.ew_mul` with the ReLU
 derivative as codes of :data:`FPRIME_BOOK` (``1`` or ``2^-7``, which zeroes an int8 magnitude);
 ``dW = g·xᵀ``: the gradient is converted to codes stochastically (unbiased; seed 001 lets
 gradients be discrete) and ``dW[:, j] = G_codesᵀ · X[:, j]`` runs on the discrete unit (the
-batch as the reduction axis, as above; it equals the sum of :func:`sim.discrete.weight_grad`
+batch as the reduction axis, as above; it equals the sum of :func:`lowbit.sim.discrete.weight_grad`
 outer products when nothing saturates). Each product's shift is predicted from the previous
 outputs of the same product (peak with decay 0.9; a saturated output counts as twice the
 range; the first from a float64 estimate), like the column's predicted exponent selector.
@@ -85,8 +86,9 @@ Mixed precision (seed 004)
 --------------------------
 :class:`MixedPolicy`: the widths of layer ``l`` in epoch ``t`` are
 ``max(schedule.widths(l, t), controller.width((l, kind)))`` per kind ``a``/``w``. The schedule
-(:class:`sim.schedule.PrecisionSchedule`) raises the widths over the epochs and gives the input
-and output layers more bits; the :class:`sim.schedule.ThresholdController` sees, after every
+(:class:`lowbit.sim.schedule.PrecisionSchedule`) raises the widths over the epochs and gives the
+input
+and output layers more bits; the :class:`lowbit.sim.schedule.ThresholdController` sees, after every
 epoch, the measured quantisation error of each layer (weights: relative RMS error of the BFP
 weights against the master copy; activations: of the layer's forward outputs on the epoch's
 first batch against the float64 product of the same operands, i.e. seed 004's "repeat a
@@ -122,7 +124,7 @@ VARIANTS = ("float64", "bfp8", "bfp4-nearest", "bfp4-stochastic", "mixed", "disc
 def load_digits_split():
     """The digits split of the inference demo: ``(x_train, y_train, x_test, y_test)``.
 
-    :func:`sim.mlp.load_split`: scikit-learn's bundled 8×8 digits,
+    :func:`lowbit.sim.mlp.load_split`: scikit-learn's bundled 8×8 digits,
     ``train_test_split(..., test_size=0.3, random_state=0)`` without stratification (1257
     training and 540 test images); pixels as integers 0..16.
     """
@@ -160,7 +162,8 @@ FPRIME_BOOK = CodeBook.from_values([1, 2**-7])
 def _take(gen, n):
     """``gen.take(n)``, avoiding counts that are a multiple of ``take``'s jump block.
 
-    ``sim.prng.Xoroshiro128aox.take`` leaves a malformed state when ``n > 64`` is a multiple of
+    ``lowbit.sim.prng.Xoroshiro128aox.take`` leaves a malformed state when ``n > 64`` is a multiple
+    of
     its block length (a power of two >= 64); ``n - 1`` never is, so such counts are split.
     """
     n = int(n)
@@ -170,12 +173,12 @@ def _take(gen, n):
 
 
 class RoundingPRNG:
-    """The accelerator's rounding PRNG: one xoroshiro128aox lane (:mod:`sim.program`).
+    """The accelerator's rounding PRNG: one xoroshiro128aox lane (:mod:`lowbit.sim.program`).
 
     Parameters
     ----------
     seed : int
-        64-bit run seed; the state is :func:`sim.prng.seed_lanes` ``(seed, 1)`` (``s1`` odd,
+        64-bit run seed; the state is :func:`lowbit.sim.prng.seed_lanes` ``(seed, 1)`` (``s1`` odd,
         so every load rule gives the same state).
     rand_bits : int
         ``R``: each random number is the low ``R`` bits of one output word.
@@ -207,7 +210,7 @@ class Backend:
 
     Members
     -------
-    column : sim.bfp_column.ColumnModel
+    column : lowbit.sim.bfp_column.ColumnModel
         The MAC column's geometry (lanes ``N``, block ``B``, ``W_max``, ``R``).
     disc_lanes, disc_acc_width : int
         Terms per beat and accumulator width of the discrete unit.
@@ -238,12 +241,12 @@ class Backend:
 
 
 class GoldenBackend(Backend):
-    """Golden-model backend: :meth:`sim.bfp_column.ColumnModel.matvec_batch`,
-    :func:`discrete_dense_batch`, :class:`sim.grand.GrandModel` and :class:`RoundingPRNG`.
+    """Golden-model backend: :meth:`lowbit.sim.bfp_column.ColumnModel.matvec_batch`,
+    :func:`discrete_dense_batch`, :class:`lowbit.sim.grand.GrandModel` and :class:`RoundingPRNG`.
 
     Parameters
     ----------
-    column : sim.bfp_column.ColumnModel, optional
+    column : lowbit.sim.bfp_column.ColumnModel, optional
         Column geometry (default ``ColumnModel()``: 16 lanes, block 16, ``W_max`` 8, ``F`` 3,
         ``R`` 8).
     disc_lanes, disc_acc_width, grand_lanes : int
@@ -302,7 +305,7 @@ class GoldenBackend(Backend):
 
 
 class DeviceBackend(Backend):
-    """The accelerator through the host driver (:class:`boards.driver.Accelerator`).
+    """The accelerator through the host driver (:class:`lowbit.boards.driver.Accelerator`).
 
     A batch of vectors is one single-layer network program of the driver
     (``load_network`` with the weights, then the vectors in order, one ``MATVEC`` /
@@ -312,10 +315,10 @@ class DeviceBackend(Backend):
 
     Parameters
     ----------
-    accel : boards.driver.Accelerator
-    column : sim.bfp_column.ColumnModel, optional
+    accel : lowbit.boards.driver.Accelerator
+    column : lowbit.sim.bfp_column.ColumnModel, optional
         The column geometry of the device; default from ``accel.design``
-        (:class:`sim.program.Design`: ``matrix_lanes``, ``block``, ``max_blocks``,
+        (:class:`lowbit.sim.program.Design`: ``matrix_lanes``, ``block``, ``max_blocks``,
         ``frac_bits``, ``rand_bits``), else ``ColumnModel()``.
     disc_lanes, disc_acc_width, grand_lanes : int, optional
         Default: ``accel.design``'s ``matrix_lanes``, ``disc_acc_width`` and ``lanes``, else
@@ -364,14 +367,14 @@ class DeviceBackend(Backend):
     def _batch(self, layer, words):
         """Run one-layer network ``layer`` on element words ``(V, K)``: weights loaded once,
         the samples in order (one MATVEC / DMATVEC each) in as few RUNs as fit."""
-        from sim.program import InputQuant
+        from lowbit.sim.program import InputQuant
         self.accel.load_network([layer], quantise_input=InputQuant("host"))
         out = self.accel._run_words(np.asarray(words))
         return np.asarray(out.m, np.int64), np.asarray(out.e, np.int64)
 
     def bfp_matvec(self, w_m, w_e, x_m, x_e, *, bias_m=None, bias_e=None, width=8,
                    rounding="nearest"):
-        from sim.network import BFPDense, block_exponents, pack_elements
+        from lowbit.sim.network import BFPDense, block_exponents, pack_elements
         rows = len(w_m)
         if self._batched:
             layer = BFPDense(w_m, w_e, bias_m, bias_e, width=width, rounding=rounding,
@@ -396,7 +399,7 @@ class DeviceBackend(Backend):
         return out_m, out_e
 
     def discrete_matvec(self, w_codes, x_m, *, book, bias=None, shift=0):
-        from sim.network import DiscreteDense, pack_elements
+        from lowbit.sim.network import DiscreteDense, pack_elements
         if self._batched:
             layer = DiscreteDense(np.asarray(w_codes), book, bias=bias, shift=shift,
                                   acc_width=self.disc_acc_width)
@@ -410,7 +413,7 @@ class DeviceBackend(Backend):
 
 
 def discrete_dense_batch(w_codes, x_m, *, book, bias=None, shift=0, acc_width=16, lanes=4):
-    """:func:`sim.network.discrete_dense` (no table) for a batch ``x_m`` of shape ``(V, K)``.
+    """:func:`lowbit.sim.network.discrete_dense` (no table) for a batch ``x_m`` of shape ``(V, K)``.
 
     Returns the ``(V, R)`` output codes ``y`` (int64).
     """
@@ -431,7 +434,7 @@ def discrete_dense_batch(w_codes, x_m, *, book, bias=None, shift=0, acc_width=16
 # -- precision policies ----------------------------------------------------------------------
 
 class FixedPolicy:
-    """The same :class:`sim.schedule.Widths` for every layer and epoch."""
+    """The same :class:`lowbit.sim.schedule.Widths` for every layer and epoch."""
 
     def __init__(self, widths):
         self._w = widths if isinstance(widths, Widths) else Widths(*widths)
@@ -451,8 +454,8 @@ class MixedPolicy:
 
     Parameters
     ----------
-    schedule : sim.schedule.PrecisionSchedule
-    controller : sim.schedule.ThresholdController
+    schedule : lowbit.sim.schedule.PrecisionSchedule
+    controller : lowbit.sim.schedule.ThresholdController
         Keys ``(layer, "a")`` and ``(layer, "w")``.
     """
 
@@ -512,7 +515,7 @@ class TrainConfig:
         rounding mode); every update ``W ← W − lr·v`` is rounded back into it with
         ``rounding`` (stochastic: ``R`` random bits per element from the host generator). The
         momentum buffer ``v`` stays float64.
-    book : sim.discrete.CodeBook or None
+    book : lowbit.sim.discrete.CodeBook or None
         Weight (and gradient) code book of the discrete variant (default
         :data:`DISCRETE_BOOK`).
     """

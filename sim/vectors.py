@@ -3,8 +3,10 @@
 Every generator here is seeded, pure Python / NumPy (never Amaranth), and returns plain data
 (ints, lists, dicts, ``bytes``) that serialises to JSON, so the same vectors drive Amaranth's
 simulator and an independent Verilog simulator. The expected outputs come from the blocks'
-golden models (:mod:`sim.lut`, :mod:`sim.link`, :mod:`sim.prng`, :mod:`sim.grand`,
-:mod:`sim.bfp_column`, :mod:`sim.discrete`, :mod:`sim.quantiser`), never from the gateware.
+golden models (:mod:`lowbit.sim.lut`, :mod:`lowbit.sim.link`, :mod:`lowbit.sim.prng`,
+:mod:`lowbit.sim.grand`,
+:mod:`lowbit.sim.bfp_column`, :mod:`lowbit.sim.discrete`, :mod:`lowbit.sim.quantiser`), never from
+the gateware.
 
 Stream payloads are given in the structured form of the block's ``lib.data`` layout (dicts for
 struct layouts, lists for array layouts); packing them into bit vectors is the test side's job.
@@ -12,7 +14,7 @@ struct layouts, lists for array layouts); packing them into bit vectors is the t
 
 import numpy as np
 
-from sim.link import (
+from lowbit.sim.link import (
     REGISTERS,
     DeviceModel,
     Opcode,
@@ -45,7 +47,7 @@ def uart_vectors(*, n=64, seed=0):
 
 #: Byte tables of the LUT vectors: (operator chain, q_in, q_out) as :meth:`TableBank.add` takes.
 def _lut_specs():
-    from sim.lut import Quant
+    from lowbit.sim.lut import Quant
     return {
         "byte": [("tanh", Quant(0.05, 3), Quant(1 / 128, -2)),
                  ("sigmoid", Quant(0.03, 128, "uint8"), Quant(1 / 256, 0, "uint8")),
@@ -57,7 +59,7 @@ def _lut_specs():
 
 
 def lut_vectors(*, lanes=2, tables=2, wide_tables=1, n_wide=256, seed=0):
-    """Table loads, lookups and expected results of :class:`hw.lut.TransferLUT`.
+    """Table loads, lookups and expected results of :class:`lowbit.hw.lut.TransferLUT`.
 
     Byte lookups cover all 256 codes of every resident table (an exhaustive sweep); wide
     lookups are the int16 edge codes (both ends, every interpolation segment boundary near 0
@@ -69,7 +71,7 @@ def lut_vectors(*, lanes=2, tables=2, wide_tables=1, n_wide=256, seed=0):
         ``writes`` (``i_write`` payloads), ``i`` / ``o`` (byte lookup beats and expected
         beats), ``i_wide`` / ``o_wide`` (empty when ``wide_tables == 0``).
     """
-    from sim.lut import TableBank, lookup, lookup_int16
+    from lowbit.sim.lut import TableBank, lookup, lookup_int16
 
     specs = _lut_specs()
     if tables > len(specs["byte"]) or wide_tables > len(specs["wide"]):
@@ -129,12 +131,13 @@ def _send(model, events, data):
 
 
 def link_vectors(*, frame_bytes=16, n=24, seed=0):
-    """Request events and expected reply bytes of :class:`hw.link.HostLink` with a PING handler.
+    """Request events and expected reply bytes of :class:`lowbit.hw.link.HostLink` with a PING
+    handler.
 
     The test bench behind the link's ``command`` interface answers every command ``OK`` and
-    echoes its payload (what :class:`hw.link.PingHandler` does), so good frames are PINGs;
+    echoes its payload (what :class:`lowbit.hw.link.PingHandler` does), so good frames are PINGs;
     around them come garbage bytes, corrupted CRCs, oversized lengths (drained) and frames cut
-    short (inter-byte timeout). Expected replies are :class:`sim.link.DeviceModel`'s.
+    short (inter-byte timeout). Expected replies are :class:`lowbit.sim.link.DeviceModel`'s.
 
     Returns
     -------
@@ -184,13 +187,13 @@ def link_vectors(*, frame_bytes=16, n=24, seed=0):
 
 
 def top_vectors(*, lanes=2, scratch_bytes=256, frame_bytes=64, use_spram=False, n=12, seed=0):
-    """Request events and expected replies of :class:`hw.top.Accelerator` (the host link).
+    """Request events and expected replies of :class:`lowbit.hw.top.Accelerator` (the host link).
 
     Starts with PING, IDENTIFY, a read of every register and a write/read-back of the
     scratchpad, then ``n`` random commands: register writes and reads (read-only and unknown
     ones included), memory writes and reads (past the end too), unknown opcodes, corrupted
     frames, garbage bytes and truncated frames. Expected replies are
-    :class:`sim.link.DeviceModel`'s; the events have the form of :func:`link_vectors`.
+    :class:`lowbit.sim.link.DeviceModel`'s; the events have the form of :func:`link_vectors`.
     """
     rng = np.random.default_rng(seed)
     model = DeviceModel(lanes=lanes, scratch_bytes=scratch_bytes, frame_bytes=frame_bytes,
@@ -262,7 +265,8 @@ def top_vectors(*, lanes=2, scratch_bytes=256, frame_bytes=64, use_spram=False, 
 
 
 def prng_vectors(*, lanes=1, reset_seed=0, load_seed=1, n=48, seed=0):
-    """Expected words of :class:`hw.prng.Xoroshiro128aox` before and after a run-time seed load.
+    """Expected words of :class:`lowbit.hw.prng.Xoroshiro128aox` before and after a run-time seed
+    load.
 
     Returns
     -------
@@ -270,9 +274,9 @@ def prng_vectors(*, lanes=1, reset_seed=0, load_seed=1, n=48, seed=0):
         ``o_reset``: the first ``n`` output beats after reset (``reset_seed``); ``seed``: the
         per-lane ``{"s0", "s1"}`` state to put on the ``seed`` port for ``load_seed``;
         ``o_load``: the first ``n`` beats after that load. A beat is a list of one 64-bit word
-        per lane, from :class:`sim.prng.Xoroshiro128aox`.
+        per lane, from :class:`lowbit.sim.prng.Xoroshiro128aox`.
     """
-    from sim.prng import Xoroshiro128aox, seed_lanes
+    from lowbit.sim.prng import Xoroshiro128aox, seed_lanes
     state = seed_lanes(load_seed, lanes)
     return {
         "o_reset": Xoroshiro128aox(reset_seed, lanes).take(n).tolist(),
@@ -281,20 +285,20 @@ def prng_vectors(*, lanes=1, reset_seed=0, load_seed=1, n=48, seed=0):
     }
 
 
-#: Run-time mode codes of :class:`hw.grand.GrandUnit` (``GrandMode``), by the model's names.
+#: Run-time mode codes of :class:`lowbit.hw.grand.GrandUnit` (``GrandMode``), by the model's names.
 GRAND_MODES = {"normal": 0, "normal144": 1, "trunc2": 2, "trunc3": 3, "uniform": 4, "raw": 5}
 
 
 def grand_vectors(*, lanes=2, reset_seed=0, mode="normal", n=32):
-    """Expected results of :class:`hw.grand.GrandUnit` running ``mode`` from reset.
+    """Expected results of :class:`lowbit.hw.grand.GrandUnit` running ``mode`` from reset.
 
     Returns
     -------
     dict
         ``mode`` (the code for the ``mode`` port) and ``o``: ``n`` beats, each a list of one
-        ``{"f16", "f32"}`` bit-pattern pair per lane, from :class:`sim.grand.GrandModel`.
+        ``{"f16", "f32"}`` bit-pattern pair per lane, from :class:`lowbit.sim.grand.GrandModel`.
     """
-    from sim.grand import GrandModel
+    from lowbit.sim.grand import GrandModel
     f16, f32 = GrandModel(reset_seed, lanes).generate(mode, n)
     beats = [[{"f16": int(a), "f32": int(b)} for a, b in zip(r16, r32, strict=True)]
              for r16, r32 in zip(f16.tolist(), f32.tolist(), strict=True)]
@@ -305,8 +309,8 @@ def grand_vectors(*, lanes=2, reset_seed=0, mode="normal", n=32):
 
 def _bfp_operands(rng, n, nb, block, *, width, exp_bits, kind="gauss", bias=False, rand_bits=8):
     """One product's operands: Gaussian, uniform or heavy-tailed values with random per-block
-    scales, quantised with the format's own quantiser (:func:`sim.bfp.quantise`)."""
-    from sim.bfp import quantise
+    scales, quantised with the format's own quantiser (:func:`lowbit.sim.bfp.quantise`)."""
+    from lowbit.sim.bfp import quantise
 
     k = nb * block
     if kind == "gauss":
@@ -369,7 +373,7 @@ def _bfp_edge_jobs(rng, n, block, nb, *, width, exp_bits, rand_bits):
 
 def bfp_vectors(*, lanes=4, block=4, width=8, exp_bits=8, max_blocks=4, frac_bits=3,
                 rand_bits=8, stat_shift=None, jobs=3, seed=0):
-    """Products, configurations and expected outputs of :class:`hw.bfp.BFPColumn`.
+    """Products, configurations and expected outputs of :class:`lowbit.hw.bfp.BFPColumn`.
 
     Cases (one configuration each, several products in a row): Gaussian, uniform and
     heavy-tailed operands in each rounding mode (stochastic with given random numbers), ``jobs``
@@ -379,7 +383,7 @@ def bfp_vectors(*, lanes=4, block=4, width=8, exp_bits=8, max_blocks=4, frac_bit
     widths; and, when the model has the ``"predicted"`` exponent mode, a run of products whose
     output scale jumps up and down in that mode (its state carried from product to product,
     after products in other modes). Expected outputs from
-    :meth:`sim.bfp_column.ColumnModel.matvec`, called in case order on one model.
+    :meth:`lowbit.sim.bfp_column.ColumnModel.matvec`, called in case order on one model.
 
     Returns
     -------
@@ -391,8 +395,8 @@ def bfp_vectors(*, lanes=4, block=4, width=8, exp_bits=8, max_blocks=4, frac_bit
         (``{"m", "e"}``) and ``i_rand`` (ints);
         ``outputs["o"]`` the ``{"m", "e"}`` output elements, ``N`` per product.
     """
-    from sim.bfp import nan_exponent, quantise
-    from sim.bfp_column import EXP_MODES, ColumnModel
+    from lowbit.sim.bfp import nan_exponent, quantise
+    from lowbit.sim.bfp_column import EXP_MODES, ColumnModel
 
     extra = {} if stat_shift is None else {"stat_shift": stat_shift}
     model = ColumnModel(lanes=lanes, block=block, width=width, exp_bits=exp_bits,
@@ -489,7 +493,7 @@ _JUNK_WORD = 0x1F
 
 
 def _random_book(rng, n):
-    from sim.discrete import CodeBook
+    from lowbit.sim.discrete import CodeBook
     return CodeBook(n, [(int(rng.integers(2)), int(rng.integers(2)), int(rng.integers(8)))
                         for _ in range(1 << n)])
 
@@ -499,7 +503,7 @@ def _book_words(book, code_bits):
 
 
 def discrete_vectors(*, lanes=4, width=8, code_bits=2, acc_width=None, seed=0, max_pairs=4096):
-    """Beats, configurations and expected outputs of :class:`hw.discrete.DiscreteUnit`.
+    """Beats, configurations and expected outputs of :class:`lowbit.hw.discrete.DiscreteUnit`.
 
     Cases: ``MUL`` with the default book over every (operand, code) pair (random pairs when
     there are more than ``max_pairs``), ``DIV`` likewise with a random book (left shifts that
@@ -507,7 +511,7 @@ def discrete_vectors(*, lanes=4, width=8, code_bits=2, acc_width=None, seed=0, m
     four discrete ⊗ discrete tables (written through the table port, every code pair, operand
     bits above the code random), and ``DOT`` products of several lengths, a matrix–vector
     product and runs that saturate the accumulator both ways. Expected outputs from
-    :mod:`sim.discrete` (``mul_cd``, ``div_cd``, ``dd_table``, ``dot``).
+    :mod:`lowbit.sim.discrete` (``mul_cd``, ``div_cd``, ``dd_table``, ``dot``).
 
     Returns
     -------
@@ -518,7 +522,7 @@ def discrete_vectors(*, lanes=4, width=8, code_bits=2, acc_width=None, seed=0, m
         ``{"tbl_en", "tbl_addr", "tbl_data"}`` per cycle (the last one disables); ``inputs["i"]``
         ``{"x": [L], "w": [L], "last"}``; ``outputs["o"]`` ``{"y": [L], "acc"}``.
     """
-    from sim.discrete import DD_OPS, CodeBook, SMFormat, dd_table, div_cd, dot, mul_cd
+    from lowbit.sim.discrete import DD_OPS, CodeBook, SMFormat, dd_table, div_cd, dot, mul_cd
 
     acc_width = width + 8 if acc_width is None else acc_width
     rng = np.random.default_rng(seed)
@@ -617,7 +621,7 @@ F16_EDGES = [c | s for s in (0, 0x8000) for c in (
 
 def quantiser_vectors(*, fmt="f16", width=32, frac_bits=16, lanes=4, block=16, w_max=8,
                       exp_bits=8, rand_bits=8, mult_bits=12, code_bits=3, stride=97, seed=0):
-    """Input beats, configurations and expected outputs of :class:`hw.quantiser.Quantiser`.
+    """Input beats, configurations and expected outputs of :class:`lowbit.hw.quantiser.Quantiser`.
 
     Elements: for ``fmt="f16"`` the binary16 edge codes :data:`F16_EDGES` and every
     ``stride``-th code (all exponents, both signs); for fixed point, values spread over every
@@ -626,7 +630,7 @@ def quantiser_vectors(*, fmt="f16", width=32, frac_bits=16, lanes=4, block=16, w
     subnormal-only and NaN/Inf blocks) and shuffled, in both exponent rules, every rounding mode
     and several run-time widths; discrete codes (nearest and stochastic) with the default and
     random books, a narrower book in the wider book port. Expected outputs from
-    :mod:`sim.quantiser`.
+    :mod:`lowbit.sim.quantiser`.
 
     Returns
     -------
@@ -638,8 +642,8 @@ def quantiser_vectors(*, fmt="f16", width=32, frac_bits=16, lanes=4, block=16, w
         ``inputs["i_rand"]`` beats of random integers (stochastic only); ``outputs["o"]``
         ``{"q": [L], "e"}``.
     """
-    from sim import quantiser as mq
-    from sim.discrete import CodeBook
+    from lowbit.sim import quantiser as mq
+    from lowbit.sim.discrete import CodeBook
 
     rng = np.random.default_rng(seed)
     if fmt == "f16":
@@ -745,7 +749,7 @@ def _float_edges(fmt):
     """Bit patterns of a format's edge values, both signs: zero, subnormals (flushed on input),
     the smallest normals, one and its neighbours, the largest finite, Inf, quiet and signalling
     NaNs (with payloads)."""
-    from sim.floatmac import FORMATS
+    from lowbit.sim.floatmac import FORMATS
     f = FORMATS[fmt]
     frac = f.precision - 1
     one = f.bias << frac
@@ -756,8 +760,8 @@ def _float_edges(fmt):
 
 
 def floatmac_vectors(*, lanes=4, fmt="f16", n_random=6, seed=0):
-    """Cases of :class:`hw.floatmac.FloatMAC`: each a product length ``K`` (``cfg_len``) and
-    several products of ``K`` beats, expected outputs from :func:`sim.floatmac.float_mac`.
+    """Cases of :class:`lowbit.hw.floatmac.FloatMAC`: each a product length ``K`` (``cfg_len``) and
+    several products of ``K`` beats, expected outputs from :func:`lowbit.sim.floatmac.float_mac`.
 
     Cases: every pair of edge values (:func:`_float_edges`) as single-beat products; sums that
     overflow to Inf (and ``Inf - Inf``); exact and near cancellation; products and sums around
@@ -771,7 +775,7 @@ def floatmac_vectors(*, lanes=4, fmt="f16", n_random=6, seed=0):
         ``{"cases": [{"name", "len", "w": [[...N...] per beat], "x": [...], "o": [[...N...]
         per product]}]}`` (bit patterns).
     """
-    from sim.floatmac import FORMATS, float_mac, to_bits
+    from lowbit.sim.floatmac import FORMATS, float_mac, to_bits
     f = FORMATS[fmt]
     rng = np.random.default_rng(seed)
     sign = 1 << (f.bits - 1)
@@ -841,20 +845,20 @@ def floatmac_vectors(*, lanes=4, fmt="f16", n_random=6, seed=0):
 
 
 def top_seq_vectors(*, params, seed=0):
-    """Request events and expected replies of :class:`hw.top.Accelerator` with the sequencer.
+    """Request events and expected replies of :class:`lowbit.hw.top.Accelerator` with the sequencer.
 
     Over the host link: write a BFP layer (weights, input, bias) and a LUT table, then programs
     written with ``MEM_WRITE`` and started with ``RUN``: LOADW, CONFIG, MATVEC with bias, LUT
     and HALT in nearest rounding with a fixed output exponent; the same layer in stochastic
     rounding with the maximum exponent (PRNG seeded by the host); a run stopped by its
     instruction limit and one stopped by an instruction with a bad address. Then ``MEM_READ``
-    of the results. Expected replies are :class:`sim.link.DeviceModel`'s with the same
+    of the results. Expected replies are :class:`lowbit.sim.link.DeviceModel`'s with the same
     ``params``; events of ``RUN`` have ``"run": True`` (the reply's last 4 payload bytes,
     ``cycles``, are 0 in the model).
     """
-    from sim.network import pack_elements
-    from sim.program import Instruction as I
-    from sim.program import assemble
+    from lowbit.sim.network import pack_elements
+    from lowbit.sim.program import Instruction as I
+    from lowbit.sim.program import assemble
 
     rng = np.random.default_rng(seed)
     model = DeviceModel(**params)

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 
 import bench  # noqa: E402
 
-from hw.prng import Xoroshiro128aox  # noqa: E402
+from lowbit.hw.prng import Xoroshiro128aox  # noqa: E402
 
 
 def test_netlist_key_is_stable_and_tracks_the_netlist():

@@ -1,4 +1,4 @@
-"""The vectorised ColumnModel (sim.bfp_column) against its former scalar implementation.
+"""The vectorised ColumnModel (lowbit.sim.bfp_column) against its former scalar implementation.
 
 :class:`ScalarColumn` below is the per-lane, per-block Python implementation that
 ``ColumnModel`` had before it was vectorised, kept verbatim as the reference: every product of
@@ -12,8 +12,8 @@ on the Python-integer path (wide columns) and batched over vectors and row tiles
 import numpy as np
 import pytest
 
-from sim.bfp import ROUNDINGS, exponent_range, nan_exponent
-from sim.bfp_column import EXP_MODES, ColumnModel, ExponentPredictor, clog2
+from lowbit.sim.bfp import ROUNDINGS, exponent_range, nan_exponent
+from lowbit.sim.bfp_column import EXP_MODES, ColumnModel, ExponentPredictor, clog2
 
 
 class ScalarColumn:

@@ -1,4 +1,5 @@
-"""Golden models of the BFP format (sim.bfp) and of the MAC column (sim.bfp_column)."""
+"""Golden models of the BFP format (lowbit.sim.bfp) and of the MAC column
+(lowbit.sim.bfp_column)."""
 
 import math
 from fractions import Fraction
@@ -6,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from sim.bfp import (
+from lowbit.sim.bfp import (
     dequantise,
     exponent_range,
     from_e8m0,
@@ -17,7 +18,7 @@ from sim.bfp import (
     shared_exponent,
     to_e8m0,
 )
-from sim.bfp_column import ColumnModel, error_bound, reference_matvec
+from lowbit.sim.bfp_column import ColumnModel, error_bound, reference_matvec
 
 # -- seed 002 worked numbers -------------------------------------------------------------------
 

@@ -1,12 +1,13 @@
-"""Golden model of the predicted output exponent selector (sim.bfp_column.ExponentPredictor)."""
+"""Golden model of the predicted output exponent selector
+(lowbit.sim.bfp_column.ExponentPredictor)."""
 
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from sim.bfp import nan_exponent, quantise
-from sim.bfp_column import ColumnModel, ExponentPredictor, predict_exponent
+from lowbit.sim.bfp import nan_exponent, quantise
+from lowbit.sim.bfp_column import ColumnModel, ExponentPredictor, predict_exponent
 
 
 def product(rng, n=16, block=16, x_shift=0):
@@ -108,7 +109,7 @@ def test_zero_prediction_clears_history():
 def test_state_bounds_random_walk(width, stat_shift):
     # Any sample sequence, k and runtime width keep mu, dev < 2^(W_max - 1 + FS) (update()
     # asserts it) and unit_exp within the gateware register's range.
-    from hw.bfp import predictor_widths
+    from lowbit.hw.bfp import predictor_widths
     _, _, (lo, hi) = predictor_widths(width=8, exp_bits=8, stat_shift=stat_shift)
     rng = np.random.default_rng(width * 10 + stat_shift)
     pred = ExponentPredictor(width=8, exp_bits=8, stat_shift=stat_shift)

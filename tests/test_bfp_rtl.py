@@ -6,12 +6,12 @@ from amaranth.back import rtlil
 from amaranth.hdl import Array, Module, Mux, Signal
 from amaranth.lib import wiring
 
-from hw.bfp import BFPColumn, ExpMode, column_widths
-from hw.common import ROUNDING_NAMES, Rounding
-from hw.registry import build_block
-from sim.bfp import nan_exponent, quantise
-from sim.bfp_column import ColumnModel
-from sim.harness import run_stream
+from lowbit.hw.bfp import BFPColumn, ExpMode, column_widths
+from lowbit.hw.common import ROUNDING_NAMES, Rounding
+from lowbit.hw.registry import build_block
+from lowbit.sim.bfp import nan_exponent, quantise
+from lowbit.sim.bfp_column import ColumnModel
+from lowbit.sim.harness import run_stream
 
 ROUNDING = {name: member for member, name in ROUNDING_NAMES.items()}
 EXP_MODE = {"max": ExpMode.MAX, "fixed": ExpMode.FIXED, "predicted": ExpMode.PREDICTED}
@@ -160,7 +160,7 @@ def check(params, jobs, **kwargs):
 SMALL = {"lanes": 4, "block": 4, "max_blocks": 4}
 #: BFPColumn parameters the golden model does not have (they do not change the results).
 HW_ONLY = ("mult", "sim_model", "stochastic", "acc_block_ram", "pipelined")
-#: The iCEBreaker's area options (boards.profiles): every one of them off.
+#: The iCEBreaker's area options (lowbit.boards.profiles): every one of them off.
 LITE = {"stochastic": False, "predictor": False, "acc_block_ram": True, "pipelined": False}
 
 

@@ -5,9 +5,9 @@ import zlib
 
 import pytest
 
-from boards.build import _add_dfu_suffix, build_board, format_report, top_parameters
-from boards.profiles import BOARDS, DEFAULT_BOARD, get_board
-from boards.toolchain import DEVICES
+from lowbit.boards.build import _add_dfu_suffix, build_board, format_report, top_parameters
+from lowbit.boards.profiles import BOARDS, DEFAULT_BOARD, get_board
+from lowbit.boards.toolchain import DEVICES
 
 
 def test_default_board_is_icebreaker():

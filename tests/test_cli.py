@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from hw.registry import BLOCKS, available_blocks, parse_params
+from lowbit.hw.registry import BLOCKS, available_blocks, parse_params
 
 
 def lowbit(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "boards.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "lowbit.boards.cli", *args], capture_output=True,
                           text=True, cwd=cwd, timeout=600)
 
 
@@ -76,7 +76,8 @@ def test_flash_without_bitstream(tmp_path):
 def test_flash_without_programmer(tmp_path, monkeypatch):
     (tmp_path / "lowbit.bin").write_bytes(b"\0" * 16)
     env_tool = "lowbit-no-such-programmer"
-    r = subprocess.run([sys.executable, "-m", "boards.cli", "flash", "--build-dir", str(tmp_path)],
+    r = subprocess.run([sys.executable, "-m", "lowbit.boards.cli", "flash",
+                        "--build-dir", str(tmp_path)],
                        capture_output=True, text=True, timeout=60,
                        env={**__import__("os").environ, "ICEPROG": env_tool})
     assert r.returncode == 1

@@ -3,7 +3,7 @@
 
 Each test generates a block's Verilog the way ``lowbit verilog BLOCK`` does, compiles it with
 Icarus Verilog and drives it from a cocotb bench in ``tests/cocotb/`` with the golden vectors of
-:mod:`sim.vectors`, comparing bit for bit under random valid gaps and back-pressure. The same
+:mod:`lowbit.sim.vectors`, comparing bit for bit under random valid gaps and back-pressure. The same
 vectors also run through Amaranth's simulator here (``test_vectors_in_amaranth_*``), so a
 disagreement between the two simulators cannot hide behind different stimuli.
 """
@@ -23,9 +23,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "coc
 
 import cocotb_runner as cr  # noqa: E402
 
-from hw.registry import block_names  # noqa: E402
-from sim import vectors  # noqa: E402
-from sim.harness import run_stream  # noqa: E402
+from lowbit.hw.registry import block_names  # noqa: E402
+from lowbit.sim import vectors  # noqa: E402
+from lowbit.sim.harness import run_stream  # noqa: E402
 
 MISSING = cr.missing_tools()
 needs_sim = pytest.mark.skipif(MISSING is not None, reason=f"cocotb tests skipped: {MISSING}")
@@ -121,7 +121,8 @@ def test_bench_catches_a_wrong_vector(tmp_path):
 # --- The same vectors in Amaranth's simulator ----------------------------------------------------
 
 def _phases_in_amaranth(component, phases):
-    """Run stream phases (structured payloads) through sim.harness.run_stream, in sequence."""
+    """Run stream phases (structured payloads) through lowbit.sim.harness.run_stream, in
+    sequence."""
     inputs, outputs, writes = {}, {}, []
     for phase in phases:
         if "outputs" not in phase:
@@ -150,7 +151,7 @@ def test_lut_vectors_in_amaranth():
 def test_link_vectors_against_the_model_driver():
     """The link/top vectors agree with the protocol model used by the driver tests: replaying
     every event through a fresh DeviceModel gives the recorded replies."""
-    from sim.link import DeviceModel
+    from lowbit.sim.link import DeviceModel
     vec = vectors.top_vectors(scratch_bytes=256, frame_bytes=64, n=12, seed=0)
     model = DeviceModel(scratch_bytes=256, frame_bytes=64)
     for event in vec["events"]:
@@ -192,13 +193,14 @@ def test_top_uart_verilog_spram(tmp_path, seed):
 
 
 # --- Arithmetic blocks: BFP column, discrete unit, quantiser --------------------------------------
-# Vectors from sim.vectors (golden models), mapped here to the blocks' configuration ports. Each
+# Vectors from lowbit.sim.vectors (golden models), mapped here to the blocks' configuration ports.
+# Each
 # case is a phase; tb_bfp / tb_discrete / tb_quantiser run them with benchlib.run_phases.
 
-from hw.bfp import ExpMode  # noqa: E402
-from hw.common import ROUNDING_NAMES  # noqa: E402
-from hw.discrete import DiscreteOp  # noqa: E402
-from hw.quantiser import QuantTarget  # noqa: E402
+from lowbit.hw.bfp import ExpMode  # noqa: E402
+from lowbit.hw.common import ROUNDING_NAMES  # noqa: E402
+from lowbit.hw.discrete import DiscreteOp  # noqa: E402
+from lowbit.hw.quantiser import QuantTarget  # noqa: E402
 
 ROUNDING_CODES = {name: member.value for member, name in ROUNDING_NAMES.items()}
 BFP_PARAMS = {"lanes": 4, "block": 4, "max_blocks": 4}
@@ -336,7 +338,7 @@ def _setup(component, sets, writes):
 
 
 def _arith_in_amaranth(component, phases, *, seed=0):
-    """The same phases through ``sim.harness.run_stream`` (one simulation per phase with
+    """The same phases through ``lowbit.sim.harness.run_stream`` (one simulation per phase with
     inputs, configuration and table writes applied in ``setup``); returns the outputs."""
     sets, writes, results = {}, [], []
     for phase in phases:
@@ -573,7 +575,8 @@ def floatmac_job(fmt, seed):
 @needs_sim
 @pytest.mark.parametrize("fmt", ["f16", "f32"])
 def test_floatmac_verilog(tmp_path, fmt):
-    """FloatMAC's Verilog against sim.floatmac bit for bit: every pair of edge values, overflow,
+    """FloatMAC's Verilog against lowbit.sim.floatmac bit for bit: every pair of edge values,
+    overflow,
     Inf - Inf, cancellation, flush to zero, subnormal inputs and random products, with valid
     gaps, back-pressure, stream rules and a reset in mid-product, on the Verilog exactly as
     ``lowbit verilog floatmac`` writes it."""
@@ -611,7 +614,7 @@ def test_top_seq_vectors_cover_the_program():
     overwrote exactly its outputs of the fill pattern."""
     import struct
 
-    from sim.link import Opcode, Status, decode_reply
+    from lowbit.sim.link import Opcode, Status, decode_reply
     vec = vectors.top_seq_vectors(params=TOP_SEQ_PARAMS, seed=0)
     runs = [decode_reply(bytes(e["reply"])) for e in vec["events"] if e.get("run")]
     assert [(s, *struct.unpack("<III", body)[:2]) for s, body in runs] == [
@@ -634,7 +637,7 @@ def test_top_sequencer_uart_verilog(tmp_path):
     import json
     import struct
 
-    from sim.link import decode_reply
+    from lowbit.sim.link import decode_reply
     component, _ = cr.generate_verilog("top", TOP_SEQ_PARAMS)
     vec = vectors.top_seq_vectors(params=TOP_SEQ_PARAMS, seed=0)
     job = dict(vec, divisor=component.divisor, timeout_bits=component.timeout_bits,

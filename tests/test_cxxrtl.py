@@ -15,14 +15,14 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-import sim.cxxrtl as cx
-from boards.demo import SIM_TOP
-from boards.driver import Accelerator, BadAddress, BadLength
-from sim import link as L
-from sim.network import BFPDense, bfp_dense, pack_elements, unpack_elements
-from sim.program import Instruction as I
-from sim.program import assemble
-from sim.transport import SimulatedSerial
+import lowbit.sim.cxxrtl as cx
+from lowbit.boards.demo import SIM_TOP
+from lowbit.boards.driver import Accelerator, BadAddress, BadLength
+from lowbit.sim import link as L
+from lowbit.sim.network import BFPDense, bfp_dense, pack_elements, unpack_elements
+from lowbit.sim.program import Instruction as I
+from lowbit.sim.program import assemble
+from lowbit.sim.transport import SimulatedSerial
 
 SCRATCH = 256
 FRAME = 64
@@ -380,7 +380,7 @@ def full_port(request):
     using it are skipped unless it is cached; ``-m slow`` compiles it (and
     ``lowbit demo digits`` does too).
     """
-    from hw.top import Accelerator as Top
+    from lowbit.hw.top import Accelerator as Top
     if "not slow" in (request.config.getoption("markexpr") or "") and \
             cx.cached(Top(uart=False, simulation=True, **SIM_TOP)) is None:
         pytest.skip("the demo's top is not compiled yet (minutes): run "

@@ -1,4 +1,4 @@
-"""``lowbit demo digits``: the digits MLP through the driver, bit for bit (boards.demo)."""
+"""``lowbit demo digits``: the digits MLP through the driver, bit for bit (lowbit.boards.demo)."""
 
 import dataclasses
 import json
@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from boards import cli, demo
-from boards.driver import Accelerator
-from sim import mlp
+from lowbit.boards import cli, demo
+from lowbit.boards.driver import Accelerator
+from lowbit.sim import mlp
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,8 @@ def _run(acc, net, codes):
 
 @pytest.mark.parametrize("lanes,block", [(16, 16), (8, 16), (4, 8)])
 def test_bfp_through_model_transport(model, split, lanes, block):
-    """The driver over sim.link.DeviceModel equals sim.mlp.forward bit for bit, also with
+    """The driver over lowbit.sim.link.DeviceModel equals lowbit.sim.mlp.forward bit for bit, also
+    with
     several output tiles (N < 10) and another block size."""
     acc = Accelerator.model(sequencer=True, matrix_lanes=lanes, block=block, weight_depth=1024)
     column = acc.design.column()
@@ -67,7 +68,7 @@ def test_discrete_through_model_transport(tuned, split):
 
 
 def test_input_quant_maps_to_the_program(model, tuned, split):
-    from sim.program import InputQuant
+    from lowbit.sim.program import InputQuant
     bfp_net = mlp.convert_bfp(model, split.x_train[:100])
     assert demo._input_quant(bfp_net) == InputQuant("device", width=8, rule="floor")
     disc = mlp.convert_discrete(tuned[0], split.x_train[:100], scales=tuned[1])
@@ -355,7 +356,7 @@ def test_real_top_amaranth(tmp_path):
 @pytest.mark.parametrize("variant", ["bfp", "discrete"])
 def test_real_top_cxxrtl(tmp_path, variant):
     """100 images through the compiled top (first run compiles it, ~2 min), bit for bit."""
-    from sim.cxxrtl import CompilerNotFound
+    from lowbit.sim.cxxrtl import CompilerNotFound
     try:
         acc = _real_top("cxxrtl")
     except CompilerNotFound as e:
@@ -391,7 +392,7 @@ def test_board_top_in_amaranth_own_cycles(tmp_path, monkeypatch):
 def test_bench_boards_cxxrtl(tmp_path, variant):
     """scripts/bench_demo.py on every board's own top in CXXRTL, 100 images each, bit for bit
     (bench_one raises on a mismatch); the first compile of each top takes 2-6 min."""
-    from sim.cxxrtl import CompilerNotFound
+    from lowbit.sim.cxxrtl import CompilerNotFound
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     import bench_demo
     split = mlp.load_split()

@@ -5,7 +5,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from sim.discrete import (
+from lowbit.sim.discrete import (
     DD_OPS,
     CodeBook,
     SMFormat,

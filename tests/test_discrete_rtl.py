@@ -1,5 +1,5 @@
 # amaranth: UnusedElaboratable=no
-"""DiscreteUnit gateware against the golden model :mod:`sim.discrete`, bit for bit."""
+"""DiscreteUnit gateware against the golden model :mod:`lowbit.sim.discrete`, bit for bit."""
 
 import os
 import subprocess
@@ -10,10 +10,20 @@ from amaranth.back import rtlil
 from amaranth.hdl import Fragment
 from amaranth.lib import wiring
 
-from hw.discrete import CodeEntry, DiscreteOp, DiscreteUnit
-from hw.registry import build_block
-from sim.discrete import DD_OPS, CodeBook, SMFormat, dd_table, div_cd, dot, matvec, matvec_t, mul_cd
-from sim.harness import run_stream
+from lowbit.hw.discrete import CodeEntry, DiscreteOp, DiscreteUnit
+from lowbit.hw.registry import build_block
+from lowbit.sim.discrete import (
+    DD_OPS,
+    CodeBook,
+    SMFormat,
+    dd_table,
+    div_cd,
+    dot,
+    matvec,
+    matvec_t,
+    mul_cd,
+)
+from lowbit.sim.harness import run_stream
 
 
 def random_book(rng, n):
@@ -292,7 +302,7 @@ def test_full_throughput_without_backpressure():
 
 @pytest.mark.slow
 def test_synthesis_uses_no_dsp(tmp_path):
-    from boards.toolchain import setup_toolchain_env
+    from lowbit.boards.toolchain import setup_toolchain_env
 
     env = setup_toolchain_env(dict(os.environ))
     (tmp_path / "d.il").write_text(rtlil.convert(DiscreteUnit(lanes=4, width=8, code_bits=3),

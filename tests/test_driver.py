@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from boards.driver import (
+from lowbit.boards.driver import (
     Accelerator,
     BadAddress,
     BadLength,
@@ -17,7 +17,7 @@ from boards.driver import (
     ReplyError,
     StatusError,
 )
-from sim import link as L
+from lowbit.sim import link as L
 
 PARAMS = dict(scratch_bytes=512, frame_bytes=64, timeout_bits=20)
 
@@ -29,7 +29,7 @@ def acc():
 
 
 class ModelPort:
-    """A serial-port stand-in answering from :class:`sim.link.DeviceModel`, with faults."""
+    """A serial-port stand-in answering from :class:`lowbit.sim.link.DeviceModel`, with faults."""
 
     def __init__(self, model, *, mangle=None, silent=False):
         self.model, self.mangle, self.silent = model, mangle, silent
@@ -153,7 +153,7 @@ class OldDevicePort(ModelPort):
 
 @pytest.mark.parametrize("board", ["icebreaker", "hx8k", "ulx3s", "orangecrab"])
 def test_design_read_from_device_equals_profile(board):
-    from boards.profiles import get_board
+    from lowbit.boards.profiles import get_board
     top = get_board(board).top
     model = L.DeviceModel(**top)
     acc = Accelerator(ModelPort(model))                 # no parameters: the device alone
@@ -169,12 +169,12 @@ def test_design_read_from_device_equals_profile(board):
 
 
 def test_parameter_tables_follow_the_top():
-    """Every hw.top.Accelerator parameter is a DeviceModel parameter with the same default or
+    """Every lowbit.hw.top.Accelerator parameter is a DeviceModel parameter with the same default or
     hardware-only; the driver's defaults of what a device reports are the top's."""
     import inspect
 
-    from boards.driver import _TOP_DEFAULTS
-    from hw.top import Accelerator as Top
+    from lowbit.boards.driver import _TOP_DEFAULTS
+    from lowbit.hw.top import Accelerator as Top
     top = {k: p.default for k, p in inspect.signature(Top).parameters.items()}
     model = {k: p.default for k, p in inspect.signature(L.DeviceModel).parameters.items()
              if p.kind == p.KEYWORD_ONLY}
@@ -186,7 +186,7 @@ def test_parameter_tables_follow_the_top():
 
 
 def test_wrong_profile_raises():
-    from boards.profiles import get_board
+    from lowbit.boards.profiles import get_board
     ulx3s, ice = get_board("ulx3s").top, get_board("icebreaker").top
     with pytest.raises(IdentityError, match="matrix_lanes: device 16, expected 4") as e:
         Accelerator(ModelPort(L.DeviceModel(**ulx3s)), params=ice)
@@ -269,13 +269,13 @@ def test_uart_level_driver():
 
 # == Layer programs over the model transport (fast) ==============================================
 
-from boards.driver import Limit, MissingEngine, RunError  # noqa: E402
-from sim.discrete import CodeBook  # noqa: E402
-from sim.lut import Quant, transfer_table  # noqa: E402
-from sim.network import BFPDense, DiscreteDense, bfp_dense, discrete_dense  # noqa: E402
-from sim.prng import Xoroshiro128aox  # noqa: E402
-from sim.program import InputQuant, Instruction, Machine  # noqa: E402
-from sim.quantiser import decode_f16, quantise_bfp, quantise_int8  # noqa: E402
+from lowbit.boards.driver import Limit, MissingEngine, RunError  # noqa: E402
+from lowbit.sim.discrete import CodeBook  # noqa: E402
+from lowbit.sim.lut import Quant, transfer_table  # noqa: E402
+from lowbit.sim.network import BFPDense, DiscreteDense, bfp_dense, discrete_dense  # noqa: E402
+from lowbit.sim.prng import Xoroshiro128aox  # noqa: E402
+from lowbit.sim.program import InputQuant, Instruction, Machine  # noqa: E402
+from lowbit.sim.quantiser import decode_f16, quantise_bfp, quantise_int8  # noqa: E402
 
 SEQ = dict(sequencer=True, scratch_bytes=4096, frame_bytes=256, matrix_lanes=8, block=8,
            max_blocks=4, weight_depth=128, timeout_bits=20)
@@ -492,7 +492,7 @@ def test_network_api_validation(macc):
         macc.load_network(_layers(rng), quantise_input="cloud")
     with pytest.raises(TypeError, match="InputQuant"):
         macc.load_network(_layers(rng), quantise_input=8)
-    with pytest.raises(TypeError, match="sim.network"):
+    with pytest.raises(TypeError, match="lowbit.sim.network"):
         macc.load_network(["dense"])
     with pytest.raises(ValueError, match="block size 16"):
         macc.load_network([BFPDense(np.zeros((2, 16), int), np.zeros((2, 1), int))])
@@ -517,11 +517,11 @@ def test_network_stochastic_layer_equals_machine(macc):
     m.rng = Xoroshiro128aox(77, 1)
     m.load_weights(0, lay.weight_words())
     m.write_words(lay.in_addr, lay.input_words(x).reshape(-1))
-    from sim.program import assemble
+    from lowbit.sim.program import assemble
     raw = assemble(lay.program(4))
     m.scratch[:len(raw)] = raw
     assert m.run(0, 1000).status == L.Status.OK
-    from sim.network import unpack_elements
+    from lowbit.sim.network import unpack_elements
     ref = unpack_elements(m.read_words(lay.out_addr, 4 * lay.out_words).reshape(4, -1))
     assert np.array_equal(out.m, ref[0])
 
@@ -643,9 +643,9 @@ def sim_acc():
     try:
         acc = Accelerator.simulated(**SEQ)
     except TypeError as e:                  # a top without the sequencer parameters
-        pytest.skip(f"hw.top.Accelerator cannot build a sequencer: {e}")
+        pytest.skip(f"lowbit.hw.top.Accelerator cannot build a sequencer: {e}")
     if not acc.has_engine("sequencer"):
-        pytest.skip("hw.top.Accelerator has no sequencer (IDENTIFY engine bit 5 clear)")
+        pytest.skip("lowbit.hw.top.Accelerator has no sequencer (IDENTIFY engine bit 5 clear)")
     yield acc
     acc.close()
 
@@ -728,7 +728,7 @@ def test_sim_design_from_device_and_predicted_network(sim_acc):
     assert stats["runs"] == 1
     # The first layer's predicted exponents are not all the max rule's (the prediction was
     # used on the device).
-    from sim.network import unpack_elements
+    from lowbit.sim.network import unpack_elements
     m, e = unpack_elements(lay.input_words(x))
     col, first = lay.design.column(), lay.layers[0]
     as_max = dataclasses.replace(first, exp_mode="max")
@@ -754,7 +754,7 @@ def _random_program(rng):
     """Twelve random instructions and HALT: any register value, ranges that may fall outside
     the scratchpad or the weight memory, sources below word 560 and destinations from 600 (an
     engine's destination never overlaps its own sources)."""
-    from sim.program import config
+    from lowbit.sim.program import config
     prog = []
     for _ in range(12):
         k = int(rng.integers(0, 10))
@@ -823,7 +823,7 @@ def _differential(hw, seed, trials):
 def diff_acc():
     acc = Accelerator.simulated(**_DIFF)
     if not acc.has_engine("sequencer"):
-        pytest.skip("hw.top.Accelerator has no sequencer (IDENTIFY engine bit 5 clear)")
+        pytest.skip("lowbit.hw.top.Accelerator has no sequencer (IDENTIFY engine bit 5 clear)")
     yield acc
     acc.close()
 

@@ -4,10 +4,10 @@ and against the transfer-table golden model."""
 import numpy as np
 import pytest
 
-from hw.engines import LUTHandler
-from sim import link as L
-from sim.lut import Quant, transfer_table
-from sim.transport import SimulatedSerial
+from lowbit.hw.engines import LUTHandler
+from lowbit.sim import link as L
+from lowbit.sim.lut import Quant, transfer_table
+from lowbit.sim.transport import SimulatedSerial
 
 PARAMS = dict(scratch_bytes=256, frame_bytes=300, timeout_bits=20)
 
@@ -86,7 +86,7 @@ def test_handler_parameters(kw, exc, msg):
 
 
 def test_driver_lut_round_trip():
-    from boards.driver import Accelerator, BadAddress
+    from lowbit.boards.driver import Accelerator, BadAddress
     qi = Quant(scale=0.1, zero_point=0)
     qo = Quant(scale=0.05, zero_point=-128)
     table = transfer_table("relu6", qi, qo)
@@ -104,13 +104,13 @@ def test_driver_lut_round_trip():
 # -- the grand unit behind GRAND_SEED / GRAND_SAMPLES ------------------------------------------
 
 def _seed_payload(seed, lanes):
-    from sim.prng import seed_lanes
+    from lowbit.sim.prng import seed_lanes
     return seed_lanes(seed, lanes).astype("<u8").tobytes()
 
 
 @pytest.mark.parametrize("lanes, mode", [(2, 0), (3, 2), (1, 5)])
 def test_grand_samples_match_the_model(lanes, mode):
-    from sim.grand import MODES, GrandModel
+    from lowbit.sim.grand import MODES, GrandModel
     port, model = make(lanes=lanes)
     reg = L.REGISTER_BY_NAME["GRAND_MODE"].index
     exchange(port, model, L.Opcode.REG_WRITE, L.reg_write_payload(reg, mode))
@@ -124,7 +124,7 @@ def test_grand_samples_match_the_model(lanes, mode):
         got16 += body
     status, got32 = exchange(port, model, L.Opcode.GRAND_SAMPLES, bytes([4, 0, 1]))
     ref = GrandModel(0, lanes)
-    from sim.prng import seed_lanes
+    from lowbit.sim.prng import seed_lanes
     ref.prng.state = seed_lanes(1234, lanes)
     f16, f32 = ref.generate(MODES[mode], (16 + lanes - 1) // lanes + 4)
     seq16 = f16.reshape(-1)
@@ -153,8 +153,8 @@ def test_grand_after_reset_and_errors():
 
 
 def test_driver_grand_samples():
-    from sim.grand import GrandModel
-    from sim.prng import seed_lanes
+    from lowbit.sim.grand import GrandModel
+    from lowbit.sim.prng import seed_lanes
     with simulated_accelerator() as acc:
         acc.grand_seed(99, mode="trunc3")
         x = acc.grand_samples(40, np.float32)
@@ -168,5 +168,5 @@ def test_driver_grand_samples():
 
 
 def simulated_accelerator():
-    from boards.driver import Accelerator
+    from lowbit.boards.driver import Accelerator
     return Accelerator.simulated(scratch_bytes=256, frame_bytes=64, lanes=2)

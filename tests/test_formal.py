@@ -7,7 +7,8 @@ bounded model check) and depth are listed in ``docs/verification.md``. A broken 
 the same stream-rule harness must fail, shows that the rule can fail.
 
 The end of the file holds the property-based (hypothesis) test of the host protocol at the
-driver level: random commands and corrupted requests, checked against ``sim.link.DeviceModel``.
+driver level: random commands and corrupted requests, checked against
+``lowbit.sim.link.DeviceModel``.
 """
 
 import os
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "for
 import sby  # noqa: E402
 from properties import PROOFS, _HandlerContract, _History, free_ports, stream_rules  # noqa: E402
 
-from hw.link import CommandSignature  # noqa: E402
+from lowbit.hw.link import CommandSignature  # noqa: E402
 
 MISSING = sby.missing_tools()
 needs_sby = pytest.mark.skipif(MISSING is not None, reason=f"formal tests skipped: {MISSING}")
@@ -143,15 +144,16 @@ def test_proof_table():
 # --- Property-based test of the host protocol at the driver level ---------------------------------
 # Random commands through the host driver to the simulated top (the real gateware, byte level),
 # some with a corrupted request. A tee between driver and device feeds every request, exactly as
-# sent (corruption included), to sim.link.DeviceModel: each reply must equal the model's byte for
+# sent (corruption included), to lowbit.sim.link.DeviceModel: each reply must equal the model's
+# byte for
 # byte, the driver must raise exactly when the model's status is an error, and at the end the
 # top's scratchpad (read back through the driver) must equal the model's.
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from boards.driver import Accelerator, BadCRC, StatusError  # noqa: E402
-from sim.link import REGISTERS, DeviceModel, Status  # noqa: E402
+from lowbit.boards.driver import Accelerator, BadCRC, StatusError  # noqa: E402
+from lowbit.sim.link import REGISTERS, DeviceModel, Status  # noqa: E402
 
 DRIVER_PARAMS = dict(scratch_bytes=128, frame_bytes=32, timeout_bits=20)
 

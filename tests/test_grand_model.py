@@ -1,4 +1,4 @@
-"""Golden model of the grand unit (sim.grand): exact rules and statistics on 10^6 samples."""
+"""Golden model of the grand unit (lowbit.sim.grand): exact rules and statistics on 10^6 samples."""
 
 from fractions import Fraction
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sim.grand import (
+from lowbit.sim.grand import (
     C144,
     C144_SHIFT,
     MODES,
@@ -21,7 +21,7 @@ from sim.grand import (
     results_from_words,
     seed_f16_to_f32_bits,
 )
-from sim.prng import Xoroshiro128aox
+from lowbit.sim.prng import Xoroshiro128aox
 
 N_STAT = 10 ** 6
 
@@ -113,7 +113,7 @@ def test_top_four_bits_have_no_effect(mode):
 def test_normal144_rule_and_rounding():
     # Every reachable T, rounded by the model and independently with exact rationals.
     t = np.arange(-12 * 186, 12 * 186 + 1)
-    from sim.grand import _to_f16_bits
+    from lowbit.sim.grand import _to_f16_bits
     got = _to_f16_bits(t * C144, C144_SHIFT)
     expect = [rne_f16(Fraction(int(x) * C144, 2 ** C144_SHIFT)) for x in t]
     assert [Fraction(value_of(b)) for b in got] == expect

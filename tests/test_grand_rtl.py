@@ -1,12 +1,13 @@
-"""Grand unit gateware (hw.grand) against the golden model (sim.grand), bit for bit."""
+"""Grand unit gateware (lowbit.hw.grand) against the golden model (lowbit.sim.grand), bit for
+bit."""
 
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.grand import GrandMode, GrandUnit
-from hw.registry import build_block
-from sim.grand import (
+from lowbit.hw.grand import GrandMode, GrandUnit
+from lowbit.hw.registry import build_block
+from lowbit.sim.grand import (
     MODES,
     WORDS_PER_RESULT,
     GrandModel,
@@ -14,8 +15,8 @@ from sim.grand import (
     normal_f16_bits,
     results_from_words,
 )
-from sim.harness import run_stream
-from sim.prng import Xoroshiro128aox, seed_lanes
+from lowbit.sim.harness import run_stream
+from lowbit.sim.prng import Xoroshiro128aox, seed_lanes
 
 MODE_OF = dict(zip(MODES, [GrandMode.NORMAL, GrandMode.NORMAL_144, GrandMode.TRUNC_2SIGMA,
                            GrandMode.TRUNC_3SIGMA, GrandMode.UNIFORM, GrandMode.RAW],

@@ -1,43 +1,123 @@
-"""Rules of the layout (DESIGN §1): golden models never import Amaranth, gateware never imports
-boards, every module lints clean."""
+"""Rules of the layout (DESIGN §1): one import namespace ``lowbit``, golden models never import
+Amaranth, gateware never imports boards, every module lints clean."""
 
 import ast
+import os
 import pkgutil
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-import hw
-import sim
+import lowbit
+import lowbit.hw
+import lowbit.sim
 
 ROOT = Path(__file__).resolve().parent.parent
 # Simulation helpers that drive the gateware; everything else in sim/ is a golden model.
 SIM_HELPERS = {"harness", "transport", "cxxrtl"}
-GOLDEN = [m.name for m in pkgutil.iter_modules(sim.__path__) if m.name not in SIM_HELPERS]
-GATEWARE = [m.name for m in pkgutil.iter_modules(hw.__path__)]
+GOLDEN = [m.name for m in pkgutil.iter_modules(lowbit.sim.__path__) if m.name not in SIM_HELPERS]
+# Every gateware module, subpackages included, as a path relative to hw/.
+GATEWARE = sorted(str(p.relative_to(ROOT / "hw")) for p in (ROOT / "hw").rglob("*.py"))
+
+
+def _outside(code, tmp_path):
+    """Run ``python -c code`` in an empty folder, with no path into the checkout."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_namespace_maps_the_top_level_folders():
+    assert Path(lowbit.hw.__path__[0]).resolve() == ROOT / "hw"
+    assert Path(lowbit.sim.__path__[0]).resolve() == ROOT / "sim"
+    assert isinstance(lowbit.__version__, str) and lowbit.__version__.count(".") >= 2
+
+
+def test_from_lowbit_import_accelerator():
+    from lowbit import Accelerator
+    from lowbit.boards.driver import Accelerator as driver_accelerator
+    assert Accelerator is driver_accelerator
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        lowbit.nonexistent  # noqa: B018
+
+
+@pytest.mark.parametrize("name", ["hw", "sim", "boards"])
+def test_bare_top_level_names_are_not_installed(name, tmp_path):
+    r = _outside(f"import {name}", tmp_path)
+    assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr, r.stdout + r.stderr
+    r = _outside(f"import lowbit.{name}; print(lowbit.{name}.__name__)", tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == f"lowbit.{name}", r.stderr
+
+
+def test_lowbit_version_on_the_command_line():
+    r = subprocess.run([sys.executable, "-m", "lowbit.boards.cli", "--version"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    assert r.stdout.strip() == f"lowbit {lowbit.__version__}"
+
+
+def test_wheel_holds_only_lowbit(tmp_path):
+    # Built from a copy: setuptools writes build/ beside the sources it builds.
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
+        ".git", "build", "*.egg-info", "__pycache__", ".*_cache"))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
+                        "-w", str(tmp_path), str(src)], capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    (wheel,) = tmp_path.glob("lowbit-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top == {"lowbit"}
+    for package in ("lowbit/__init__.py", "lowbit/hw/top.py", "lowbit/sim/bfp.py",
+                    "lowbit/boards/driver.py"):
+        assert package in names
+    assert not any(n.startswith(("lowbit/tests/", "lowbit/scripts/", "lowbit/docs/"))
+                   for n in names)
 
 
 @pytest.mark.parametrize("module", GOLDEN)
 def test_golden_model_does_not_import_amaranth(module):
-    code = (f"import sys; import sim.{module}; "
-            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('amaranth', 'hw'));"
+    code = (f"import sys; import lowbit.sim.{module}; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] == 'amaranth' "
+            "or m.startswith(('lowbit.hw', 'lowbit.boards')));"
             "print(bad); sys.exit(1 if bad else 0)")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
-    assert r.returncode == 0, f"sim.{module} imports {r.stdout.strip()} {r.stderr[-500:]}"
+    assert r.returncode == 0, f"lowbit.sim.{module} imports {r.stdout.strip()} {r.stderr[-500:]}"
 
 
 @pytest.mark.parametrize("module", GATEWARE)
 def test_gateware_does_not_import_boards(module):
-    tree = ast.parse((ROOT / "hw" / f"{module}.py").read_text())
+    tree = ast.parse((ROOT / "hw" / module).read_text())
     for node in ast.walk(tree):
         names = []
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [node.module]
+        elif isinstance(node, ast.ImportFrom) and node.level > 0:
+            # A relative import that climbs out of lowbit.hw reaches a sibling of it.
+            depth = len(Path(module).parts)
+            names = ["lowbit." + (node.module or "")] if node.level > depth else []
         for name in names:
-            assert name.split(".")[0] != "boards", f"hw.{module} imports {name}"
+            assert not name.startswith("lowbit.boards"), f"lowbit.hw.{module} imports {name}"
         if isinstance(node, ast.Attribute) and node.attr == "environ":
-            pytest.fail(f"hw.{module} reads the environment; gateware takes parameters")
+            pytest.fail(f"lowbit.hw.{module} reads the environment; gateware takes parameters")
+
+
+def test_no_module_imports_a_bare_top_level_name():
+    for path in sorted(ROOT.glob("[hsbt]*/**/*.py")) + sorted(ROOT.glob("scripts/*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in ("hw", "sim", "boards"), (
+                    f"{path.relative_to(ROOT)}:{node.lineno} imports {name}, not lowbit.{name}")

@@ -9,12 +9,12 @@ from amaranth.sim import Simulator
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hw.crc import CRC16
-from hw.link import Dispatcher, HostLink
-from hw.registry import build_block
-from hw.top import Accelerator
-from sim import link as L
-from sim.harness import run_stream
+from lowbit.hw.crc import CRC16
+from lowbit.hw.link import Dispatcher, HostLink
+from lowbit.hw.registry import build_block
+from lowbit.hw.top import Accelerator
+from lowbit.sim import link as L
+from lowbit.sim.harness import run_stream
 
 # -- CRC ----------------------------------------------------------------------------------------
 
@@ -242,7 +242,7 @@ def _run_payload(start, limit):
 
 
 def test_device_model_run_framing():
-    from sim.program import Instruction, assemble
+    from lowbit.sim.program import Instruction, assemble
     rq = L.encode_request
     model = L.DeviceModel(scratch_bytes=256, frame_bytes=64, sequencer=True)
     assert model.identity.engine_names == ["grand", "bfp", "discrete", "quantiser", "lut",
@@ -294,7 +294,7 @@ def test_device_model_run_needs_the_sequencer_and_engine_bits():
 
 
 def test_prng_seed3_write_loads_rounding_prng():
-    from sim.prng import Xoroshiro128aox
+    from lowbit.sim.prng import Xoroshiro128aox
     rq = L.encode_request
     model = L.DeviceModel(sequencer=True)
     for k, v in enumerate((5, 6, 7, 8)):

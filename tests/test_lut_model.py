@@ -1,4 +1,4 @@
-"""Golden model of the transfer LUTs (sim.lut) against independent float64 evaluations."""
+"""Golden model of the transfer LUTs (lowbit.sim.lut) against independent float64 evaluations."""
 
 import math
 
@@ -8,7 +8,7 @@ import scipy.special
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.lut import (
+from lowbit.sim.lut import (
     OP_NAMES,
     WIDE_DEPTH,
     Op,

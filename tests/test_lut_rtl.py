@@ -1,14 +1,15 @@
 # amaranth: UnusedElaboratable=no
-"""TransferLUT gateware against the sim.lut golden model, bit for bit, in Amaranth's simulator."""
+"""TransferLUT gateware against the lowbit.sim.lut golden model, bit for bit, in Amaranth's
+simulator."""
 
 import numpy as np
 import pytest
 from amaranth.back import verilog
 
-from hw.lut import TransferLUT
-from hw.registry import build_block
-from sim.harness import payload_value, run_stream
-from sim.lut import Quant, TableBank, lookup, lookup_int16
+from lowbit.hw.lut import TransferLUT
+from lowbit.hw.registry import build_block
+from lowbit.sim.harness import payload_value, run_stream
+from lowbit.sim.lut import Quant, TableBank, lookup, lookup_int16
 
 Q16_IN, Q16_OUT = Quant(2 ** -12, 0, "int16"), Quant(2 ** -15, 0, "int16")
 

@@ -1,14 +1,15 @@
-"""The digits MLP: training, conversion to BFP / discrete layers, golden forward (sim.mlp)."""
+"""The digits MLP: training, conversion to BFP / discrete layers, golden forward
+(lowbit.sim.mlp)."""
 
 import numpy as np
 import pytest
 
-from sim import mlp
-from sim.bfp import dequantise, exponent_range
-from sim.bfp_column import ColumnModel
-from sim.discrete import CodeBook
-from sim.network import BFPDense, DiscreteDense, bfp_dense, discrete_dense
-from sim.quantiser import quantise_bfp
+from lowbit.sim import mlp
+from lowbit.sim.bfp import dequantise, exponent_range
+from lowbit.sim.bfp_column import ColumnModel
+from lowbit.sim.discrete import CodeBook
+from lowbit.sim.network import BFPDense, DiscreteDense, bfp_dense, discrete_dense
+from lowbit.sim.quantiser import quantise_bfp
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import pytest
 from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
-from boards.toolchain import setup_toolchain_env
-from hw.mult import MULT_STYLES, MultiplierArray
+from lowbit.boards.toolchain import setup_toolchain_env
+from lowbit.hw.mult import MULT_STYLES, MultiplierArray
 
 
 def simulate(mul, pairs, enables):
@@ -97,7 +97,7 @@ def _sb_mac16_source():
 
 
 def _mult18x18d_source():
-    """A model of the ECP5 MULT18X18D as ``hw.mult`` configures it (Lattice TN1267, DSP
+    """A model of the ECP5 MULT18X18D as ``lowbit.hw.mult`` configures it (Lattice TN1267, DSP
     chapter): ``P = A × B`` in 36 bits, each operand two's complement when its ``SIGNED*`` pin
     is high; the input registers (``REG_INPUTA_CLK``, ``REG_INPUTB_CLK``) and the output
     register (``REG_OUTPUT_CLK``) are either bypassed (``"NONE"``) or clocked by ``CLK0`` with

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from sim.bfp_column import ColumnModel
-from sim.discrete import CodeBook, SMFormat, matvec
-from sim.lut import lookup
-from sim.network import (
+from lowbit.sim.bfp_column import ColumnModel
+from lowbit.sim.discrete import CodeBook, SMFormat, matvec
+from lowbit.sim.lut import lookup
+from lowbit.sim.network import (
     BFPDense,
     DiscreteDense,
     bfp_dense,
@@ -15,8 +15,8 @@ from sim.network import (
     pack_elements,
     unpack_elements,
 )
-from sim.prng import Xoroshiro128aox
-from sim.program import Design, InputQuant, Machine, NetworkLayout, assemble
+from lowbit.sim.prng import Xoroshiro128aox
+from lowbit.sim.program import Design, InputQuant, Machine, NetworkLayout, assemble
 
 RNG = np.random.default_rng(2026)
 
@@ -86,7 +86,7 @@ def _predicted_case(rng, n, b, rounding):
 
 @pytest.mark.parametrize("seed", range(9))
 def test_predicted_layer_equals_machine_program(seed):
-    """bfp_dense in predicted mode == sim.program.Machine running the layer's program
+    """bfp_dense in predicted mode == lowbit.sim.program.Machine running the layer's program
     (NetworkLayout: EXP_SELECT 2, its history cleared before the layer) on several samples in
     one RUN, for every rounding (stochastic: the PRNG's numbers, N per tile, in order)."""
     rng = np.random.default_rng(500 + seed)

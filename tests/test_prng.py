@@ -1,13 +1,13 @@
-"""xoroshiro128aox: golden model (sim.prng) and gateware (hw.prng), bit for bit."""
+"""xoroshiro128aox: golden model (lowbit.sim.prng) and gateware (lowbit.hw.prng), bit for bit."""
 
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
-from hw.prng import Xoroshiro128aox as PrngRTL
-from hw.registry import build_block
-from sim.harness import run_stream
-from sim.prng import (
+from lowbit.hw.prng import Xoroshiro128aox as PrngRTL
+from lowbit.hw.registry import build_block
+from lowbit.sim.harness import run_stream
+from lowbit.sim.prng import (
     MASK64,
     Xoroshiro128aox,
     load_state,
@@ -36,7 +36,7 @@ def scalar_words(state, n):
 # -- golden model --------------------------------------------------------------------------------
 
 def test_step_formula():
-    # The DESIGN §3.1 formulas written out independently of sim.prng's helpers.
+    # The DESIGN §3.1 formulas written out independently of lowbit.sim.prng's helpers.
     s0, s1 = 0x0123456789ABCDEF, 0xFEDCBA9876543210
 
     def rotl(x, k):

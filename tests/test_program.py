@@ -1,18 +1,20 @@
-"""sim.program: encoding, the Machine (every instruction, every error, LIMIT) and NetworkLayout.
+"""lowbit.sim.program: encoding, the Machine (every instruction, every error, LIMIT) and
+NetworkLayout.
 
 The Machine is checked against hand-worked cases and against the golden block models it must
-delegate to (sim.network, sim.bfp_column, sim.quantiser, sim.lut, sim.grand, sim.prng).
+delegate to (lowbit.sim.network, lowbit.sim.bfp_column, lowbit.sim.quantiser, lowbit.sim.lut,
+lowbit.sim.grand, lowbit.sim.prng).
 """
 
 import numpy as np
 import pytest
 
-from sim import grand as G
-from sim.bfp import quantise as bfp_quantise
-from sim.discrete import CodeBook
-from sim.link import REGISTER_BY_NAME, Status
-from sim.lut import Quant, transfer_table
-from sim.network import (
+from lowbit.sim import grand as G
+from lowbit.sim.bfp import quantise as bfp_quantise
+from lowbit.sim.discrete import CodeBook
+from lowbit.sim.link import REGISTER_BY_NAME, Status
+from lowbit.sim.lut import Quant, transfer_table
+from lowbit.sim.network import (
     BFPDense,
     DiscreteDense,
     bfp_dense,
@@ -20,8 +22,8 @@ from sim.network import (
     pack_elements,
     unpack_elements,
 )
-from sim.prng import Xoroshiro128aox, seed_lanes
-from sim.program import (
+from lowbit.sim.prng import Xoroshiro128aox, seed_lanes
+from lowbit.sim.program import (
     F_BIAS,
     F_OFS_DST,
     F_OFS_SRC,
@@ -35,7 +37,7 @@ from sim.program import (
     config,
     disassemble,
 )
-from sim.quantiser import decode_f16, quantise_int8
+from lowbit.sim.quantiser import decode_f16, quantise_int8
 
 I = Instruction
 REG = {name: r.index for name, r in REGISTER_BY_NAME.items()}
@@ -108,7 +110,7 @@ def test_design_engines():
     d = Design(engines={"bfp"}, lut_tables=2)
     assert d.engines == {"bfp", "lut"} and d.has("lut") and not d.has("grand")
     assert Design(engines=set(), lut_tables=0).engines == frozenset()
-    with pytest.raises(TypeError, match="sim.program.Design"):
+    with pytest.raises(TypeError, match="lowbit.sim.program.Design"):
         Machine({"matrix_lanes": 8})
 
 
@@ -647,7 +649,7 @@ def test_network_layout_engine_and_table_checks():
         NetworkLayout([layer], Design(block=8, engines={"discrete"}))
     with pytest.raises(ValueError, match="LUT tables"):
         NetworkLayout([layer], Design(block=8), table_base=4)
-    with pytest.raises(TypeError, match="sim.network"):
+    with pytest.raises(TypeError, match="lowbit.sim.network"):
         NetworkLayout(["dense"], Design())
     with pytest.raises(ValueError, match="does not fit the scratchpad"):
         NetworkLayout([_bfp_layer(rng, 8, 64, 8)], Design(block=8, scratch_bytes=256))

@@ -1,4 +1,5 @@
-"""Golden model of the quantiser (sim.quantiser): int8 rounding, BFP delegation, statistics."""
+"""Golden model of the quantiser (lowbit.sim.quantiser): int8 rounding, BFP delegation,
+statistics."""
 
 from fractions import Fraction
 
@@ -6,10 +7,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from sim import bfp
-from sim import quantiser as mq
-from sim.discrete import CodeBook
-from sim.prng import Xoroshiro128aox
+from lowbit.sim import bfp
+from lowbit.sim import quantiser as mq
+from lowbit.sim.discrete import CodeBook
+from lowbit.sim.prng import Xoroshiro128aox
 
 ALL_F16 = np.arange(1 << 16)
 
@@ -189,10 +190,11 @@ def test_stochastic_unbiased_with_prng():
     assert np.all(np.abs(sample_var - var) <= 4 * np.sqrt(var / draws) + 2.0 ** -rand_bits)
 
 
-# ---- BFP: delegated to sim.bfp, block layout and the f16 special values --------------------
+# ---- BFP: delegated to lowbit.sim.bfp, block layout and the f16 special values
+# --------------------
 
 def test_bfp_every_f16_code():
-    """All 65,536 codes in blocks of 16 (shuffled and in order): the wrapper gives sim.bfp's
+    """All 65,536 codes in blocks of 16 (shuffled and in order): the wrapper gives lowbit.sim.bfp's
     result in stream order, NaN/Inf blocks carry the NaN code, subnormal-only blocks work."""
     rng = np.random.default_rng(3)
     for codes in (ALL_F16, rng.permutation(ALL_F16)):

@@ -1,16 +1,17 @@
-"""Quantiser gateware (hw.quantiser) against the golden model (sim.quantiser), bit for bit."""
+"""Quantiser gateware (lowbit.hw.quantiser) against the golden model (lowbit.sim.quantiser), bit
+for bit."""
 
 import numpy as np
 import pytest
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
 
-from hw.common import Rounding
-from hw.quantiser import Quantiser, QuantTarget
-from sim import quantiser as mq
-from sim.discrete import CodeBook
-from sim.harness import run_stream
-from sim.prng import Xoroshiro128aox
+from lowbit.hw.common import Rounding
+from lowbit.hw.quantiser import Quantiser, QuantTarget
+from lowbit.sim import quantiser as mq
+from lowbit.sim.discrete import CodeBook
+from lowbit.sim.harness import run_stream
+from lowbit.sim.prng import Xoroshiro128aox
 
 ROUND = {"nearest": Rounding.NEAREST_EVEN, "zero": Rounding.TOWARD_ZERO,
          "stochastic": Rounding.STOCHASTIC}

@@ -1,10 +1,10 @@
-"""Mixed-precision schedule and threshold controller (sim.schedule, seed 004)."""
+"""Mixed-precision schedule and threshold controller (lowbit.sim.schedule, seed 004)."""
 
 import numpy as np
 import pytest
 
-from sim import quantiser as mq
-from sim.schedule import (
+from lowbit.sim import quantiser as mq
+from lowbit.sim.schedule import (
     PrecisionSchedule,
     ThresholdController,
     Widths,

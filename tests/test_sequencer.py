@@ -1,8 +1,8 @@
-"""The layer sequencer (hw.sequencer) inside the accelerator top, through the byte link.
+"""The layer sequencer (lowbit.hw.sequencer) inside the accelerator top, through the byte link.
 
-Programs are ``sim.program.assemble`` bytes written with MEM_WRITE and run with RUN; results
-are read back with MEM_READ and compared bit for bit with the golden models (sim.network,
-sim.quantiser, sim.lut, sim.grand, sim.prng).
+Programs are ``lowbit.sim.program.assemble`` bytes written with MEM_WRITE and run with RUN; results
+are read back with MEM_READ and compared bit for bit with the golden models (lowbit.sim.network,
+lowbit.sim.quantiser, lowbit.sim.lut, lowbit.sim.grand, lowbit.sim.prng).
 """
 
 import struct
@@ -10,13 +10,13 @@ import struct
 import numpy as np
 import pytest
 
-from hw.sequencer import DISCRETE_ACC_WIDTH, RAND_BITS, Sequencer
-from hw.top import Accelerator
-from sim import link as L
-from sim.discrete import CodeBook
-from sim.grand import GrandModel
-from sim.lut import lookup
-from sim.network import (
+from lowbit.hw.sequencer import DISCRETE_ACC_WIDTH, RAND_BITS, Sequencer
+from lowbit.hw.top import Accelerator
+from lowbit.sim import link as L
+from lowbit.sim.discrete import CodeBook
+from lowbit.sim.grand import GrandModel
+from lowbit.sim.lut import lookup
+from lowbit.sim.network import (
     BFPDense,
     DiscreteDense,
     bfp_dense,
@@ -24,11 +24,11 @@ from sim.network import (
     pack_elements,
     unpack_elements,
 )
-from sim.prng import Xoroshiro128aox, load_state
-from sim.program import Instruction as I
-from sim.program import assemble
-from sim.quantiser import decode_f16, quantise_bfp, quantise_int8
-from sim.transport import SimulatedSerial
+from lowbit.sim.prng import Xoroshiro128aox, load_state
+from lowbit.sim.program import Instruction as I
+from lowbit.sim.program import assemble
+from lowbit.sim.quantiser import decode_f16, quantise_bfp, quantise_int8
+from lowbit.sim.transport import SimulatedSerial
 
 N, B = 4, 4
 BASE = dict(scratch_bytes=2048, frame_bytes=512, timeout_bits=20, sequencer=True,
@@ -139,7 +139,7 @@ PROG, WSRC, XA, BA, YA, ZA = 0, 128, 320, 400, 480, 560
     (False, "fixed", "zero"),
 ])
 def test_matvec(dev, bias, exp_mode, rounding):
-    """MATVEC of a 10 x 12 layer (3 tiles, R not a multiple of N) against sim.network."""
+    """MATVEC of a 10 x 12 layer (3 tiles, R not a multiple of N) against lowbit.sim.network."""
     rng = np.random.default_rng(hash((bias, exp_mode, rounding)) & 0xFFFF)
     rows, cols = 10, 12
     layer = random_layer(rng, rows, cols, bias=bias, exp_mode=exp_mode, rounding=rounding,
@@ -173,7 +173,7 @@ def f16_codes(values):
 
 
 def test_two_layer_network(dev):
-    """QUANT (f16) -> MATVEC+bias -> LUT -> MATVEC+bias from one program, vs sim.network."""
+    """QUANT (f16) -> MATVEC+bias -> LUT -> MATVEC+bias from one program, vs lowbit.sim.network."""
     rng = np.random.default_rng(7)
     k1, r1, r2 = 8, 8, 6
     x = rng.normal(0, 2, k1)
@@ -476,7 +476,7 @@ def random_instruction(rng, words, depth):
 ])
 def test_random_programs_vs_device_model(seed, trials):
     """Random programs on random data: status, pc, executed and the whole scratchpad equal
-    sim.link.DeviceModel's (the host engineer's interpreter, sim.program.Machine)."""
+    lowbit.sim.link.DeviceModel's (the host engineer's interpreter, lowbit.sim.program.Machine)."""
     dev = Device()
     model = L.DeviceModel(**dev.params)
     rng = np.random.default_rng(seed)
@@ -541,8 +541,8 @@ def test_matvec_predicted_selector_matches_model_across_tiles_and_runs():
     """EXP_SELECT 2: the column's predicted exponent selector, its history carried across the
     tiles of a RUN (a scale jump resets it) and cleared when the next RUN starts; the real top
     equals the model on every output word."""
-    from boards.driver import Accelerator as Driver
-    from sim.program import config
+    from lowbit.boards.driver import Accelerator as Driver
+    from lowbit.sim.program import config
     params = dict(sequencer=True, scratch_bytes=2048, frame_bytes=256, matrix_lanes=4, block=4,
                   max_blocks=4, weight_depth=64, timeout_bits=20)
     rng = np.random.default_rng(5)
@@ -580,12 +580,13 @@ def test_matvec_predicted_selector_matches_model_across_tiles_and_runs():
     assert not np.array_equal(ref.read_mem(800, 2 * 4 * tiles), outs[1][0])
 
 
-# -- the iCEBreaker's BFP profile (boards.profiles "icebreaker"): the column's area options --
+# -- the iCEBreaker's BFP profile (lowbit.boards.profiles "icebreaker"): the column's area options
+# --
 
 def _icebreaker_design():
-    """The sim.program.Design of the iCEBreaker profile's top."""
-    from boards.profiles import get_board
-    from sim.program import Design
+    """The lowbit.sim.program.Design of the iCEBreaker profile's top."""
+    from lowbit.boards.profiles import get_board
+    from lowbit.sim.program import Design
     t = get_board("icebreaker").top
     return Design(matrix_lanes=t["matrix_lanes"], block=t["block"], max_blocks=t["max_blocks"],
                   weight_depth=t["weight_depth"], scratch_bytes=t["scratch_bytes"],
@@ -595,14 +596,14 @@ def _icebreaker_design():
 
 @pytest.fixture(scope="module")
 def icebreaker():
-    from boards.profiles import get_board
+    from lowbit.boards.profiles import get_board
     return Device(**get_board("icebreaker").top)
 
 
 def test_icebreaker_profile_options():
     """The profile carries the BFP column with every area option, no discrete unit and no
     rounding PRNG; the Design the model runs knows the two it must (stochastic, predictor)."""
-    from boards.profiles import get_board
+    from lowbit.boards.profiles import get_board
     t = get_board("icebreaker").top
     assert t["bfp"] and not t["discrete"] and not t["quantiser"] and t["matrix_lanes"] == 4
     seq = Sequencer(**Accelerator(**t).sequencer_params())
@@ -613,7 +614,7 @@ def test_icebreaker_profile_options():
     for name in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram", "bfp_pipelined"):
         with pytest.raises(TypeError, match=f"{name} must be a bool, not 1"):
             Sequencer(**{name: 1})
-    from sim.program import Design, NetworkLayout
+    from lowbit.sim.program import Design, NetworkLayout
     for name in ("bfp_stochastic", "bfp_predictor"):
         with pytest.raises(TypeError, match=f"{name} must be a bool, not 1"):
             Design(**{name: 1})
@@ -648,8 +649,8 @@ def _run_both(dev, machine, program, at, words, regs):
 
 def test_icebreaker_matvec_equals_machine(icebreaker):
     """One layer program (LOADW, MATVEC with bias and the max selector, LUT, MATVEC with a fixed
-    exponent) on the iCEBreaker's top equals sim.program.Machine word for word."""
-    from sim.program import Machine
+    exponent) on the iCEBreaker's top equals lowbit.sim.program.Machine word for word."""
+    from lowbit.sim.program import Machine
     dev, machine = icebreaker, Machine(_icebreaker_design())
     rng = np.random.default_rng(44)
     b, n = 16, 4
@@ -692,7 +693,7 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
 def test_icebreaker_rejects_what_it_lacks(icebreaker, regs, program):
     """A MATVEC needing a left-out option fails with BAD_OPCODE before anything happens (as the
     Machine says), even with a count that is also bad; ROUNDING 3 (nearest) still runs."""
-    from sim.program import Machine
+    from lowbit.sim.program import Machine
     dev, machine = icebreaker, Machine(_icebreaker_design())
     ins = {"matvec": I.matvec(3000, 3200, 0, 0, 1), "dmatvec": I.dmatvec(3000, 3200, 0, 4, 1),
            "quant": I.quant(3000, 3200, 16)}[program]
@@ -713,9 +714,9 @@ def test_icebreaker_rejects_what_it_lacks(icebreaker, regs, program):
 
 
 def _digits(images, build_dir, simulator="amaranth"):
-    from boards import demo
-    from boards.driver import Accelerator as Driver
-    from boards.profiles import get_board
+    from lowbit.boards import demo
+    from lowbit.boards.driver import Accelerator as Driver
+    from lowbit.boards.profiles import get_board
     acc = Driver.simulated(simulator=simulator, **get_board("icebreaker").top)
     try:
         return demo.run_digits("bfp", simulator=simulator, images=images, board="icebreaker",
@@ -738,7 +739,8 @@ def test_icebreaker_runs_the_digits_demo(tmp_path):
 
 def test_matvec_weight_range_by_multiplication():
     """Without the discrete unit MATVEC checks ``entry + T·nb·B <= weight_depth`` with one
-    multiplication: the boundary cases and huge tile counts answer as sim.link.DeviceModel."""
+    multiplication: the boundary cases and huge tile counts answer as
+    lowbit.sim.link.DeviceModel."""
     params = {**BASE, "discrete": False, "quantiser": False}
     dev, model = Device(discrete=False, quantiser=False), L.DeviceModel(**params)
     depth = BASE["weight_depth"]

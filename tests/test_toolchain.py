@@ -7,7 +7,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from boards.toolchain import TOOL_DEFAULTS, OOCWrapper, implement, setup_toolchain_env
+from lowbit.boards.toolchain import TOOL_DEFAULTS, OOCWrapper, implement, setup_toolchain_env
 
 
 class _Mul(wiring.Component):
@@ -88,7 +88,7 @@ def test_implement_without_dsp_uses_luts():
 def test_implement_on_ecp5_falls_back_to_the_classic_abc_mapping(monkeypatch):
     """When Yosys's abc9 mapping fails on ECP5 (Yosys 0.70 asserts on some netlists), the same
     flow runs again with the classic ABC LUT mapping, and the result says so."""
-    import boards.toolchain as tc
+    import lowbit.boards.toolchain as tc
 
     real_run = tc._run
     scripts = []

@@ -9,10 +9,10 @@ import random
 import pytest
 from amaranth.back import rtlil
 
-from hw.registry import build_block
-from hw.top import Accelerator, RegisterHandler, Scratchpad
-from sim import link as L
-from sim.transport import SimulatedSerial
+from lowbit.hw.registry import build_block
+from lowbit.hw.top import Accelerator, RegisterHandler, Scratchpad
+from lowbit.sim import link as L
+from lowbit.sim.transport import SimulatedSerial
 
 SCRATCH = 256
 FRAME = 64
@@ -171,7 +171,7 @@ def test_every_opcode_matches_model():
 def test_identification_registers_match_model(board):
     """Every read-only register of the top built with a board profile's parameters reads the
     model's value; ID_MATRIX / ID_ENGINE decode to the profile's generator parameters."""
-    from boards.profiles import get_board
+    from lowbit.boards.profiles import get_board
     top = dict(get_board(board).top)
     port = SimulatedSerial(level="byte", **top)
     model = L.DeviceModel(**top)
@@ -186,7 +186,7 @@ def test_identification_registers_match_model(board):
     for name in ("matrix_lanes", "block", "max_blocks", "weight_depth", "lut_tables",
                  "code_bits", "bfp_stochastic", "bfp_predictor"):
         assert params[name] == top.get(name, L.DESIGN_PARAMS[name]), name
-    from sim.grand import MODES
+    from lowbit.sim.grand import MODES
     assert params["grand_modes"] == tuple(m for m in MODES if m in top.get("grand_modes", MODES))
     assert values["ID_MATRIX"] == L.design_registers(**port.top.design_params())["ID_MATRIX"]
 

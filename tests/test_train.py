@@ -1,15 +1,15 @@
-"""Training of the digits MLP with the accelerator's arithmetic (sim.train, issue #11)."""
+"""Training of the digits MLP with the accelerator's arithmetic (lowbit.sim.train, issue #11)."""
 
 import numpy as np
 import pytest
 
-from sim.bfp_column import ColumnModel
-from sim.discrete import CodeBook, SMFormat, weight_grad
-from sim.grand import GrandModel
-from sim.network import DiscreteDense, discrete_dense
-from sim.prng import Xoroshiro128aox, load_state
-from sim.schedule import PrecisionSchedule, ThresholdController, Widths
-from sim.train import (
+from lowbit.sim.bfp_column import ColumnModel
+from lowbit.sim.discrete import CodeBook, SMFormat, weight_grad
+from lowbit.sim.grand import GrandModel
+from lowbit.sim.network import DiscreteDense, discrete_dense
+from lowbit.sim.prng import Xoroshiro128aox, load_state
+from lowbit.sim.schedule import PrecisionSchedule, ThresholdController, Widths
+from lowbit.sim.train import (
     VARIANTS,
     DeviceBackend,
     FixedPolicy,
@@ -243,7 +243,7 @@ def test_stochastic_variant_draws_the_rounding_prng(small):
 
 
 def _is_bfp(x, width, block):
-    from sim.bfp import dequantise, quantise
+    from lowbit.sim.bfp import dequantise, quantise
     x = np.asarray(x, np.float64).reshape(-1, block)
     m, e = quantise(x, block=block, width=width)
     return np.array_equal(dequantise(m, e).reshape(x.shape), x)
@@ -292,7 +292,7 @@ def test_bfp4_variants_differ_only_in_rounding():
 
 
 def test_bfp4_initial_weights_are_the_same_for_both_roundings(small):
-    from sim.bfp import dequantise, quantise
+    from lowbit.sim.bfp import dequantise, quantise
     a = Trainer(variant_config("bfp4-nearest", hidden=(16,)), GoldenBackend(), data=small)
     b = Trainer(variant_config("bfp4-stochastic", hidden=(16,)), GoldenBackend(), data=small)
     f = Trainer(variant_config("float64", hidden=(16,)), data=small)
@@ -311,7 +311,7 @@ def test_small_updates_lost_by_nearest_kept_by_stochastic(fraction, steps, small
     nearest-rounded weight unchanged, while stochastic rounding moves the weights by the sum
     of the updates in expectation (mean over the ~500 elements with mantissa 1..3, which can
     grow by a few ulps without saturating or changing their block's exponent)."""
-    from sim.bfp import quantise
+    from lowbit.sim.bfp import quantise
     moved = {}
     for variant in ("bfp4-nearest", "bfp4-stochastic"):
         tr = Trainer(variant_config(variant, hidden=(16,), momentum=0.0, lr=0.5),
@@ -470,10 +470,11 @@ def test_device_backend_needs_the_product_api():
 
 
 def _model_accelerator():
-    from boards.driver import Accelerator
+    from lowbit.boards.driver import Accelerator
     if not hasattr(Accelerator, "model") or not hasattr(Accelerator, "bfp_matvec"):
-        pytest.skip("boards.driver.Accelerator.model() / bfp_matvec() not there yet (the host "
-                    "engineer's numpy API); DeviceBackend is checked on a reference device")
+        pytest.skip("lowbit.boards.driver.Accelerator.model() / bfp_matvec() not there yet "
+                    "(the host engineer's numpy API); DeviceBackend is checked on a reference "
+                    "device")
     return Accelerator.model(sequencer=True)
 
 
@@ -497,10 +498,10 @@ def test_model_transport_steps_equal_golden(variant, small):
 @pytest.mark.slow
 def test_simulated_top_step_equals_golden(small):
     """One stochastic BFP-4 training step (130 column products) on the compiled top."""
-    from boards.demo import connect, cxxrtl_available
-    from boards.driver import Accelerator
+    from lowbit.boards.demo import connect, cxxrtl_available
+    from lowbit.boards.driver import Accelerator
     if not hasattr(Accelerator, "bfp_matvec"):
-        pytest.skip("boards.driver.Accelerator.bfp_matvec() not there yet")
+        pytest.skip("lowbit.boards.driver.Accelerator.bfp_matvec() not there yet")
     if not cxxrtl_available():
         pytest.skip("no C++ compiler for the CXXRTL top (Amaranth's simulator is too slow for "
                     "a training step)")
@@ -522,7 +523,7 @@ def test_simulated_top_step_equals_golden(small):
 def _cli(argv):
     import argparse
 
-    from boards.train import add_parser
+    from lowbit.boards.train import add_parser
     parser = argparse.ArgumentParser()
     add_parser(parser.add_subparsers())
     args = parser.parse_args(argv)
@@ -540,9 +541,9 @@ def test_cli_golden(capsys):
 
 
 def test_cli_model_is_checked_against_golden(capsys):
-    from boards.driver import Accelerator
+    from lowbit.boards.driver import Accelerator
     if not hasattr(Accelerator, "model"):
-        pytest.skip("boards.driver.Accelerator.model() not there yet")
+        pytest.skip("lowbit.boards.driver.Accelerator.model() not there yet")
     assert _cli(["train", "digits", "--backend", "model", "--variant", "mixed", "--epochs",
                  "2", "--steps", "1", "--hidden", "16", "--batch", "16"]) == 0
     err = capsys.readouterr().err

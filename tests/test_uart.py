@@ -8,9 +8,9 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hw.registry import build_block
-from hw.uart import UART, UARTReceiver, UARTTransmitter, uart_divisor
-from sim.harness import run_stream
+from lowbit.hw.registry import build_block
+from lowbit.hw.uart import UART, UARTReceiver, UARTTransmitter, uart_divisor
+from lowbit.sim.harness import run_stream
 
 
 @pytest.mark.parametrize("args, exc, msg", [

@@ -1,12 +1,14 @@
 """Pytest side of the cocotb tests: generate a block's Verilog and run a cocotb bench on it.
 
 The Verilog is produced exactly as ``lowbit verilog BLOCK`` produces it
-(:func:`hw.registry.build_block` + ``amaranth.back.verilog.convert(..., name=f"lowbit_{block}")``),
+(:func:`lowbit.hw.registry.build_block` + ``amaranth.back.verilog.convert(...,
+name=f"lowbit_{block}")``),
 then compiled by Icarus Verilog and driven by a cocotb test module from this directory. Vectors
 travel to the bench as a JSON file (``LOWBIT_VECTORS``), already packed into the integers the
 flattened Verilog ports carry, so the benches need neither Amaranth nor the golden models.
 
-Adding a stream block is a vector generator in :mod:`sim.vectors` plus one :func:`stream_spec`
+Adding a stream block is a vector generator in :mod:`lowbit.sim.vectors` plus one
+:func:`stream_spec`
 call in ``tests/test_cocotb.py``; it runs on the generic bench ``tb_stream``.
 """
 
@@ -19,7 +21,7 @@ from amaranth.back import verilog
 from amaranth.hdl import Shape
 from amaranth.lib import data, wiring
 
-from hw.registry import build_block
+from lowbit.hw.registry import build_block
 
 __all__ = ["missing_tools", "generate_verilog", "port_inits", "pack", "stream_spec",
            "run_bench"]

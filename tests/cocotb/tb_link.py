@@ -4,7 +4,7 @@ The bench plays both neighbours of the link: the host on ``i`` / ``o`` (random v
 back-pressure) and, on the flattened ``command__*`` ports, a PING handler that accepts each
 command, reads all its payload bytes from ``arg``, answers ``OK`` with the same length on
 ``resp`` and returns the bytes on ``data``. Each event's reply is compared byte for byte with
-:class:`sim.link.DeviceModel`'s; an event that expects no reply must produce none.
+:class:`lowbit.sim.link.DeviceModel`'s; an event that expects no reply must produce none.
 """
 
 import cocotb

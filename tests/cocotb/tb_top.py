@@ -3,7 +3,7 @@
 The bench is the host: it encodes nothing itself, it sends the request bytes of each event as
 real 8N1 frames on ``rx`` at the top's bit period (start bit, 8 data bits LSB first, stop bit),
 decodes ``tx`` with its own receiver (falling edge, then mid-bit samples) and compares the reply
-bytes with :class:`sim.link.DeviceModel`'s, byte for byte. The host is stop-and-wait like the
+bytes with :class:`lowbit.sim.link.DeviceModel`'s, byte for byte. The host is stop-and-wait like the
 driver: it sends the next request only after the reply to the previous one has arrived.
 """
 

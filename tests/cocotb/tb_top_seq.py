@@ -1,9 +1,9 @@
 """cocotb bench of ``lowbit_top`` built with the layer sequencer, through its UART pins.
 
 The bench is the host, as in ``tb_top``: it sends the request bytes of each event
-(:func:`sim.vectors.top_seq_vectors`: MEM_WRITE of a layer, a LUT table and programs, RUN,
+(:func:`lowbit.sim.vectors.top_seq_vectors`: MEM_WRITE of a layer, a LUT table and programs, RUN,
 MEM_READ of the results) as 8N1 frames on ``rx``, stop-and-wait, and decodes ``tx``. Replies are
-compared with :class:`sim.link.DeviceModel`'s byte for byte, except for ``RUN`` replies: the
+compared with :class:`lowbit.sim.link.DeviceModel`'s byte for byte, except for ``RUN`` replies: the
 model reports ``cycles = 0``, so there only the header, status, ``pc`` and ``executed`` (the
 first 12 bytes) and the length are compared. Every received reply is written to
 ``received.json`` next to the vectors, where the pytest side checks the ``RUN`` replies' CRC and

@@ -36,18 +36,18 @@ from amaranth.hdl import (
 )
 from amaranth.lib import data, wiring
 
-import hw.engines
-from hw.bfp import BFPColumn
-from hw.discrete import DiscreteUnit
-from hw.engines import GrandHandler, LUTHandler
-from hw.floatmac import FloatMAC
-from hw.grand import GrandUnit, sample_layout
-from hw.link import HostLink, PingHandler
-from hw.lut import TransferLUT
-from hw.quantiser import Quantiser
-from hw.top import MemoryHandler, Scratchpad
-from hw.uart import UARTReceiver
-from sim.link import Opcode, Status
+import lowbit.hw.engines
+from lowbit.hw.bfp import BFPColumn
+from lowbit.hw.discrete import DiscreteUnit
+from lowbit.hw.engines import GrandHandler, LUTHandler
+from lowbit.hw.floatmac import FloatMAC
+from lowbit.hw.grand import GrandUnit, sample_layout
+from lowbit.hw.link import HostLink, PingHandler
+from lowbit.hw.lut import TransferLUT
+from lowbit.hw.quantiser import Quantiser
+from lowbit.hw.top import MemoryHandler, Scratchpad
+from lowbit.hw.uart import UARTReceiver
+from lowbit.sim.link import Opcode, Status
 
 __all__ = ["PROOFS", "Proof", "stream_rules", "assume_stream_rules", "free_ports"]
 
@@ -378,7 +378,7 @@ FloatMacStreams = functools.partial(_OutputStream, functools.partial(
 
 
 class _HandlerContract:
-    """The :class:`hw.link.CommandSignature` contract seen from the link, as assertions on a
+    """The :class:`lowbit.hw.link.CommandSignature` contract seen from the link, as assertions on a
     handler's ``command`` interface, with an environment (the link) that obeys it (assumed).
 
     Environment: ``cmd`` and ``arg`` obey the stream rules, and ``arg`` offers at most the
@@ -386,7 +386,7 @@ class _HandlerContract:
     it and exactly ``resp.length`` bytes of it before the next command is taken, stream rules
     on ``resp`` and ``data``.
 
-    ``seq_en`` (the layer sequencer owns the engine, ``hw.top``: ``seq_en = sequencer.busy``)
+    ``seq_en`` (the layer sequencer owns the engine, ``lowbit.hw.top``: ``seq_en = sequencer.busy``)
     is high only between commands: the sequencer runs inside the host's ``RUN`` command, which
     another handler answers, and the host is stop-and-wait.
 
@@ -434,7 +434,7 @@ class _HandlerContract:
 
 
 class _FreeGrand(GrandUnit):
-    """A :class:`hw.grand.GrandUnit` stand-in (same signature) whose ``o`` is driven by free
+    """A :class:`lowbit.hw.grand.GrandUnit` stand-in (same signature) whose ``o`` is driven by free
     harness inputs: it may offer any sample at any time, so a property proved with it holds for
     every behaviour of the real unit."""
 
@@ -449,14 +449,14 @@ class _FreeGrand(GrandUnit):
 
 
 class _AbstractGrandHandler(GrandHandler):
-    """A :class:`hw.engines.GrandHandler` elaborated around :class:`_FreeGrand`."""
+    """A :class:`lowbit.hw.engines.GrandHandler` elaborated around :class:`_FreeGrand`."""
 
     def __init__(self, *, lanes, frame_bytes, free_valid, free_payload):
         super().__init__(lanes=lanes, frame_bytes=frame_bytes)
         self.unit = _FreeGrand(lanes=lanes, free_valid=free_valid, free_payload=free_payload)
 
     def elaborate(self, platform):
-        with mock.patch.object(hw.engines, "GrandUnit", lambda **kwargs: self.unit):
+        with mock.patch.object(lowbit.hw.engines, "GrandUnit", lambda **kwargs: self.unit):
             m = super().elaborate(platform)
         assert m.submodules.grand is self.unit
         return m
@@ -532,7 +532,7 @@ class GrandSampleBuffer(Elaboratable):
 
 
 class _FreeLUT(TransferLUT):
-    """A :class:`hw.lut.TransferLUT` stand-in (same signature, byte tables only) whose lookup
+    """A :class:`lowbit.hw.lut.TransferLUT` stand-in (same signature, byte tables only) whose lookup
     handshakes are free harness inputs: ``i.ready`` and ``o.valid`` at any time (the results
     are zeros; their values never steer the handler). ``i_write`` is always ready, as in the
     real engine."""
@@ -549,14 +549,14 @@ class _FreeLUT(TransferLUT):
 
 
 class _AbstractLUTHandler(LUTHandler):
-    """A :class:`hw.engines.LUTHandler` elaborated around :class:`_FreeLUT`."""
+    """A :class:`lowbit.hw.engines.LUTHandler` elaborated around :class:`_FreeLUT`."""
 
     def __init__(self, *, lanes, tables, i_ready, o_valid):
         super().__init__(lanes=lanes, tables=tables)
         self.unit = _FreeLUT(lanes=lanes, tables=tables, i_ready=i_ready, o_valid=o_valid)
 
     def elaborate(self, platform):
-        with mock.patch.object(hw.engines, "TransferLUT", lambda **kwargs: self.unit):
+        with mock.patch.object(lowbit.hw.engines, "TransferLUT", lambda **kwargs: self.unit):
             m = super().elaborate(platform)
         assert m.submodules.lut is self.unit
         return m

@@ -59,7 +59,6 @@ def run_task(sby_file, timeout=900):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from properties import PROOFS
     for task in sys.argv[1:] or PROOFS:

@@ -1,0 +1,298 @@
+"""PE array of the BFP column (:class:`BFPLanes`): step 1 of its dataflow.
+
+Each beat takes one weight column ``M[:, j]`` (``N`` mantissas and ``N`` row exponents) from
+``i_w`` and the element ``x[j]`` (mantissa and block exponent) from ``i_x``, both in the same
+cycle. The products (``lowbit.hw.mult``, registered) are summed exactly per block; on the last
+beat of each block the ``N`` block sums and the exponent sums ``e3 = eM + ex`` (taken from that
+beat) move into a drain register, which is shifted out one lane per cycle into the combiner
+(:mod:`lowbit.hw.bfp.combiner`).
+"""
+
+from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from lowbit.hw.bfp.shared import _GROUP, _clog2, _elem_layout, _groups
+from lowbit.hw.mult import MultiplierArray
+
+__all__ = ["BFPLanes"]
+
+
+class BFPLanes(wiring.Component):
+    """The PE array: multipliers, exact per-block sums, exponent adders and the drain register.
+
+    Parameters
+    ----------
+    lanes, block, width, exp_bits, mult, sim_model, pipelined
+        As for :class:`BFPColumn` (``pipelined=False``: no fabric register R after the
+        multipliers).
+
+    Members
+    -------
+    i_w : In(stream.Signature(StructLayout({"m": Array(signed(W), N), "e": Array(signed(E), N)})))
+    i_x : In(stream.Signature(StructLayout({"m": signed(W), "e": signed(E)})))
+    head : Out(StructLayout({"p": signed(PW), "e": signed(E + 1), "nan": 1}))
+        The drain's head lane (valid while ``count > 0``).
+    count : Out(range(N + 1))
+        Lanes left in the drain.
+    nonempty : Out(1)
+        ``count != 0``, as a register.
+    pop : In(1)
+        Shift the drain by one lane this cycle (only while ``count > 0``). Once a pass has
+        started, the owner pops one lane every cycle until the drain is empty.
+    pop_groups : In(ceil(N / 4))
+        ``pipelined`` only: copies of ``pop`` (each a separate flip-flop in the owner), one per
+        group of four lanes, which shift that group's drain registers.
+    loading : Out(1)
+        ``pipelined`` only: a block moves into the drain this cycle (``count`` becomes ``N``).
+    last_one : Out(1)
+        ``pipelined`` only: ``count == 1``.
+
+    With ``pipelined``, the wide enables (the stall ``hold``, the accumulators' enable, the
+    drain's load) are flip-flops computed a cycle ahead, one copy per group of four lanes (each
+    copy's next state reads its own output, so synthesis does not merge the copies), except,
+    on iCE40 styles, the accumulators' enable: one copy for all lanes, a global network after
+    placement (with ``"mult18x18d"`` each group's copy). The vector's NaN test is kept once per
+    group too and ORed into each lane's at the drain's load.
+    """
+
+    def __init__(self, *, lanes, block, width, exp_bits, mult, sim_model, pipelined=True):
+        self._lanes, self._block, self._width, self._exp_bits = lanes, block, width, exp_bits
+        self._pipelined = pipelined
+        self._pw = 2 * width + _clog2(block)
+        self._mult = MultiplierArray(lanes=lanes, width=width, style=mult, sim_model=sim_model)
+        self._mult_style = mult
+        super().__init__({
+            "i_w": In(stream.Signature(data.StructLayout({
+                "m": data.ArrayLayout(signed(width), lanes),
+                "e": data.ArrayLayout(signed(exp_bits), lanes)}))),
+            "i_x": In(stream.Signature(_elem_layout(width, exp_bits))),
+            "head": Out(data.StructLayout({"p": signed(self._pw), "e": signed(exp_bits + 1),
+                                           "nan": 1})),
+            "count": Out(range(lanes + 1)),
+            "nonempty": Out(1),
+            "pop": In(1),
+            **({"pop_groups": In(_groups(lanes)), "loading": Out(1), "last_one": Out(1)}
+               if pipelined else {}),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n, pw, eb = self._lanes, self._pw, self._exp_bits
+        nan_code = -(1 << (eb - 1))
+        m.submodules.mult = mult = self._mult
+
+        hold = Signal()
+        fire = Signal()
+        m.d.comb += [
+            fire.eq(self.i_w.valid & self.i_x.valid & ~hold),
+            self.i_w.ready.eq(self.i_x.valid & ~hold),
+            self.i_x.ready.eq(self.i_w.valid & ~hold),
+            mult.en.eq(fire),
+        ]
+        for i in range(n):
+            m.d.comb += [mult.a[i].eq(self.i_w.payload.m[i]), mult.b[i].eq(self.i_x.payload.m)]
+
+        if self._pipelined:
+            self._elaborate_pipelined(m, fire, hold)
+            return m
+        # Stage M: the multipliers' product registers, with the exponent adders beside them.
+        beat = Signal(range(self._block))
+        m_valid = Signal()
+        m_last = Signal()
+        m_e3 = [Signal(signed(eb + 1), name=f"m_e3_{i}") for i in range(n)]
+        m_nan = [Signal(name=f"m_nan_{i}") for i in range(n)]
+        with m.If(~hold):
+            m.d.sync += [m_valid.eq(fire), m_last.eq(fire & (beat == self._block - 1))]
+        with m.If(fire):
+            m.d.sync += beat.eq(Mux(beat == self._block - 1, 0, beat + 1))
+            x_nan = self.i_x.payload.e == nan_code
+            for i in range(n):
+                we = self.i_w.payload.e[i]
+                m.d.sync += [m_e3[i].eq(we + self.i_x.payload.e),
+                             m_nan[i].eq(x_nan | (we == nan_code))]
+        # Stage R: a fabric register after the hard multipliers (their outputs route slowly);
+        # without pipelining, stage M itself.
+        p_valid = Signal()
+        p_last = Signal()
+        prod = [Signal(signed(2 * self._width), name=f"prod{i}") for i in range(n)]
+        e3 = [Signal(signed(eb + 1), name=f"e3_{i}") for i in range(n)]
+        nan = [Signal(name=f"nan_{i}") for i in range(n)]
+        stage_r = [p_valid.eq(m_valid), p_last.eq(m_last)]
+        for i in range(n):
+            stage_r += [prod[i].eq(mult.p[i]), e3[i].eq(m_e3[i]), nan[i].eq(m_nan[i])]
+        if self._pipelined:
+            with m.If(~hold):
+                m.d.sync += stage_r
+        else:
+            m.d.comb += stage_r
+
+        # The drain: N lanes of (block sum, e3, nan), shifted out towards lane 0.
+        d_p = [Signal(signed(pw), name=f"d_p{i}") for i in range(n)]
+        d_e = [Signal(signed(eb + 1), name=f"d_e{i}") for i in range(n)]
+        d_nan = [Signal(name=f"d_nan{i}") for i in range(n)]
+        acc = [Signal(signed(pw), name=f"acc{i}") for i in range(n)]
+        can_load = Signal()
+        m.d.comb += [
+            self.head.p.eq(d_p[0]), self.head.e.eq(d_e[0]), self.head.nan.eq(d_nan[0]),
+        ]
+        # A block may load while count <= 1 (count == 1 only happens mid-pass, when the last
+        # lane is popped this cycle). Kept as a register: it gates the whole PE pipeline.
+        low = Signal(init=1)
+        m.d.comb += can_load.eq(low)
+        # `hold` (= p_valid & p_last & ~low) is computed one cycle ahead into a register: it
+        # fans out to every PE register's enable.
+        hold_r = Signal()
+        low_next = Signal()
+        m.d.comb += [
+            low_next.eq(low),
+            hold.eq(hold_r),
+        ]
+        with m.If(self.pop & self.nonempty):
+            m.d.comb += low_next.eq(self.count <= 2)
+        with m.If(p_valid & ~hold & p_last):
+            m.d.comb += low_next.eq(n <= 1)
+        # Next cycle the last stage holds a block's last beat: it does now (held), or the stage
+        # before moves one in.
+        if self._pipelined:
+            m.d.sync += hold_r.eq((hold | (m_valid & m_last)) & ~low_next)
+        else:
+            m.d.sync += hold_r.eq((hold | (fire & (beat == self._block - 1))) & ~low_next)
+        with m.If(self.pop & self.nonempty):
+            m.d.sync += [self.count.eq(self.count - 1), self.nonempty.eq(self.count != 1),
+                         low.eq(self.count <= 2)]
+            for i in range(n - 1):
+                m.d.sync += [d_p[i].eq(d_p[i + 1]), d_e[i].eq(d_e[i + 1]),
+                             d_nan[i].eq(d_nan[i + 1])]
+        with m.If(p_valid & ~hold):
+            with m.If(p_last):
+                m.d.sync += [self.count.eq(n), self.nonempty.eq(1), low.eq(n <= 1)]
+                for i in range(n):
+                    m.d.sync += [d_p[i].eq(acc[i] + prod[i]), d_e[i].eq(e3[i]),
+                                 d_nan[i].eq(nan[i]), acc[i].eq(0)]
+            with m.Else():
+                for i in range(n):
+                    m.d.sync += acc[i].eq(acc[i] + prod[i])
+        return m
+
+    def _elaborate_pipelined(self, m, fire, hold):
+        n, pw, eb, w = self._lanes, self._pw, self._exp_bits, self._width
+        nan_code = -(1 << (eb - 1))
+        mult = self._mult
+        ng = _groups(n)
+        grp = [i // _GROUP for i in range(n)]
+
+        # Stage M: the multipliers' product registers, with the exponent adders beside them.
+        beat = Signal(range(self._block))
+        m_valid = Signal()
+        m_last = Signal()
+        m_e3 = [Signal(signed(eb + 1), name=f"m_e3_{i}") for i in range(n)]
+        m_nan = [Signal(name=f"m_nan_{i}") for i in range(n)]
+        # The control copies, per group g, all next-state registers: pv / pl (stage R holds a
+        # beat / a block's last beat), full (the accumulators hold a whole block sum), z (the
+        # next beat starts a sum), hold (the stall: full while the drain is busy), en (stage R
+        # moves into the accumulators) and load (the accumulators move into the drain). Copy 0
+        # of en and z drives every accumulator (see below).
+        ctl = {nm: [Signal(name=f"{nm}_g{g}", init=nm == "z") for g in range(ng)]
+               for nm in ("pv", "pl", "full", "z", "hold", "en", "load")}
+        hold_g, en_g, load_g, z_g = ctl["hold"], ctl["en"], ctl["load"], ctl["z"]
+        beat_last = Signal()    # beat == B - 1, a register
+        with m.If(~hold):
+            m.d.sync += [m_valid.eq(fire), m_last.eq(fire & beat_last)]
+        with m.If(fire):
+            m.d.sync += [beat.eq(Mux(beat_last, 0, beat + 1)),
+                         beat_last.eq(beat == self._block - 2)]
+        # The exponent adders take only a block's last beat: the sums stay in stage M until
+        # the drain loads them, three cycles later at the earliest (the next last beat comes
+        # B beats later, and stage M is stalled while a block sum waits).
+        # While the next beat is a last one they take every cycle's inputs (the fired beat's
+        # come last: `beat_last` falls with the fire), so the enable is two flip-flops.
+        # The vector's NaN test is kept once per group of lanes and ORed in at the drain's
+        # load: one test of `i_x` fanned out to every lane was the 64-lane column's
+        # critical path.
+        x_nan = self.i_x.payload.e == nan_code
+        m_xnan = [Signal(name=f"m_xnan_g{g}") for g in range(ng)]
+        for g in range(ng):
+            with m.If(~hold_g[g] & beat_last):
+                m.d.sync += m_xnan[g].eq(x_nan)
+        for i in range(n):
+            with m.If(~hold_g[grp[i]] & beat_last):
+                we = self.i_w.payload.e[i]
+                m.d.sync += [m_e3[i].eq(we + self.i_x.payload.e), m_nan[i].eq(we == nan_code)]
+        # Stage R: a fabric register after the hard multipliers (their outputs route slowly).
+        prod = [Signal(signed(2 * w), name=f"prod{i}") for i in range(n)]
+        for i in range(n):
+            with m.If(~hold_g[grp[i]]):
+                m.d.sync += prod[i].eq(mult.p[i])
+        if self._block < 3:
+            # With B = 2 the next last beat reaches stage M before the drain loads: keep the
+            # exponent sums in stage R too.
+            r_e3 = [Signal(signed(eb + 1), name=f"r_e3_{i}") for i in range(n)]
+            r_nan = [Signal(name=f"r_nan_{i}") for i in range(n)]
+            r_xnan = [Signal(name=f"r_xnan_g{g}") for g in range(ng)]
+            for g in range(ng):
+                with m.If(~hold_g[g] & m_last):
+                    m.d.sync += r_xnan[g].eq(m_xnan[g])
+            for i in range(n):
+                with m.If(~hold_g[grp[i]] & m_last):
+                    m.d.sync += [r_e3[i].eq(m_e3[i]), r_nan[i].eq(m_nan[i])]
+            m_e3, m_nan, m_xnan = r_e3, r_nan, r_xnan
+
+        # The drain: N lanes of (block sum, e3, nan), shifted out towards lane 0.
+        d_p = [Signal(signed(pw), name=f"d_p{i}") for i in range(n)]
+        d_e = [Signal(signed(eb + 1), name=f"d_e{i}") for i in range(n)]
+        d_nan = [Signal(name=f"d_nan{i}") for i in range(n)]
+        acc = [Signal(signed(pw), name=f"acc{i}") for i in range(n)]
+        # The lanes left, also in thermometer code (bit i: count > i) for one-LUT tests.
+        therm = Signal(n)
+        m.d.comb += [
+            self.head.p.eq(d_p[0]), self.head.e.eq(d_e[0]), self.head.nan.eq(d_nan[0]),
+            hold.eq(hold_g[0]),
+            self.loading.eq(load_g[0]),
+            self.nonempty.eq(therm[0]),
+            self.last_one.eq(therm[0] & ~therm[1] if n > 1 else therm[0]),
+        ]
+        # A block may load while count <= 1 (count == 1 only happens mid-pass, when the last
+        # lane is popped this cycle). A pop implies count > 0.
+        low_next = Signal()
+        m.d.comb += low_next.eq(Mux(load_g[0], n <= 1,
+                                    Mux(self.pop, ~therm[2] if n > 2 else 1,
+                                        ~therm[1] if n > 1 else 1)))
+        with m.If(self.pop):
+            m.d.sync += therm.eq(therm >> 1)
+        with m.If(load_g[0]):
+            m.d.sync += therm.eq(-1)
+        # A whole block sum waits in the accumulators until the drain takes it; meanwhile
+        # stages M and R stall. Each copy's next state reads its own flip-flops.
+        for g in range(ng):
+            pv, pl, full, z, hold_c, en, load = (ctl[nm][g] for nm in
+                                                  ("pv", "pl", "full", "z", "hold", "en", "load"))
+            pv_n = Mux(hold_c, pv, m_valid)
+            full_n = Mux(en, pl, Mux(load, 0, full))
+            hold_n = full_n & ~low_next
+            m.d.sync += [
+                pv.eq(pv_n), pl.eq(Mux(hold_c, pl, m_last)), full.eq(full_n),
+                z.eq(Mux(en, pl, Mux(load, 1, z))),
+                hold_c.eq(hold_n), load.eq(full_n & low_next), en.eq(pv_n & ~hold_n),
+            ]
+        with m.If(self.pop):
+            m.d.sync += self.count.eq(self.count - 1)
+        with m.If(load_g[0]):
+            m.d.sync += self.count.eq(n)
+        for i in range(n):
+            g = grp[i]
+            if i < n - 1:
+                with m.If(self.pop_groups[g]):
+                    m.d.sync += [d_p[i].eq(d_p[i + 1]), d_e[i].eq(d_e[i + 1]),
+                                 d_nan[i].eq(d_nan[i + 1])]
+            with m.If(load_g[g]):
+                m.d.sync += [d_p[i].eq(acc[i]), d_e[i].eq(m_e3[i]),
+                             d_nan[i].eq(m_nan[i] | m_xnan[g])]
+            # iCE40: one enable for every accumulator. Its wide fan-out makes nextpnr put it
+            # on a global network, which keeps each accumulator's carry chain (LUTs of four
+            # inputs with their flip-flops) within a logic tile's 32 local inputs, so
+            # unsplit. ECP5 (MULT18X18D) has no such limit and nextpnr-ecp5 keeps the enable
+            # in general routing, where one copy for 64 lanes took 6-9 ns: a copy per group.
+            c = g if self._mult_style == "mult18x18d" else 0
+            with m.If(en_g[c]):
+                m.d.sync += acc[i].eq(Mux(z_g[c], prod[i], acc[i] + prod[i]))

@@ -1,0 +1,61 @@
+"""What the units of the BFP column share: the exponent-mode codes, widths and small helpers.
+
+:class:`ExpMode` (the ``cfg_exp_mode`` codes), :func:`column_widths` (the widths of the exact
+block sum and of the accumulator), the ``{m, e}`` element layout of the streams, and the helpers
+of the generators: ``ceil(log2(n))``, the groups of four lanes of the pipelined control copies
+and a log-depth leading-one detector.
+"""
+
+from amaranth.hdl import Cat, Const, Mux, Value, signed
+from amaranth.lib import data
+
+__all__ = ["ExpMode", "column_widths"]
+
+
+class ExpMode:
+    """Values of the ``cfg_exp_mode`` port (the golden model's ``exp_mode`` names).
+
+    Code 3 behaves as ``MAX``.
+    """
+    MAX = 0
+    FIXED = 1
+    PREDICTED = 2
+
+
+def _clog2(n):
+    return (n - 1).bit_length()
+
+
+#: Lanes per copy of the PE array's and drain's control flip-flops (pipelined).
+_GROUP = 4
+
+
+def _groups(lanes):
+    return (lanes + _GROUP - 1) // _GROUP
+
+
+def _leading_one(v):
+    """``(nonzero, index of the highest set bit)`` of ``v`` as a log-depth tree."""
+    v = Value.cast(v)
+    size = 1 << _clog2(len(v))
+    v = Cat(v, Const(0, size - len(v)))
+
+    def tree(bits):
+        if len(bits) == 1:
+            return bits[0], Const(0, 0)
+        half = len(bits) // 2
+        nz_hi, i_hi = tree(bits[half:])
+        nz_lo, i_lo = tree(bits[:half])
+        return nz_hi | nz_lo, Cat(Mux(nz_hi, i_hi, i_lo), nz_hi)
+
+    return tree(v)
+
+
+def column_widths(*, block, width, max_blocks, frac_bits):
+    """``(pw, aw)``: widths of the exact block sum and of the accumulator (as in the model)."""
+    pw = 2 * width + _clog2(block)
+    return pw, pw + frac_bits + _clog2(max_blocks + 2)
+
+
+def _elem_layout(width, exp_bits):
+    return data.StructLayout({"m": signed(width), "e": signed(exp_bits)})

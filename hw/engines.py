@@ -18,7 +18,7 @@ from lowbit.sim.link import Opcode, Status
 from .grand import GrandUnit
 from .link import CommandSignature, _check_int
 from .lut import TransferLUT
-from .sequencer import LUTPortSignature
+from .ports import LUTPortSignature
 from .uart import quiet_on_error
 
 __all__ = ["LUTHandler", "GrandHandler"]
@@ -51,7 +51,7 @@ class LUTHandler(wiring.Component):
     Members
     -------
     command : In(CommandSignature())
-    seq : In(lowbit.hw.sequencer.LUTPortSignature())
+    seq : In(lowbit.hw.ports.LUTPortSignature())
         One-code lookups of the sequencer.
     seq_en : In(1)
         The sequencer owns the engine.

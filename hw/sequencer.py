@@ -23,7 +23,7 @@ the stage waits).
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -36,60 +36,22 @@ from .common import check_int as _check_int
 from .discrete import CodeEntry, DiscreteOp, DiscreteUnit
 from .link import CommandSignature
 from .mult import MULT_STYLES
+from .ports import (
+    COLUMN_FRAC_BITS,
+    DISCRETE_ACC_WIDTH,
+    RAND_BITS,
+    SEQ_REGISTERS,
+    ConfigPortSignature,
+    LUTPortSignature,
+    ScratchPortSignature,
+)
 from .prng import Xoroshiro128aox
 from .quantiser import Quantiser, QuantTarget
 from .uart import quiet_on_error
 
-__all__ = ["Sequencer", "ConfigPortSignature", "LUTPortSignature", "SEQ_REGISTERS",
-           "COLUMN_FRAC_BITS", "RAND_BITS", "DISCRETE_ACC_WIDTH"]
+__all__ = ["Sequencer"]
 
-#: Fraction guard bits of the sequencer's BFP column (:class:`lowbit.sim.bfp_column.ColumnModel`).
-COLUMN_FRAC_BITS = 3
-#: Random bits per element of stochastic rounding (column and quantiser): the low bits of a
-#: rounding-PRNG word.
-RAND_BITS = 8
-#: Accumulator width of the discrete unit (:class:`lowbit.sim.network.DiscreteDense` ``acc_width``).
-DISCRETE_ACC_WIDTH = 16
-
-#: Read-write registers the sequencer reads (lower-case names of :data:`lowbit.sim.link.REGISTERS`).
-SEQ_REGISTERS = ("mant_width", "rounding", "exp_select", "fixed_exp", "quant_format",
-                 "code_width", "code_book0", "code_book1", "lut_select", "lut_exp", "disc_shift",
-                 "quant_shift", "quant_rule", "prng_seed0", "prng_seed1", "prng_seed2",
-                 "prng_seed3")
 _REG_WIDTH = {r.name.lower(): r.width for r in REGISTERS}
-
-
-class ConfigPortSignature(wiring.Signature):
-    """Second write port of the configuration registers, seen from the writer (CONFIG).
-
-    Members
-    -------
-    we : Out(1)
-        Write ``value`` to register ``index`` this cycle (ignored unless ``ok``).
-    index : Out(16)
-    value : Out(32)
-    ok : In(1)
-        ``index`` is a read-write register (combinational).
-    """
-
-    def __init__(self):
-        super().__init__({"we": Out(1), "index": Out(16), "value": Out(32), "ok": In(1)})
-
-
-class LUTPortSignature(wiring.Signature):
-    """One-element lookups in the shared transfer-LUT engine, seen from the user.
-
-    Members
-    -------
-    i : Out(stream.Signature(StructLayout({"table": 6, "code": 8})))
-    o : In(stream.Signature(8))
-    """
-
-    def __init__(self):
-        super().__init__({
-            "i": Out(stream.Signature(data.StructLayout({"table": 6, "code": 8}))),
-            "o": In(stream.Signature(8)),
-        })
 
 
 def _check_pow2(name, value, lo, hi):
@@ -163,17 +125,17 @@ class Sequencer(wiring.Component):
         The ``RUN`` row of the dispatcher.
     busy : Out(1)
         A program runs: the sequencer owns ``mem``, ``lut`` and ``grand``.
-    mem : Out(lowbit.hw.top.ScratchPortSignature(addr_width))
-    cfg : Out(ConfigPortSignature())
+    mem : Out(lowbit.hw.ports.ScratchPortSignature(addr_width))
+    cfg : Out(lowbit.hw.ports.ConfigPortSignature())
         CONFIG's register write port.
-    lut : Out(LUTPortSignature())
+    lut : Out(lowbit.hw.ports.LUTPortSignature())
     grand : In(stream.Signature(16))
         f16 grand samples in ``GRAND_SAMPLES`` order.
     prng_load : In(1)
         Load the rounding PRNG from ``prng_seed0..3`` (one cycle after ``PRNG_SEED3`` was
         written).
     <register> : In(width)
-        The registers of :data:`SEQ_REGISTERS`.
+        The registers of :data:`lowbit.hw.ports.SEQ_REGISTERS`.
     """
 
     @quiet_on_error
@@ -209,7 +171,6 @@ class Sequencer(wiring.Component):
                              f"not {mult!r}")
         self._mult = mult
         self._simulation = _check_bool("simulation", simulation)
-        from .top import ScratchPortSignature
         members = {
             "command": In(CommandSignature()),
             "busy": Out(1),

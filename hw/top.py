@@ -43,42 +43,22 @@ from lowbit.sim.link import (
 from .common import check_bool as _check_bool
 from .engines import GrandHandler, LUTHandler
 from .link import CommandSignature, Dispatcher, HostLink, PingHandler, _check_int
-from .sequencer import SEQ_REGISTERS, Sequencer
+from .ports import (
+    COLUMN_FRAC_BITS,
+    DISCRETE_ACC_WIDTH,
+    RAND_BITS,
+    SEQ_REGISTERS,
+    ConfigPortSignature,
+    ScratchPortSignature,
+)
+from .sequencer import Sequencer
 from .uart import UARTReceiver, UARTTransmitter, quiet_on_error, uart_divisor
 
-__all__ = ["Accelerator", "Scratchpad", "SPRAM256KA", "ScratchPortSignature", "IdentifyHandler",
-           "RegisterHandler", "MemoryHandler", "SPRAM_BYTES"]
+__all__ = ["Accelerator", "Scratchpad", "SPRAM256KA", "IdentifyHandler", "RegisterHandler",
+           "MemoryHandler", "SPRAM_BYTES"]
 
 #: Bytes in one iCE40 UP5K SB_SPRAM256KA (16384 words of 16 bits).
 SPRAM_BYTES = 32768
-
-
-class ScratchPortSignature(wiring.Signature):
-    """A byte-addressed scratchpad port of 16-bit words, seen from the memory's user.
-
-    Members
-    -------
-    addr : Out(16)
-        Word address (byte address >> 1).
-    we : Out(1)
-        Write this cycle.
-    wmask : Out(2)
-        Byte enables of the word (bit 0: byte at the even address).
-    wdata : Out(16)
-        Write data.
-    rdata : In(16)
-        The word at the ``addr`` of the previous cycle (one cycle of read latency; not updated
-        on cycles that write).
-    """
-
-    def __init__(self, addr_width=16):
-        super().__init__({
-            "addr": Out(addr_width),
-            "we": Out(1),
-            "wmask": Out(2),
-            "wdata": Out(16),
-            "rdata": In(16),
-        })
 
 
 class SPRAM256KA(wiring.Component):
@@ -335,7 +315,7 @@ class RegisterHandler(wiring.Component):
     to a read-only register -> ``READ_ONLY`` (nothing written); else ``OK`` with the 4-byte
     little-endian value (read) or no payload (write; bits above the width are dropped).
 
-    A second write port, ``cfg`` (:class:`lowbit.hw.sequencer.ConfigPortSignature`, the sequencer's
+    A second write port, ``cfg`` (:class:`lowbit.hw.ports.ConfigPortSignature`, the sequencer's
     CONFIG), writes read-write registers; its ``ok`` says combinationally whether ``index`` is
     one. The host and the sequencer never write in the same cycle (the link is stop-and-wait and
     ``RUN`` answers at the end). ``prng_load`` pulses in the cycle after ``PRNG_SEED3`` was
@@ -351,7 +331,7 @@ class RegisterHandler(wiring.Component):
     Members
     -------
     command : In(CommandSignature())
-    cfg : In(lowbit.hw.sequencer.ConfigPortSignature())
+    cfg : In(lowbit.hw.ports.ConfigPortSignature())
     prng_load : Out(1)
     """
 
@@ -364,7 +344,6 @@ class RegisterHandler(wiring.Component):
         if design is not None and not isinstance(design, dict):
             raise TypeError(f"Design parameters must be a dict, not {design!r}")
         self._constants = identity_registers(identity, **(design or {}))
-        from .sequencer import ConfigPortSignature
         members = {"command": In(CommandSignature()), "cfg": In(ConfigPortSignature()),
                    "prng_load": Out(1)}
         for r in REGISTERS:
@@ -760,7 +739,6 @@ class Accelerator(wiring.Component):
     def design_params(self):
         """Generator parameters reported by the ``ID_MATRIX`` / ``ID_ENGINE`` registers
         (:func:`lowbit.sim.link.design_registers`), as the driver reads them back."""
-        from .sequencer import COLUMN_FRAC_BITS, DISCRETE_ACC_WIDTH, RAND_BITS
         p = self._seq_params
         return dict(matrix_lanes=p["lanes"], block=p["block"], max_blocks=p["max_blocks"],
                     weight_depth=p["weight_depth"], lut_tables=self._lut_tables,
@@ -779,8 +757,6 @@ class Accelerator(wiring.Component):
     def column_model(self):
         """The golden :class:`lowbit.sim.bfp_column.ColumnModel` of the sequencer's BFP column."""
         from lowbit.sim.bfp_column import ColumnModel
-
-        from .sequencer import Sequencer
         seq = Sequencer(**self.sequencer_params())
         seq._MustUse__silence = True
         return ColumnModel(**seq.column_params())

@@ -85,6 +85,8 @@ import struct
 
 import numpy as np
 
+from .protocol import _REGISTER_BY_INDEX, REGISTER_BY_NAME, REGISTERS, Status
+
 __all__ = ["Op", "F_OFS_SRC", "F_OFS_DST", "F_BIAS", "INSTRUCTION_BYTES", "Instruction",
            "assemble", "disassemble", "ENGINES", "Design", "Fault", "RunResult", "Machine",
            "config", "InputQuant", "NetworkLayout", "load_weights_program"]
@@ -431,7 +433,6 @@ class Machine:
     """
 
     def __init__(self, design=None, *, scratch=None, regs=None, luts=None):
-        from .link import REGISTERS
         from .prng import Xoroshiro128aox
         if design is None:
             design = Design()
@@ -470,14 +471,12 @@ class Machine:
 
     def reg(self, name):
         """Value of register ``name``."""
-        from .link import REGISTER_BY_NAME
         return self.regs[REGISTER_BY_NAME[name].index]
 
     def write_reg(self, index, value):
         """Write a register as ``REG_WRITE`` / CONFIG do; returns the status (a
         :class:`lowbit.sim.link.Status`): ``BAD_ADDRESS`` for an unknown index, ``READ_ONLY`` for a
         read-only one. Writing ``PRNG_SEED3`` loads the rounding PRNG."""
-        from .link import _REGISTER_BY_INDEX, Status
         from .prng import load_state
         r = _REGISTER_BY_INDEX.get(index)
         if r is None:
@@ -531,7 +530,6 @@ class Machine:
         The caller (``RUN``) has checked ``start`` and ``limit``. Returns a :class:`RunResult`
         with status OK (HALT), LIMIT or the failing instruction's error.
         """
-        from .link import Status
         self.pc = start // 2
         self.cnt = self.ofs_a = self.ofs_b = 0
         if self._column is not None:
@@ -554,21 +552,18 @@ class Machine:
 
     def _range(self, what, addr, count):
         if addr + count > self.design.words:
-            from .link import Status
             raise Fault(Status.BAD_ADDRESS, f"{what} words {addr}..{addr + count - 1} are "
                         f"outside the scratchpad (0..{self.design.words - 1})")
         return addr
 
     def _entries(self, entry, count):
         if entry + count > self.design.weight_depth:
-            from .link import Status
             raise Fault(Status.BAD_ADDRESS, f"Weight entries {entry}..{entry + count - 1} are "
                         f"outside the weight memory (0..{self.design.weight_depth - 1})")
 
     @staticmethod
     def _count(what, value, hi=None):
         if value == 0 or (hi is not None and value > hi):
-            from .link import Status
             limit = "" if hi is None else f" (at most {hi})"
             raise Fault(Status.BAD_LENGTH, f"{what} {value} is out of range{limit}")
         return value
@@ -578,7 +573,6 @@ class Machine:
 
         Raises :class:`Fault` (nothing changed) for a failing instruction.
         """
-        from .link import Status
         op, flags, w = ins.op, ins.flags, ins.words
         nxt = self.pc + INSTRUCTION_BYTES // 2
         if op not in Op.NAMES:
@@ -641,7 +635,6 @@ class Machine:
         self.load_weights(entry, self.read_words(src, count * n).reshape(count, n))
 
     def _quant(self, src, dst, w, flags):
-        from .link import Status
         from .quantiser import decode_f16, quantise_bfp, quantise_discrete, quantise_int8
         d = self.design
         count = self._count("QUANT count", w[2])
@@ -674,7 +667,6 @@ class Machine:
         self.write_words(dst, np.asarray(words, dtype=np.int64))
 
     def _matvec_features(self):
-        from .link import Status
         d = self.design
         if not d.bfp_stochastic and self.reg("ROUNDING") == 2:
             raise Fault(Status.BAD_OPCODE, "MATVEC with stochastic rounding (ROUNDING 2) needs "
@@ -717,7 +709,6 @@ class Machine:
         self.write_words(dst, pack_elements(m[0], e[0]))
 
     def _lut(self, src, dst, w, flags):
-        from .link import Status
         from .lut import lookup
         count = self._count("LUT count", w[2])
         table = self.reg("LUT_SELECT")
@@ -732,7 +723,6 @@ class Machine:
 
     def _book(self):
         from .discrete import CodeBook
-        from .link import Status
         width = self.reg("CODE_WIDTH")
         if width == 0:
             raise Fault(Status.BAD_LENGTH, "CODE_WIDTH 0 is not a code width")
@@ -787,7 +777,6 @@ class Machine:
 # == Program builders ==========================================================================
 
 def _reg_index(name):
-    from .link import REGISTER_BY_NAME
     return REGISTER_BY_NAME[name].index
 
 

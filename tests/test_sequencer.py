@@ -10,7 +10,8 @@ import struct
 import numpy as np
 import pytest
 
-from lowbit.hw.sequencer import DISCRETE_ACC_WIDTH, RAND_BITS, Sequencer
+from lowbit.hw.ports import DISCRETE_ACC_WIDTH, RAND_BITS
+from lowbit.hw.sequencer import Sequencer
 from lowbit.hw.top import Accelerator
 from lowbit.sim import link as L
 from lowbit.sim.discrete import CodeBook

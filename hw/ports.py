@@ -1,0 +1,89 @@
+"""Port signatures and constants shared by the accelerator top and its parts.
+
+:mod:`lowbit.hw.top` connects the scratchpad, the configuration registers, the LUT engine
+(:mod:`lowbit.hw.engines`) and the layer sequencer (:mod:`lowbit.hw.sequencer`) through these
+signatures, and reports the sequencer's fixed widths in its ``ID_MATRIX`` / ``ID_ENGINE``
+registers. They live here so that the top imports the sequencer and the engines and both of those
+import only this module.
+"""
+
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["ScratchPortSignature", "ConfigPortSignature", "LUTPortSignature", "SEQ_REGISTERS",
+           "COLUMN_FRAC_BITS", "RAND_BITS", "DISCRETE_ACC_WIDTH"]
+
+#: Fraction guard bits of the sequencer's BFP column (:class:`lowbit.sim.bfp_column.ColumnModel`).
+COLUMN_FRAC_BITS = 3
+#: Random bits per element of stochastic rounding (column and quantiser): the low bits of a
+#: rounding-PRNG word.
+RAND_BITS = 8
+#: Accumulator width of the discrete unit (:class:`lowbit.sim.network.DiscreteDense` ``acc_width``).
+DISCRETE_ACC_WIDTH = 16
+
+#: Read-write registers the sequencer reads (lower-case names of :data:`lowbit.sim.link.REGISTERS`).
+SEQ_REGISTERS = ("mant_width", "rounding", "exp_select", "fixed_exp", "quant_format",
+                 "code_width", "code_book0", "code_book1", "lut_select", "lut_exp", "disc_shift",
+                 "quant_shift", "quant_rule", "prng_seed0", "prng_seed1", "prng_seed2",
+                 "prng_seed3")
+
+
+class ScratchPortSignature(wiring.Signature):
+    """A byte-addressed scratchpad port of 16-bit words, seen from the memory's user.
+
+    Members
+    -------
+    addr : Out(16)
+        Word address (byte address >> 1).
+    we : Out(1)
+        Write this cycle.
+    wmask : Out(2)
+        Byte enables of the word (bit 0: byte at the even address).
+    wdata : Out(16)
+        Write data.
+    rdata : In(16)
+        The word at the ``addr`` of the previous cycle (one cycle of read latency; not updated
+        on cycles that write).
+    """
+
+    def __init__(self, addr_width=16):
+        super().__init__({
+            "addr": Out(addr_width),
+            "we": Out(1),
+            "wmask": Out(2),
+            "wdata": Out(16),
+            "rdata": In(16),
+        })
+
+
+class ConfigPortSignature(wiring.Signature):
+    """Second write port of the configuration registers, seen from the writer (CONFIG).
+
+    Members
+    -------
+    we : Out(1)
+        Write ``value`` to register ``index`` this cycle (ignored unless ``ok``).
+    index : Out(16)
+    value : Out(32)
+    ok : In(1)
+        ``index`` is a read-write register (combinational).
+    """
+
+    def __init__(self):
+        super().__init__({"we": Out(1), "index": Out(16), "value": Out(32), "ok": In(1)})
+
+
+class LUTPortSignature(wiring.Signature):
+    """One-element lookups in the shared transfer-LUT engine, seen from the user.
+
+    Members
+    -------
+    i : Out(stream.Signature(StructLayout({"table": 6, "code": 8})))
+    o : In(stream.Signature(8))
+    """
+
+    def __init__(self):
+        super().__init__({
+            "i": Out(stream.Signature(data.StructLayout({"table": 6, "code": 8}))),
+            "o": In(stream.Signature(8)),
+        })

@@ -10,7 +10,8 @@ gives the common resource / Fmax table.
 It also builds the IEEE float MAC baseline (issue #10, ``scripts/bench_float.py``): f16 and
 f32 with 16 lanes and the BFP column's multiplier style per device, and writes the BFP/float
 ratios (LC per MAC, Fmax, MAC/s) against the BFP column of the same run (or, when ``bfp`` is
-not among the blocks, ``docs/bench/bfp.json``).
+not among the blocks, ``docs/bench/bfp.json``). That code, and the run cache below, is in
+``scripts/benchcommon.py``, which the block scripts share.
 
     python scripts/bench.py                      # all blocks + float baseline, 4 devices, 3 seeds
     python scripts/bench.py --quick              # UP5K only, seed 1
@@ -32,10 +33,8 @@ gives the device a ceiling for that kind of result, the table gives the ratio to
 """
 
 import argparse
-import hashlib
 import inspect
 import json
-import re
 import statistics
 import sys
 import time
@@ -44,7 +43,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import bench_float  # noqa: E402
+from benchcommon import (  # noqa: E402
+    RunCache,
+    bfp_summary,
+    float_markdown,
+    float_run,
+    load_bfp,
+    netlist_digest,
+    netlist_key,
+    ratio_markdown,
+    ratios,
+)
 
 from lowbit.boards.profiles import BOARDS  # noqa: E402
 from lowbit.boards.toolchain import ABC9_FALLBACK, DEVICES, ToolchainError, implement  # noqa: E402
@@ -120,50 +129,6 @@ def throughput(name, device, params, fmax_mhz):
     return out
 
 
-def netlist_digest(component):
-    """SHA-256 (32 hex digits) of the wrapped block's RTLIL without ``src`` attributes: the
-    part of :func:`netlist_key` that costs an elaboration, the same for every seed."""
-    from amaranth.back import rtlil
-
-    from lowbit.boards.toolchain import OOCWrapper
-    text = rtlil.convert(OOCWrapper(component), name="top")
-    text = re.sub(r"^\s*attribute \\src .*\n", "", text, flags=re.M)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def netlist_key(component, device, seed, dsp, freq_mhz=None, pnr_args=(), *, digest=None):
-    """Cache key of one build: the wrapped block's RTLIL without ``src`` attributes, the
-    device, the placement seed, the DSP mapping and, when they are not ``implement``'s
-    defaults, the clock target given to nextpnr (``freq_mhz``) and extra nextpnr options.
-    ``digest``, if given, is :func:`netlist_digest` of ``component`` (not computed again)."""
-    if digest is None:
-        digest = netlist_digest(component)
-    key = f"{digest}:{device}:{seed}:{int(dsp)}"
-    if freq_mhz is not None:
-        key += f":{freq_mhz}MHz"
-    if pnr_args:
-        key += ":" + " ".join(pnr_args)
-    return key
-
-
-class RunCache:
-    """Finished builds by :func:`netlist_key`, saved to ``path`` after every build."""
-
-    def __init__(self, path, use):
-        self.path, self.use = Path(path), use
-        self.runs = json.loads(self.path.read_text()) if self.path.exists() else {}
-
-    def get(self, key):
-        return self.runs.get(key) if self.use else None
-
-    def put(self, key, result):
-        self.runs[key] = result
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.runs, indent=1, sort_keys=True) + "\n")
-        tmp.replace(self.path)
-
-
 def bench_one(name, device, seeds, say, cache=None, cached_only=False, board=None):
     """One table row: ``name`` on ``device`` (with ``board``'s profile, for the top) built with
     each placement seed, through ``cache``."""
@@ -235,8 +200,8 @@ def render_float(float_rows, ratio_rows, commands):
              "device, or, where that float MAC does not fit, the largest float MAC that does "
              "(> 1: BFP larger or faster). MAC/s = lanes × median Fmax. The BFP figures are "
              "the `bfp` rows above, i.e. the current netlist.", "",
-             bench_float.float_markdown(float_rows)]
-    lines += ["", bench_float.ratio_markdown(ratio_rows)]
+             float_markdown(float_rows)]
+    lines += ["", ratio_markdown(ratio_rows)]
     return "\n".join(lines)
 
 
@@ -356,8 +321,8 @@ def main(argv=None):
     if not args.no_float:
         # The BFP side of the ratios, newest netlist last: docs/bench/bfp.json, the columns a
         # saved float run built beside its float MACs, then this run's (or the cache's) rows.
-        bfp = {d: bench_float.bfp_summary(r)
-               for d, r in bench_float.load_bfp(ROOT / "docs" / "bench" / "bfp.json").items()}
+        bfp = {d: bfp_summary(r)
+               for d, r in load_bfp(ROOT / "docs" / "bench" / "bfp.json").items()}
         if args.float_json:
             saved = json.loads(Path(args.float_json).read_text())
             float_commands = saved.get("commands", [saved.get("command", "?")])
@@ -369,11 +334,11 @@ def main(argv=None):
         if not args.keep_blocks:
             for r in rows:
                 if r["block"] == "bfp" and "error" not in r and not r.get("pending"):
-                    bfp[r["device"]] = {**bench_float.bfp_summary(r), "source": "this run"}
+                    bfp[r["device"]] = {**bfp_summary(r), "source": "this run"}
         if not args.float_json:
-            float_rows = bench_float.run(args.devices, args.float_fmts, args.seeds,
-                                         lanes=[16], progress=say)
-        ratio_rows = bench_float.ratios(float_rows, bfp)
+            float_rows = float_run(args.devices, args.float_fmts, args.seeds, lanes=[16],
+                                   progress=say)
+        ratio_rows = ratios(float_rows, bfp)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps({"command": block_command, "rows": rows,
                                            "float_commands": float_commands,

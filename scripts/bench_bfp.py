@@ -11,7 +11,8 @@ Each profile builds :class:`lowbit.hw.bfp.BFPColumn` out of context with
 measure the sustained MACs per cycle (the column stalls while the output unit drains short
 products). Results go to ``docs/bench/bfp.json``.
 
-Builds go through ``scripts/bench.py``'s run cache (``docs/bench/runs.json``): with
+Builds go through the run cache of ``scripts/bench.py`` (``docs/bench/runs.json``,
+:class:`benchcommon.RunCache`): with
 ``--resume`` a build of an unchanged netlist is taken from it. The 16-lane profiles use
 ``implement``'s default clock target, as ``scripts/bench.py`` does, so they share its builds of
 the column; the 64-lane ECP5-85F profile asks nextpnr for 100 MHz.
@@ -20,30 +21,16 @@ the column; the 64-lane ECP5-85F profile asks nextpnr for 100 MHz.
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import bench  # noqa: E402
+from benchcommon import BFP_PROFILES, ROOT, RunCache, bfp_column_row  # noqa: E402
 
-from lowbit.boards.toolchain import default_freq_mhz, implement  # noqa: E402
+from lowbit.boards.toolchain import implement  # noqa: E402
 from lowbit.hw.bfp import BFPColumn  # noqa: E402
-
-#: device -> column parameters, clock target (MHz) and the device's ceiling (DESIGN §7):
-#: (description, MACs per cycle, MHz or None for the column's own Fmax).
-PROFILES = {
-    "up5k": {"params": {"lanes": 16, "block": 16, "mult": "sb_mac16"}, "freq": None,
-             "ceiling": ("8 SB_MAC16 dual 8x8 = 16 MAC/cycle at 86 MHz", 16, 86)},
-    "hx8k": {"params": {"lanes": 16, "block": 16, "mult": "lut"}, "freq": None,
-             "ceiling": ("16 LUT lanes at 82 MHz", 16, 82)},
-    "ecp5-85f": {"params": {"lanes": 64, "block": 64, "mult": "mult18x18d"}, "freq": 100,
-                 "ceiling": ("156 MULT18X18D at the column's Fmax", 156, None)},
-    "ecp5-25f": {"params": {"lanes": 16, "block": 16, "mult": "mult18x18d"}, "freq": None,
-                 "ceiling": ("28 MULT18X18D at the column's Fmax", 28, None)},
-}
 
 
 def sustained_macs_per_cycle(params, blocks, products=3):
@@ -85,52 +72,16 @@ def sustained_macs_per_cycle(params, blocks, products=3):
 
 
 def run(devices, seeds, build_dir=None, progress=print, cache=None, pnr_args=()):
-    """Build and simulate each device's profile; ``cache`` is a ``bench.RunCache`` or None,
-    ``pnr_args`` extra nextpnr options."""
+    """Build and simulate each device's profile; ``cache`` is a ``benchcommon.RunCache`` or
+    None, ``pnr_args`` extra nextpnr options."""
     results = []
     for device in devices:
-        prof = PROFILES[device]
-        params = dict(prof["params"])
-        dsp = params["mult"] != "lut"
-        digest = None
-        runs = []
-        for seed in seeds:
-            col = BFPColumn(**params, sim_model=False)
-            key = res = None
-            if cache is not None:
-                digest = digest or bench.netlist_digest(col)
-                key = bench.netlist_key(col, device, seed, dsp, prof["freq"], pnr_args,
-                                        digest=digest)
-                res = cache.get(key)
-            if res is None or "error" in res:
-                res = implement(
-                    col, device, seed=seed, freq_mhz=prof["freq"], name="bfp", dsp=dsp,
-                    pnr_args=pnr_args,
-                    build_dir=None if build_dir is None else f"{build_dir}/{device}-{seed}",
-                    progress=progress)
-                if cache is not None:
-                    cache.put(key, res)
-            runs.append(res)
-            progress(f"  {device} seed {seed}: {res['lcs']} LCs ({res['lcs_block']} block), "
-                     f"{res['dsps']} DSPs, {res['rams']} RAMs, {res['fmax_mhz']} MHz, "
-                     f"{res['seconds']} s")
-        fmax = statistics.median(r["fmax_mhz"] for r in runs)
-        lanes = params["lanes"]
-        peak = lanes * fmax * 1e6
-        name, macs, mhz = prof["ceiling"]
-        ceiling = macs * (mhz or fmax) * 1e6
-        sustained = {k: sustained_macs_per_cycle(params, k) for k in (1, 4, 16)}
-        results.append({
-            "device": device, "params": params, "seeds": list(seeds),
-            "lcs": runs[0]["lcs"], "lcs_block": runs[0]["lcs_block"], "ffs": runs[0].get("ffs"),
-            "dsps": runs[0]["dsps"], "rams": runs[0]["rams"],
-            "fmax_mhz_runs": [r["fmax_mhz"] for r in runs], "fmax_mhz": fmax,
-            "target_mhz": prof["freq"] or default_freq_mhz(device), "peak_mac_per_s": peak,
-            **({"pnr_args": list(pnr_args)} if pnr_args else {}),
-            "ceiling": name, "ceiling_mac_per_s": ceiling, "ratio_to_ceiling": peak / ceiling,
-            "sustained_mac_per_cycle": {f"{k} blocks": round(v, 2)
-                                        for k, v in sustained.items()},
-        })
+        row = bfp_column_row(device, seeds, build_dir=build_dir, progress=progress, cache=cache,
+                             pnr_args=pnr_args, implement=implement)
+        sustained = {k: sustained_macs_per_cycle(row["params"], k) for k in (1, 4, 16)}
+        row["sustained_mac_per_cycle"] = {f"{k} blocks": round(v, 2)
+                                          for k, v in sustained.items()}
+        results.append(row)
     return results
 
 
@@ -150,7 +101,7 @@ def table(results):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--devices", nargs="+", choices=list(PROFILES),
+    ap.add_argument("--devices", nargs="+", choices=list(BFP_PROFILES),
                     default=["up5k", "hx8k", "ecp5-85f"])
     ap.add_argument("--seeds", type=int, default=3, help="placement seeds per device")
     ap.add_argument("--quick", action="store_true", help="up5k only, one seed")
@@ -158,7 +109,7 @@ def main(argv=None):
     ap.add_argument("--build-dir", default=None, help="keep build files here")
     ap.add_argument("--resume", action="store_true",
                     help="reuse cached builds of unchanged netlists (see --cache)")
-    ap.add_argument("--cache", default=str(bench.ROOT / "docs" / "bench" / "runs.json"),
+    ap.add_argument("--cache", default=str(ROOT / "docs" / "bench" / "runs.json"),
                     help="run cache shared with scripts/bench.py")
     ap.add_argument("--router", choices=["router1", "router2"], default=None,
                     help="nextpnr router (default: nextpnr's, router1)")
@@ -168,7 +119,7 @@ def main(argv=None):
         devices, seeds = ["up5k"], [1]
     t0 = time.monotonic()
     pnr_args = ("--router", args.router) if args.router else ()
-    results = run(devices, seeds, args.build_dir, cache=bench.RunCache(args.cache, args.resume),
+    results = run(devices, seeds, args.build_dir, cache=RunCache(args.cache, args.resume),
                   pnr_args=pnr_args)
     print(table(results))
     out = Path(args.out)

@@ -1,7 +1,7 @@
 """Digests of the logic of every block and every board's top: proof that a refactor changed none.
 
-A digest is :func:`bench.netlist_digest`: SHA-256 of the RTLIL without ``src`` attributes (file
-names and line numbers move when code moves; the logic does not). The designs are every
+A digest is :func:`benchcommon.netlist_digest`: SHA-256 of the RTLIL without ``src`` attributes
+(file names and line numbers move when code moves; the logic does not). The designs are every
 registered block with its defaults and with each device's benchmark parameters, every board's top
 (as ``lowbit build`` elaborates it) and the demo's simulated top. Because the benchmark run cache
 keys on the same digest, equal digests also mean no row of docs/PERFORMANCE.md goes stale.
@@ -17,6 +17,7 @@ import json
 import sys
 
 import bench
+from benchcommon import netlist_digest
 
 from lowbit.boards.build import top_parameters
 from lowbit.boards.demo import SIM_TOP
@@ -48,7 +49,7 @@ def designs():
 def digests(say=lambda msg: None):
     result = {}
     for label, make in designs():
-        result[label] = bench.netlist_digest(make())
+        result[label] = netlist_digest(make())
         say(f"{label}: {result[label]}")
     return result
 

@@ -121,3 +121,124 @@ def test_no_module_imports_a_bare_top_level_name():
             for name in names:
                 assert name.split(".")[0] not in ("hw", "sim", "boards"), (
                     f"{path.relative_to(ROOT)}:{node.lineno} imports {name}, not lowbit.{name}")
+
+
+# ---- Import graph --------------------------------------------------------------------------
+# The folders whose modules must not import each other in a loop, with the name each module
+# is imported by (scripts/ is a folder of top-level modules: a script imports ``bench``).
+LAYERED = {"hw": "lowbit.hw", "sim": "lowbit.sim", "boards": "lowbit.boards", "scripts": ""}
+
+
+def _module_files():
+    """``{module name: (path, is package)}`` of every module of :data:`LAYERED`."""
+    out = {}
+    for folder, package in LAYERED.items():
+        recursive = bool(package)
+        paths = (ROOT / folder).rglob("*.py") if recursive else (ROOT / folder).glob("*.py")
+        for path in paths:
+            parts = list(path.relative_to(ROOT / folder).with_suffix("").parts)
+            is_package = parts[-1] == "__init__"
+            if is_package:
+                parts.pop()
+            name = ".".join(([package] if package else []) + parts)
+            out[name] = (path, is_package)
+    return out
+
+
+def _import_graph():
+    """``{module: {imported module: line}}`` of every import statement, at module level and
+    inside functions alike, between modules of :data:`LAYERED` (relative imports resolved;
+    ``from package import name`` is an edge to ``package.name`` when that is a module)."""
+    modules = _module_files()
+
+    def deepest(name):
+        # The longest prefix of a dotted name that is one of the modules (None if none is).
+        parts = name.split(".")
+        for k in range(len(parts), 0, -1):
+            if ".".join(parts[:k]) in modules:
+                return ".".join(parts[:k])
+        return None
+
+    graph = {}
+    for name, (path, is_package) in modules.items():
+        edges = graph.setdefault(name, {})
+        package = name if is_package else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[:len(base) - (node.level - 1)]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module
+                targets = [f"{source}.{a.name}" for a in node.names if a.name != "*"] or [source]
+            for target in targets:
+                target = deepest(target)
+                if target is not None and target != name:
+                    edges.setdefault(target, node.lineno)
+    return graph
+
+
+def _cycles(graph):
+    """``(modules, cycle)`` of every strongly connected component of ``graph`` with more than
+    one module (Tarjan's algorithm): its modules, sorted, and one shortest cycle through the
+    first of them (a list of modules, first == last)."""
+    index, low, stack, on_stack, components = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(set(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    cycles = []
+    for component in components:
+        # The shortest way back to the component's first module, breadth first.
+        start = min(component)
+        paths, seen = [[start]], set()
+        while paths:
+            path = paths.pop(0)
+            nexts = sorted(w for w in graph[path[-1]] if w in component)
+            if start in nexts:
+                cycles.append((sorted(component), path + [start]))
+                break
+            for w in nexts:
+                if w not in seen:
+                    seen.add(w)
+                    paths.append(path + [w])
+    return sorted(cycles)
+
+
+def test_import_graph_has_no_cycle():
+    graph = _import_graph()
+    assert {"lowbit.hw.top", "lowbit.sim.link", "lowbit.boards.driver", "bench"} <= graph.keys()
+    cycles = _cycles(graph)
+    files = _module_files()
+
+    def describe(modules, cycle):
+        steps = [f"{a} -> {b} ({files[a][0].relative_to(ROOT)}:{graph[a][b]})"
+                 for a, b in zip(cycle, cycle[1:], strict=False)]
+        return f"- {', '.join(modules)}, e.g.\n  " + "\n  ".join(steps)
+
+    assert not cycles, "import cycles:\n" + "\n".join(describe(*c) for c in cycles)

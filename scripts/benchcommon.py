@@ -1,0 +1,391 @@
+"""What more than one benchmark script needs; ``bench.py``, ``bench_bfp.py`` and ``bench_float.py``
+import this module and never each other.
+
+- The run cache (``docs/bench/runs.json``): :func:`netlist_digest`, :func:`netlist_key`,
+  :class:`RunCache` (``bench.py``, ``bench_bfp.py``; ``netlist_digests.py`` records the digests).
+- The BFP column's device profiles and their builds: :data:`BFP_PROFILES`,
+  :func:`bfp_column_row` (``bench_bfp.py``, and ``bench_float.py --with-bfp``).
+- The IEEE float MAC baseline (issue #10) and its ratios to the BFP column:
+  :data:`FLOAT_PROFILES`, :func:`float_run`, :func:`ratios`, :func:`float_markdown`,
+  :func:`ratio_markdown` and helpers (``bench_float.py``, and the float section of ``bench.py``).
+"""
+
+import hashlib
+import json
+import re
+import statistics
+import tempfile
+from pathlib import Path
+
+from lowbit.boards.toolchain import (
+    DEVICES,
+    OOCWrapper,
+    ToolchainError,
+    default_freq_mhz,
+    implement,
+    parse_nextpnr_report,
+)
+from lowbit.hw.bfp import BFPColumn
+from lowbit.hw.floatmac import FloatMAC
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# == Run cache ===================================================================================
+
+def netlist_digest(component):
+    """SHA-256 (32 hex digits) of the wrapped block's RTLIL without ``src`` attributes: the
+    part of :func:`netlist_key` that costs an elaboration, the same for every seed."""
+    from amaranth.back import rtlil
+
+    from lowbit.boards.toolchain import OOCWrapper
+    text = rtlil.convert(OOCWrapper(component), name="top")
+    text = re.sub(r"^\s*attribute \\src .*\n", "", text, flags=re.M)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def netlist_key(component, device, seed, dsp, freq_mhz=None, pnr_args=(), *, digest=None):
+    """Cache key of one build: the wrapped block's RTLIL without ``src`` attributes, the
+    device, the placement seed, the DSP mapping and, when they are not ``implement``'s
+    defaults, the clock target given to nextpnr (``freq_mhz``) and extra nextpnr options.
+    ``digest``, if given, is :func:`netlist_digest` of ``component`` (not computed again)."""
+    if digest is None:
+        digest = netlist_digest(component)
+    key = f"{digest}:{device}:{seed}:{int(dsp)}"
+    if freq_mhz is not None:
+        key += f":{freq_mhz}MHz"
+    if pnr_args:
+        key += ":" + " ".join(pnr_args)
+    return key
+
+
+class RunCache:
+    """Finished builds by :func:`netlist_key`, saved to ``path`` after every build."""
+
+    def __init__(self, path, use):
+        self.path, self.use = Path(path), use
+        self.runs = json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def get(self, key):
+        return self.runs.get(key) if self.use else None
+
+    def put(self, key, result):
+        self.runs[key] = result
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.runs, indent=1, sort_keys=True) + "\n")
+        tmp.replace(self.path)
+
+# == BFP column ==================================================================================
+
+#: device -> column parameters, clock target (MHz) and the device's ceiling (DESIGN §7):
+#: (description, MACs per cycle, MHz or None for the column's own Fmax).
+BFP_PROFILES = {
+    "up5k": {"params": {"lanes": 16, "block": 16, "mult": "sb_mac16"}, "freq": None,
+             "ceiling": ("8 SB_MAC16 dual 8x8 = 16 MAC/cycle at 86 MHz", 16, 86)},
+    "hx8k": {"params": {"lanes": 16, "block": 16, "mult": "lut"}, "freq": None,
+             "ceiling": ("16 LUT lanes at 82 MHz", 16, 82)},
+    "ecp5-85f": {"params": {"lanes": 64, "block": 64, "mult": "mult18x18d"}, "freq": 100,
+                 "ceiling": ("156 MULT18X18D at the column's Fmax", 156, None)},
+    "ecp5-25f": {"params": {"lanes": 16, "block": 16, "mult": "mult18x18d"}, "freq": None,
+                 "ceiling": ("28 MULT18X18D at the column's Fmax", 28, None)},
+}
+
+
+def bfp_column_row(device, seeds, *, build_dir=None, progress=print, cache=None, pnr_args=(),
+                   implement=implement):
+    """The BFP column of ``device``'s profile (:data:`BFP_PROFILES`) built out of context once
+    per placement seed, through ``cache`` (a :class:`RunCache` or None) with extra nextpnr
+    options ``pnr_args``: a result row of ``docs/bench/bfp.json`` without its simulated figures.
+    ``implement`` is :func:`lowbit.boards.toolchain.implement` unless the caller passes its own
+    (``bench_bfp.run`` passes the one tests replace)."""
+    prof = BFP_PROFILES[device]
+    params = dict(prof["params"])
+    dsp = params["mult"] != "lut"
+    digest = None
+    runs = []
+    for seed in seeds:
+        col = BFPColumn(**params, sim_model=False)
+        key = res = None
+        if cache is not None:
+            digest = digest or netlist_digest(col)
+            key = netlist_key(col, device, seed, dsp, prof["freq"], pnr_args, digest=digest)
+            res = cache.get(key)
+        if res is None or "error" in res:
+            res = implement(
+                col, device, seed=seed, freq_mhz=prof["freq"], name="bfp", dsp=dsp,
+                pnr_args=pnr_args,
+                build_dir=None if build_dir is None else f"{build_dir}/{device}-{seed}",
+                progress=progress)
+            if cache is not None:
+                cache.put(key, res)
+        runs.append(res)
+        progress(f"  {device} seed {seed}: {res['lcs']} LCs ({res['lcs_block']} block), "
+                 f"{res['dsps']} DSPs, {res['rams']} RAMs, {res['fmax_mhz']} MHz, "
+                 f"{res['seconds']} s")
+    fmax = statistics.median(r["fmax_mhz"] for r in runs)
+    lanes = params["lanes"]
+    peak = lanes * fmax * 1e6
+    name, macs, mhz = prof["ceiling"]
+    ceiling = macs * (mhz or fmax) * 1e6
+    return {
+        "device": device, "params": params, "seeds": list(seeds),
+        "lcs": runs[0]["lcs"], "lcs_block": runs[0]["lcs_block"], "ffs": runs[0].get("ffs"),
+        "dsps": runs[0]["dsps"], "rams": runs[0]["rams"],
+        "fmax_mhz_runs": [r["fmax_mhz"] for r in runs], "fmax_mhz": fmax,
+        "target_mhz": prof["freq"] or default_freq_mhz(device), "peak_mac_per_s": peak,
+        **({"pnr_args": list(pnr_args)} if pnr_args else {}),
+        "ceiling": name, "ceiling_mac_per_s": ceiling, "ratio_to_ceiling": peak / ceiling,
+    }
+
+
+# == IEEE float MAC baseline =====================================================================
+
+#: device -> multiplier style and lane count of the BFP column there (:data:`BFP_PROFILES`),
+#: and the clock target handed to nextpnr (MHz).
+FLOAT_PROFILES = {
+    "up5k": {"mult": "sb_mac16", "bfp_lanes": 16, "freq": 60},
+    "hx8k": {"mult": "lut", "bfp_lanes": 16, "freq": 60},
+    "ecp5-25f": {"mult": "mult18x18d", "bfp_lanes": 16, "freq": 100},
+    "ecp5-85f": {"mult": "mult18x18d", "bfp_lanes": 64, "freq": 100},
+}
+
+#: Patterns of nextpnr / Yosys messages that mean "the design does not fit the device".
+_NO_FIT = re.compile(r"(only has|Unable to place|not enough|exceed|too many|No Bel|"
+                     r"Failed to place|insufficient)", re.I)
+
+
+def _fit_error(msg):
+    return bool(_NO_FIT.search(msg))
+
+
+def synth_demand(stat_path):
+    """Cells the synthesised netlist asks for (from Yosys ``stat``), to report a misfit.
+
+    Returns ``{"lut4": ..., "carry": ..., "ff": ..., "dsp": ...}`` (wrapper included; ``lut4``
+    counts an ECP5 carry cell as its two LUT4s, as nextpnr does), or
+    ``None`` if there is no report.
+    """
+    p = Path(stat_path)
+    if not p.exists():
+        return None
+    cells = {}
+    for line in p.read_text().splitlines():
+        mt = re.match(r"\s+(\d+)\s+(\S+)\s*$", line)
+        if mt:
+            cells[mt.group(2)] = cells.get(mt.group(2), 0) + int(mt.group(1))
+    # An ECP5 CCU2C carry cell occupies two LUT4s; iCE40 carries sit beside the LUTs.
+    lut = cells.get("SB_LUT4", 0) + cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
+    ff = sum(v for k, v in cells.items() if k.startswith(("SB_DFF", "TRELLIS_FF")))
+    dsp = cells.get("SB_MAC16", 0) + cells.get("MULT18X18D", 0)
+    return {"lut4": lut, "carry": cells.get("SB_CARRY", 0) + cells.get("CCU2C", 0),
+            "ff": ff, "dsp": dsp}
+
+
+def _resumed(mac, device, bd):
+    """The result of an earlier build kept in ``bd`` (``--resume``), as implement() returns."""
+    dev = DEVICES[device]
+    res = parse_nextpnr_report(Path(bd) / "floatmac.report.json", dev["family"])
+    wrapper = OOCWrapper(mac)
+    wrapper._MustUse__silence = True        # only its port count is needed here
+    mac._MustUse__silence = True
+    wrapper_lcs = wrapper.n_out + (wrapper.n_in if dev["family"] == "ice40" else 0)
+    clocks = [v["achieved"] for k, v in res["fmax"].items() if re.search(r"clk", k)]
+    res.update(device=device, synth=dev["synth"] + " (resumed from " + str(bd) + ")",
+               fmax_mhz=min(clocks) if clocks else None, wrapper_lcs=wrapper_lcs,
+               lcs_block=max(res["lcs"] - wrapper_lcs, 0), seconds=0.0)
+    return res
+
+
+def float_config(device, fmt, lanes, seeds, *, mult=None, build_dir=None, progress=print,
+                 resume=False):
+    """Build one float configuration on ``device`` over ``seeds``; return its result row.
+
+    With ``resume`` (and ``build_dir``), a seed whose nextpnr report is already in its build
+    directory is read back instead of built again.
+    """
+    prof = FLOAT_PROFILES[device]
+    mult = mult or prof["mult"]
+    params = {"lanes": lanes, "fmt": fmt, "mult": mult}
+    row = {"block": "floatmac", "device": device, "params": params, "seeds": list(seeds)}
+    runs = []
+    for i, seed in enumerate(seeds):
+        # A misfit does not depend on the placement seed: later seeds are skipped.
+        row["seeds"] = list(seeds[:i + 1])
+        mac = FloatMAC(**params, sim_model=False)
+        with tempfile.TemporaryDirectory(prefix="lowbit-float-") as tmp:
+            bd = tmp if build_dir is None else f"{build_dir}/{device}-{fmt}-{lanes}-{seed}"
+            if resume and (Path(bd) / "floatmac.report.json").exists():
+                runs.append(_resumed(mac, device, bd))
+                progress(f"  {device} {fmt} x{lanes} seed {seed}: resumed, "
+                         f"{runs[-1]['fmax_mhz']} MHz")
+                continue
+            log = Path(bd) / "floatmac.nextpnr.log"
+            if resume and log.exists() and "ERROR" in log.read_text(errors="replace"):
+                mac._MustUse__silence = True
+                tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+                msg = f"nextpnr failed (resumed from {log}): " + " | ".join(tail)
+                row.update(fits=not _fit_error(msg), error=msg,
+                           demand=synth_demand(Path(bd) / "floatmac.stat"))
+                progress(f"  {device} {fmt} x{lanes} seed {seed}: resumed failure: {msg[-120:]}")
+                return row
+            try:
+                res = implement(mac, device, seed=seed, freq_mhz=prof["freq"],
+                                name="floatmac", build_dir=bd, progress=progress,
+                                dsp=mult != "lut")
+            except ToolchainError as e:
+                msg = str(e)
+                row.update(fits=not _fit_error(msg), error=msg,
+                           demand=synth_demand(Path(bd) / "floatmac.stat"))
+                progress(f"  {device} {fmt} x{lanes} seed {seed}: FAILED: {msg[:200]} "
+                         f"(netlist: {row['demand']})")
+                return row
+        runs.append(res)
+        progress(f"  {device} {fmt} x{lanes} seed {seed}: {res['lcs']} LCs "
+                 f"({res['lcs_block']} block), {res['dsps']} DSPs, {res['fmax_mhz']} MHz, "
+                 f"{res['seconds']} s")
+    fmax = statistics.median(r["fmax_mhz"] for r in runs)
+    dev = DEVICES[device]
+    r0 = runs[0]
+    row.update(
+        fits=True, lcs=r0["lcs"], lcs_block=r0["lcs_block"], ffs=r0.get("ffs"),
+        dsps=r0["dsps"], rams=r0["rams"], synth=r0["synth"],
+        fmax_mhz_runs=[r["fmax_mhz"] for r in runs], fmax_mhz=fmax,
+        lcs_per_lane=round(r0["lcs_block"] / lanes, 1),
+        peak_mac_per_s=lanes * fmax * 1e6,
+        lcs_pct=round(100 * r0["lcs_block"] / dev["lcs"], 1),
+        dsps_pct=round(100 * r0["dsps"] / dev["dsps"], 1) if dev["dsps"] else None,
+    )
+    return row
+
+
+def misfit_text(row):
+    """One-line description of a failed build: what the netlist needs versus the device."""
+    dev = DEVICES[row["device"]]
+    d = row.get("demand")
+    if not row.get("fits", True):
+        if d:
+            return (f"does not fit: netlist needs {d['lut4']} LUT4 + {d['dsp']} DSP "
+                    f"(device: {dev['lcs']} / {dev['dsps']})")
+        return "does not fit: " + row["error"][-80:]
+    return "build failed: " + row["error"][-80:]
+
+
+def load_bfp(path):
+    """BFP column rows of ``docs/bench/bfp.json`` (``scripts/bench_bfp.py``), by device."""
+    p = Path(path)
+    if not p.exists():
+        return {}
+    return {r["device"]: r for r in json.loads(p.read_text()).get("results", [])}
+
+
+def bfp_summary(r):
+    """The fields the ratio table needs from a BFP row of bench_bfp.py or bench.py."""
+    lanes = r["params"].get("lanes", 16)
+    fmax = r.get("fmax_mhz", r.get("fmax_mhz_median"))
+    return {"device": r["device"], "lanes": lanes, "mult": r["params"].get("mult"),
+            "lcs_block": r["lcs_block"], "dsps": r["dsps"], "fmax_mhz": fmax,
+            "peak_mac_per_s": lanes * fmax * 1e6 if fmax else None,
+            "seeds": r.get("seeds")}
+
+
+def ratios(float_rows, bfp_by_device):
+    """BFP/float ratios per float row with a BFP column on its device.
+
+    A float row is compared with the BFP column of the same lane count; when that float
+    configuration does not fit the device, the largest float configuration of the format that
+    does fit stands in (``float_lanes`` then differs from ``lanes``: LC per MAC and Fmax compare
+    per lane, MAC/s compares what each design delivers on the device). ``> 1`` means the BFP
+    column is larger (LC per MAC) or faster (Fmax, MAC/s).
+    """
+    fitting = {}
+    for f in float_rows:
+        if "error" not in f:
+            k = (f["device"], f["params"]["fmt"])
+            if k not in fitting or f["params"]["lanes"] > fitting[k]["params"]["lanes"]:
+                fitting[k] = f
+    out = []
+    for f in float_rows:
+        b = bfp_by_device.get(f["device"])
+        lanes = f["params"]["lanes"]
+        entry = {"device": f["device"], "fmt": f["params"]["fmt"], "lanes": lanes,
+                 "float_lanes": lanes}
+        if b is None or b["lanes"] != lanes:
+            continue
+        entry.update(bfp_lc_per_mac=round(b["lcs_block"] / lanes, 1), bfp_dsps=b["dsps"],
+                     bfp_fmax_mhz=b["fmax_mhz"], bfp_mac_per_s=b["peak_mac_per_s"])
+        if "error" in f:
+            entry["note"] = ("the float MAC does not fit the device" if not f["fits"]
+                             else "the float build failed")
+            alt = fitting.get((f["device"], f["params"]["fmt"]))
+            if alt is None:
+                out.append(entry)
+                continue
+            entry["note"] += ("; compared with the largest float that fits "
+                              f"({alt['params']['lanes']} lanes)")
+            f = alt
+        fl = f["params"]["lanes"]
+        entry.update(
+            float_lanes=fl, float_lc_per_mac=f["lcs_per_lane"], float_dsps=f["dsps"],
+            float_fmax_mhz=f["fmax_mhz"], float_mac_per_s=f["peak_mac_per_s"],
+            lc_per_mac=round((b["lcs_block"] / lanes) / (f["lcs_block"] / fl), 3),
+            fmax=round(b["fmax_mhz"] / f["fmax_mhz"], 2),
+            mac_per_s=round(b["peak_mac_per_s"] / f["peak_mac_per_s"], 2),
+        )
+        out.append(entry)
+    return out
+
+
+def float_markdown(rows):
+    """Markdown table of the float MAC rows."""
+    lines = ["| device | fmt | lanes | mult | LC | LC/lane | DSP | Fmax MHz (median) | GMAC/s "
+             "| seeds |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        p = r["params"]
+        if "error" in r:
+            lines.append(f"| {r['device']} | {p['fmt']} | {p['lanes']} | {p['mult']} | "
+                         f"{misfit_text(r)} | | | | | {', '.join(map(str, r['seeds']))} |")
+            continue
+        lines.append(f"| {r['device']} | {p['fmt']} | {p['lanes']} | {p['mult']} | "
+                     f"{r['lcs_block']} | {r['lcs_per_lane']} | {r['dsps']} | {r['fmax_mhz']} | "
+                     f"{r['peak_mac_per_s'] / 1e9:.3f} | {', '.join(map(str, r['seeds']))} |")
+    return "\n".join(lines)
+
+
+def ratio_markdown(entries):
+    """Markdown table of the BFP/float ratios (> 1: the BFP column is larger / faster)."""
+    lines = ["| device | lanes BFP / float | float | LC/MAC BFP | LC/MAC float | ratio | DSP BFP "
+             "| DSP float | Fmax BFP | Fmax float | ratio | GMAC/s BFP | GMAC/s float | ratio |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for e in entries:
+        head = f"| {e['device']} | {e['lanes']} / {e['float_lanes']} | {e['fmt']} |"
+        if "lc_per_mac" not in e:
+            lines.append(f"{head} {e['bfp_lc_per_mac']} | — | — | {e['bfp_dsps']} | — | "
+                         f"{e['bfp_fmax_mhz']} | — | — | {e['bfp_mac_per_s'] / 1e9:.3f} | — | "
+                         f"{e['note']} |")
+        else:
+            lines.append(f"{head} {e['bfp_lc_per_mac']} | {e['float_lc_per_mac']} | "
+                         f"{e['lc_per_mac']} | {e['bfp_dsps']} | {e['float_dsps']} | "
+                         f"{e['bfp_fmax_mhz']} | {e['float_fmax_mhz']} | {e['fmax']} | "
+                         f"{e['bfp_mac_per_s'] / 1e9:.3f} | {e['float_mac_per_s'] / 1e9:.3f} | "
+                         f"{e['mac_per_s']} |")
+    notes = [f"{e['device']} {e['fmt']}: {e['note']}" for e in entries if "note" in e]
+    if notes:
+        lines += [""] + [f"* {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def float_run(devices, fmts, seeds, *, lanes=None, mult=None, build_dir=None, progress=print,
+        resume=False, on_row=None):
+    """Float rows for every device × format × lane count (``on_row(rows)`` after each)."""
+    rows = []
+    for device in devices:
+        counts = lanes or sorted({16, FLOAT_PROFILES[device]["bfp_lanes"]})
+        for fmt in fmts:
+            for n in counts:
+                rows.append(float_config(device, fmt, n, seeds, mult=mult, build_dir=build_dir,
+                                         progress=progress, resume=resume))
+                if on_row is not None:
+                    on_row(rows)
+    return rows

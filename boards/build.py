@@ -15,7 +15,7 @@ import zlib
 from pathlib import Path
 
 from amaranth.build import ResourceError
-from amaranth.hdl import Elaboratable, Module
+from amaranth.hdl import ClockDomain, Elaboratable, Module
 from amaranth.lib import io
 
 from .profiles import get_board
@@ -52,6 +52,11 @@ def top_parameters(profile, clk_freq=None):
 class BoardTop(Elaboratable):
     """The accelerator on a board: the top's UART pins and LEDs wired to the board's resources.
 
+    When the profile's ``clk_freq`` differs from the board oscillator's frequency, the ``sync``
+    domain comes from the device's PLL (:class:`lowbit.hw.clocking.PLLClock`, fed from the
+    oscillator's pad when ``profile.pll_pad``), held in reset until it locks; otherwise the
+    platform's default clock drives it.
+
     Parameters
     ----------
     profile : BoardProfile
@@ -65,6 +70,20 @@ class BoardTop(Elaboratable):
     def elaborate(self, platform):
         from lowbit.hw.top import Accelerator
         m = Module()
+        if self.profile.clk_freq != platform.default_clk_frequency:
+            from lowbit.hw.clocking import PLLClock
+            osc = platform.request(platform.default_clk, 0, dir="-")
+            if self.profile.pll_pad:
+                clk_in = osc.io
+            else:
+                m.submodules.osc_buffer = osc_buffer = io.Buffer("i", osc)
+                clk_in = osc_buffer.i
+            m.domains.sync = ClockDomain("sync")
+            # No constraint on the PLL's output: nextpnr derives it from the oscillator's and
+            # the dividers, on whatever net synthesis leaves it ("Derived frequency constraint").
+            m.submodules.pll = PLLClock(DEVICES[self.profile.device]["family"],
+                                        platform.default_clk_frequency, self.profile.clk_freq,
+                                        clk_in, pad=self.profile.pll_pad)
         m.submodules.accel = accel = Accelerator(**self.params)
         # Every subsignal raw (dir="-"): some boards' UARTs also carry rts/dtr.
         dirs = {sub.name: "-" for sub in platform.lookup("uart", 0).ios}
@@ -139,7 +158,8 @@ class _Ticker:
         self._thread.join()
 
 
-def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, progress=None):
+def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, progress=None,
+                routed_netlist=False):
     """Build the accelerator for ``board``: bitstream plus resource and timing report.
 
     Parameters
@@ -154,6 +174,10 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
         If false, only elaborate and write the build files (no toolchain needed).
     progress : callable(str), optional
         Receives progress messages.
+    routed_netlist : bool
+        Also write nextpnr's routed design (``--write``) as ``<build_dir>/lowbit.routed.json``
+        (its path is the report's ``routed_netlist``), for gate-level simulation
+        (``docs/verification.md``, "Gate level"). The bitstream is the same either way.
 
     Returns
     -------
@@ -182,9 +206,10 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
               "profile_not_used_yet": top.unused}
     say(f"lowbit: elaborating the accelerator for {profile.title}")
     t0 = time.monotonic()
-    plan = platform.prepare(
-        top, name=BITSTREAM_NAME,
-        nextpnr_opts=f"--seed {seed} --report {BITSTREAM_NAME}.report.json --timing-allow-fail")
+    nextpnr_opts = f"--seed {seed} --report {BITSTREAM_NAME}.report.json --timing-allow-fail"
+    if routed_netlist:
+        nextpnr_opts += f" --write {BITSTREAM_NAME}.routed.json"
+    plan = platform.prepare(top, name=BITSTREAM_NAME, nextpnr_opts=nextpnr_opts)
     if not do_build:
         report["files"] = sorted(plan.files)
         return report
@@ -227,6 +252,8 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
     )
     if "ffs" in res:
         report["resources"]["ffs"] = {"used": res["ffs"], "total": dev["lcs"]}
+    if routed_netlist:
+        report["routed_netlist"] = str(build_dir / f"{BITSTREAM_NAME}.routed.json")
     (build_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 

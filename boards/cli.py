@@ -160,8 +160,10 @@ def _parser():
                    help="test images to run, 1..540 (default: 540; 3 in Amaranth's simulator)")
     p.add_argument("--variant", choices=["bfp", "discrete"], default="bfp",
                    help="BFP weights (default) or 3-bit discrete weights")
-    p.add_argument("--board", "-b", default=DEFAULT_BOARD, choices=list(BOARDS),
-                   help=f"board profile of --port (default: {DEFAULT_BOARD})")
+    p.add_argument("--board", "-b", choices=list(BOARDS),
+                   help=f"board profile: of --port (default: {DEFAULT_BOARD}), or the board "
+                        "whose own top is simulated (default: the reference simulated top, "
+                        "N=16)")
     p.add_argument("--build-dir", default="build",
                    help="directory of the model cache (BUILD_DIR/demo) and build reports "
                         "(default: build)")

@@ -25,7 +25,12 @@ class BoardProfile:
     device : str
         Key of :data:`lowbit.boards.toolchain.DEVICES` (resource ceilings, out-of-context builds).
     clk_freq : float
-        Frequency of the board clock the accelerator runs from, Hz.
+        Frequency of the clock the accelerator runs from, Hz. Where it differs from the board
+        oscillator's, the device's PLL makes it (:class:`lowbit.hw.clocking.PLLClock`), so it
+        must be a frequency the PLL makes exactly.
+    pll_pad : bool
+        iCE40: the oscillator's pin is a PLL input pad (``SB_PLL40_PAD``); otherwise the PLL
+        takes the buffered oscillator clock (``SB_PLL40_CORE``). Unused on ECP5.
     top : dict
         Keyword parameters of :class:`lowbit.hw.top.Accelerator` for this device.
     programmer : str
@@ -48,6 +53,7 @@ class BoardProfile:
     programmer_env: str = "ICEPROG"
     bitstream: str = "bin"
     uart: tuple | None = None
+    pll_pad: bool = False
     notes: str = ""
 
     def platform_class(self):
@@ -60,13 +66,15 @@ class BoardProfile:
 BOARDS = {
     "icebreaker": BoardProfile(
         name="icebreaker", title="1BitSquared iCEBreaker (iCE40UP5K-SG48)",
-        platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=12e6,
+        platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=18e6,
+        pll_pad=True,
         top=dict(lanes=1, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
                  baud=1_000_000, lut_tables=4, grand=False, sequencer=True, matrix_lanes=4,
                  block=16, max_blocks=4, weight_depth=1024, bfp=True, bfp_stochastic=False,
                  bfp_predictor=False, bfp_acc_block_ram=True, bfp_pipelined=False,
                  quantiser=False, discrete=False, code_bits=3),
-        notes="8 SB_MAC16 DSPs, 4 SPRAM; UART over the FTDI's second channel at 1 Mbaud. "
+        notes="8 SB_MAC16 DSPs, 4 SPRAM; 18 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
+              "oscillator); UART over the FTDI's second channel at 1 Mbaud. "
               "The link, the sequencer, the LUT engine and a 4-lane BFP column (MATVEC, "
               "K <= 64, nearest / toward-zero rounding, max or fixed output exponent: a MATVEC "
               "with ROUNDING 2 or EXP_SELECT 2 fails with BAD_OPCODE); the input is quantised "

@@ -12,8 +12,9 @@ of its own top).
 
 Devices (``target``)
 --------------------
-* ``"cxxrtl"``: the real top compiled with CXXRTL (:class:`lowbit.sim.transport.SimulatedSerial`);
-  the default when a C++ compiler is installed. The first run compiles (2-6 min, cached).
+* ``"cxxrtl"``: the real top compiled with CXXRTL
+  (:class:`lowbit.sim.rtl.transport.SimulatedSerial`); the default when a C++ compiler is
+  installed. The first run compiles (2-6 min, cached).
 * ``"amaranth"``: the real top in Amaranth's simulator (~1-2k cycles/s: a few images).
 * ``"model"``: the protocol model :class:`lowbit.sim.link.DeviceModel` (instant; no cycle counts).
 * a serial port (``port=``): a board built with ``lowbit build``; its profile's top parameters

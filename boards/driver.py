@@ -286,13 +286,13 @@ class Accelerator:
     @classmethod
     def simulated(cls, *, level="byte", baud_error=0.0, timeout_cycles=200_000, check=True,
                   simulator="amaranth", **params):
-        """The real top in simulation (:class:`lowbit.sim.transport.SimulatedSerial`).
+        """The real top in simulation (:class:`lowbit.sim.rtl.transport.SimulatedSerial`).
 
         ``params`` are :class:`lowbit.hw.top.Accelerator` parameters; ``level`` is ``"byte"`` (byte
         stream shortcut, fast) or ``"uart"`` (bit-level 8N1); ``simulator`` is ``"amaranth"``
         (Amaranth's simulator) or ``"cxxrtl"`` (compiled, ~100x faster, byte level only).
         """
-        from lowbit.sim.transport import SimulatedSerial
+        from lowbit.sim.rtl.transport import SimulatedSerial
         port = SimulatedSerial(level=level, baud_error=baud_error,
                                timeout_cycles=timeout_cycles, simulator=simulator, **params)
         return cls(port, check=check, params=params)
@@ -300,9 +300,9 @@ class Accelerator:
     @classmethod
     def model(cls, *, check=True, **params):
         """The protocol model :class:`lowbit.sim.link.DeviceModel` behind
-        :class:`lowbit.sim.transport.ModelSerial`: pure Python, instant, the reference of the real
-        top with the same ``params`` (:class:`lowbit.hw.top.Accelerator` parameter names)."""
-        from lowbit.sim.transport import ModelSerial
+        :class:`lowbit.sim.rtl.transport.ModelSerial`: pure Python, instant, the reference of the
+        real top with the same ``params`` (:class:`lowbit.hw.top.Accelerator` parameter names)."""
+        from lowbit.sim.rtl.transport import ModelSerial
         return cls(ModelSerial(**params), check=check, params=params)
 
     def close(self):

@@ -1,9 +1,9 @@
 """Simulation speed: Amaranth's Python simulator against CXXRTL on two accelerator tops.
 
-Both simulators run the same host workload through :class:`lowbit.sim.transport.SimulatedSerial` at
-the byte level. Speed is simulated clock cycles per wall-clock second of the whole session
-(Python host side included), median over ``--runs`` runs; the one-time setup (Amaranth:
-elaboration; CXXRTL: RTLIL + yosys + C++ compile, or the cache lookup) is reported separately.
+Both simulators run the same host workload through :class:`lowbit.sim.rtl.transport.SimulatedSerial`
+at the byte level. Speed is simulated clock cycles per wall-clock second of the whole session
+(Python host side included), median over ``--runs`` runs; the one-time setup (Amaranth: elaboration;
+CXXRTL: RTLIL + yosys + C++ compile, or the cache lookup) is reported separately.
 
 Tops (``--tops``):
 
@@ -40,7 +40,7 @@ import time
 import numpy as np  # noqa: E402
 
 from lowbit.sim import link as L  # noqa: E402
-from lowbit.sim.transport import SimulatedSerial  # noqa: E402
+from lowbit.sim.rtl.transport import SimulatedSerial  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PARAMS = dict(scratch_bytes=4096, frame_bytes=512)

@@ -11,7 +11,7 @@ from lowbit.hw.common import ROUNDING_NAMES, Rounding
 from lowbit.hw.registry import build_block
 from lowbit.sim.bfp import nan_exponent, quantise
 from lowbit.sim.bfp_column import ColumnModel
-from lowbit.sim.harness import run_stream
+from lowbit.sim.rtl.harness import run_stream
 
 ROUNDING = {name: member for member, name in ROUNDING_NAMES.items()}
 EXP_MODE = {"max": ExpMode.MAX, "fixed": ExpMode.FIXED, "predicted": ExpMode.PREDICTED}

@@ -25,7 +25,7 @@ import cocotb_runner as cr  # noqa: E402
 
 from lowbit.hw.registry import block_names  # noqa: E402
 from lowbit.sim import vectors  # noqa: E402
-from lowbit.sim.harness import run_stream  # noqa: E402
+from lowbit.sim.rtl.harness import run_stream  # noqa: E402
 
 MISSING = cr.missing_tools()
 needs_sim = pytest.mark.skipif(MISSING is not None, reason=f"cocotb tests skipped: {MISSING}")

@@ -15,14 +15,14 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-import lowbit.sim.cxxrtl as cx
+import lowbit.sim.rtl.cxxrtl as cx
 from lowbit.boards.demo import SIM_TOP
 from lowbit.boards.driver import Accelerator, BadAddress, BadLength
 from lowbit.sim import link as L
 from lowbit.sim.network import BFPDense, bfp_dense, pack_elements, unpack_elements
 from lowbit.sim.program import Instruction as I
 from lowbit.sim.program import assemble
-from lowbit.sim.transport import SimulatedSerial
+from lowbit.sim.rtl.transport import SimulatedSerial
 
 SCRATCH = 256
 FRAME = 64

@@ -356,7 +356,7 @@ def test_real_top_amaranth(tmp_path):
 @pytest.mark.parametrize("variant", ["bfp", "discrete"])
 def test_real_top_cxxrtl(tmp_path, variant):
     """100 images through the compiled top (first run compiles it, ~2 min), bit for bit."""
-    from lowbit.sim.cxxrtl import CompilerNotFound
+    from lowbit.sim.rtl.cxxrtl import CompilerNotFound
     try:
         acc = _real_top("cxxrtl")
     except CompilerNotFound as e:
@@ -392,7 +392,7 @@ def test_board_top_in_amaranth_own_cycles(tmp_path, monkeypatch):
 def test_bench_boards_cxxrtl(tmp_path, variant):
     """scripts/bench_demo.py on every board's own top in CXXRTL, 100 images each, bit for bit
     (bench_one raises on a mismatch); the first compile of each top takes 2-6 min."""
-    from lowbit.sim.cxxrtl import CompilerNotFound
+    from lowbit.sim.rtl.cxxrtl import CompilerNotFound
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     import bench_demo
     split = mlp.load_split()

@@ -23,7 +23,7 @@ from lowbit.sim.discrete import (
     matvec_t,
     mul_cd,
 )
-from lowbit.sim.harness import run_stream
+from lowbit.sim.rtl.harness import run_stream
 
 
 def random_book(rng, n):

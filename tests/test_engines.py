@@ -7,7 +7,7 @@ import pytest
 from lowbit.hw.engines import LUTHandler
 from lowbit.sim import link as L
 from lowbit.sim.lut import Quant, transfer_table
-from lowbit.sim.transport import SimulatedSerial
+from lowbit.sim.rtl.transport import SimulatedSerial
 
 PARAMS = dict(scratch_bytes=256, frame_bytes=300, timeout_bits=20)
 

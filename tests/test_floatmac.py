@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 
 from lowbit.hw.floatmac import FloatMAC
 from lowbit.sim.floatmac import FORMATS, fadd, float_mac, flush_inputs, fmul, from_bits, to_bits
-from lowbit.sim.harness import run_stream
+from lowbit.sim.rtl.harness import run_stream
 
 F16, F32 = FORMATS["f16"], FORMATS["f32"]
 

@@ -15,8 +15,8 @@ from lowbit.sim.grand import (
     normal_f16_bits,
     results_from_words,
 )
-from lowbit.sim.harness import run_stream
 from lowbit.sim.prng import Xoroshiro128aox, seed_lanes
+from lowbit.sim.rtl.harness import run_stream
 
 MODE_OF = dict(zip(MODES, [GrandMode.NORMAL, GrandMode.NORMAL_144, GrandMode.TRUNC_2SIGMA,
                            GrandMode.TRUNC_3SIGMA, GrandMode.UNIFORM, GrandMode.RAW],

@@ -15,11 +15,15 @@ import pytest
 import lowbit
 import lowbit.hw
 import lowbit.sim
+import lowbit.sim.rtl
 
 ROOT = Path(__file__).resolve().parent.parent
-# Simulation helpers that drive the gateware; everything else in sim/ is a golden model.
+# lowbit.sim.rtl: the simulation plumbing that runs the gateware; every other module of lowbit.sim
+# (subpackages included) is a golden model.
 SIM_HELPERS = {"harness", "transport", "cxxrtl"}
-GOLDEN = [m.name for m in pkgutil.iter_modules(lowbit.sim.__path__) if m.name not in SIM_HELPERS]
+GOLDEN = sorted(m.name.removeprefix("lowbit.sim.")
+                for m in pkgutil.walk_packages(lowbit.sim.__path__, "lowbit.sim.")
+                if m.name != "lowbit.sim.rtl" and not m.name.startswith("lowbit.sim.rtl."))
 # Every gateware module, subpackages included, as a path relative to hw/.
 GATEWARE = sorted(str(p.relative_to(ROOT / "hw")) for p in (ROOT / "hw").rglob("*.py"))
 
@@ -74,10 +78,17 @@ def test_wheel_holds_only_lowbit(tmp_path):
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"lowbit"}
     for package in ("lowbit/__init__.py", "lowbit/hw/top.py", "lowbit/sim/bfp.py",
-                    "lowbit/boards/driver.py"):
+                    "lowbit/sim/rtl/transport.py", "lowbit/boards/driver.py"):
         assert package in names
     assert not any(n.startswith(("lowbit/tests/", "lowbit/scripts/", "lowbit/docs/"))
                    for n in names)
+
+
+def test_sim_rtl_holds_exactly_the_simulation_plumbing():
+    assert Path(lowbit.sim.rtl.__path__[0]).resolve() == ROOT / "sim" / "rtl"
+    assert {m.name for m in pkgutil.iter_modules(lowbit.sim.rtl.__path__)} == SIM_HELPERS
+    assert not SIM_HELPERS & {m.name for m in pkgutil.iter_modules(lowbit.sim.__path__)}
+    assert "link" in GOLDEN and "program" in GOLDEN and "rtl" not in GOLDEN
 
 
 @pytest.mark.parametrize("module", GOLDEN)

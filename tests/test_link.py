@@ -14,7 +14,7 @@ from lowbit.hw.link import Dispatcher, HostLink
 from lowbit.hw.registry import build_block
 from lowbit.hw.top import Accelerator
 from lowbit.sim import link as L
-from lowbit.sim.harness import run_stream
+from lowbit.sim.rtl.harness import run_stream
 
 # -- CRC ----------------------------------------------------------------------------------------
 

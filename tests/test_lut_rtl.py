@@ -8,8 +8,8 @@ from amaranth.back import verilog
 
 from lowbit.hw.lut import TransferLUT
 from lowbit.hw.registry import build_block
-from lowbit.sim.harness import payload_value, run_stream
 from lowbit.sim.lut import Quant, TableBank, lookup, lookup_int16
+from lowbit.sim.rtl.harness import payload_value, run_stream
 
 Q16_IN, Q16_OUT = Quant(2 ** -12, 0, "int16"), Quant(2 ** -15, 0, "int16")
 

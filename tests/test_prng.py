@@ -6,7 +6,6 @@ from amaranth.sim import Simulator
 
 from lowbit.hw.prng import Xoroshiro128aox as PrngRTL
 from lowbit.hw.registry import build_block
-from lowbit.sim.harness import run_stream
 from lowbit.sim.prng import (
     MASK64,
     Xoroshiro128aox,
@@ -17,6 +16,7 @@ from lowbit.sim.prng import (
     xoroshiro128aox_next,
     xoroshiro128aox_output,
 )
+from lowbit.sim.rtl.harness import run_stream
 
 
 def scalar_words(state, n):

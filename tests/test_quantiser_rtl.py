@@ -10,8 +10,8 @@ from lowbit.hw.common import Rounding
 from lowbit.hw.quantiser import Quantiser, QuantTarget
 from lowbit.sim import quantiser as mq
 from lowbit.sim.discrete import CodeBook
-from lowbit.sim.harness import run_stream
 from lowbit.sim.prng import Xoroshiro128aox
+from lowbit.sim.rtl.harness import run_stream
 
 ROUND = {"nearest": Rounding.NEAREST_EVEN, "zero": Rounding.TOWARD_ZERO,
          "stochastic": Rounding.STOCHASTIC}

@@ -29,7 +29,7 @@ from lowbit.sim.prng import Xoroshiro128aox, load_state
 from lowbit.sim.program import Instruction as I
 from lowbit.sim.program import assemble
 from lowbit.sim.quantiser import decode_f16, quantise_bfp, quantise_int8
-from lowbit.sim.transport import SimulatedSerial
+from lowbit.sim.rtl.transport import SimulatedSerial
 
 N, B = 4, 4
 BASE = dict(scratch_bytes=2048, frame_bytes=512, timeout_bits=20, sequencer=True,

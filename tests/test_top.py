@@ -12,7 +12,7 @@ from amaranth.back import rtlil
 from lowbit.hw.registry import build_block
 from lowbit.hw.top import Accelerator, RegisterHandler, Scratchpad
 from lowbit.sim import link as L
-from lowbit.sim.transport import SimulatedSerial
+from lowbit.sim.rtl.transport import SimulatedSerial
 
 SCRATCH = 256
 FRAME = 64

@@ -10,7 +10,7 @@ from amaranth.sim import Simulator
 
 from lowbit.hw.registry import build_block
 from lowbit.hw.uart import UART, UARTReceiver, UARTTransmitter, uart_divisor
-from lowbit.sim.harness import run_stream
+from lowbit.sim.rtl.harness import run_stream
 
 
 @pytest.mark.parametrize("args, exc, msg", [

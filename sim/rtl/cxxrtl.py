@@ -24,14 +24,13 @@ stays at 0. Nothing else about the design is known here, so engines added to the
 compiled in.
 
 Cycle semantics are exactly those of the byte-level testbench of
-:class:`lowbit.sim.transport.SimulatedSerial`, so both simulators give the same reply bytes *at the
-same
-cycle counts*: each cycle, the values of ``i.ready``, ``o.valid``, ``o.payload`` and ``leds`` are
-sampled with the current inputs just before the rising edge (what ``ctx.tick().sample(...)``
-returns), the edge is applied, an offered request byte is dropped from the queue if ``i.ready``
-was high, a valid reply byte is collected (``o.ready`` is always 1), and ``i.valid`` /
-``i.payload`` are set for the next cycle from the head of the request queue (``i.payload`` keeps
-its last value while nothing is offered).
+:class:`lowbit.sim.rtl.transport.SimulatedSerial`, so both simulators give the same reply bytes *at
+the same cycle counts*: each cycle, the values of ``i.ready``, ``o.valid``, ``o.payload`` and
+``leds`` are sampled with the current inputs just before the rising edge (what
+``ctx.tick().sample(...)`` returns), the edge is applied, an offered request byte is dropped from
+the queue if ``i.ready`` was high, a valid reply byte is collected (``o.ready`` is always 1), and
+``i.valid`` / ``i.payload`` are set for the next cycle from the head of the request queue
+(``i.payload`` keeps its last value while nothing is offered).
 
 CXXRTL's ``eval()`` of a flattened design without combinational feedback computes every
 combinational value from the flip-flops' current values and the inputs, and, at a rising edge,

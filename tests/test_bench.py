@@ -150,3 +150,46 @@ def test_a_classic_abc_fallback_is_marked_in_the_table(monkeypatch):
     row = bench.bench_one("prng", "ecp5-25f", [1], lambda msg: None, None)
     assert row["classic_abc_seeds"] == []
     assert "classic ABC" not in bench.render_markdown([row], "cmd")
+
+
+def test_whole_accelerator_table():
+    """The whole-accelerator rows (scripts/bench_boards.py, bench_demo.py): a board build of
+    the board's current top wins over an out-of-context row, a build of another top is ignored,
+    MAC/cycle and MMAC/s follow from the cycles per image, and the peer's row is beside them."""
+    import benchcommon as bc
+
+    from lowbit.boards import demo
+    ice = demo.board_top("icebreaker")
+    clock = demo.BOARDS["icebreaker"].clk_freq / 1e6
+    build = {"params": ice, "lcs": 5000, "dsps": 8, "rams": 20, "spram": 4,
+             "fmax_mhz_median": 40.0, "fmax_mhz_all": [41.0, 40.0, 39.0]}
+    demo_bench = {"boards": {"bfp": [{"boards": ["icebreaker"], "params": ice,
+                                      "cycles_per_image": 236.8}]}}
+    ooc = [{"block": "top", "params": demo.board_top("ulx3s"), "lcs_block": 20000, "dsps": 17,
+            "rams": 58, "spram": 0, "fmax_mhz_median": 56.5, "fmax_mhz_all": [56.5] * 3}]
+    rows = {r["board"]: r for r in bc.whole_accelerator_rows(
+        {"boards": {"icebreaker": build}}, demo_bench, ooc)}
+    r = rows["icebreaker"]
+    assert (r["source"], r["lcs"], r["fmax_mhz"]) == ("board build", 5000, 40.0)
+    assert r["mac_per_cycle"] == pytest.approx(10.0)
+    assert r["mmacs"] == pytest.approx(10.0 * clock) and r["mmacs_at_fmax"] == pytest.approx(400)
+    assert rows["ulx3s"]["source"] == "out of context" and rows["ulx3s"]["lcs"] == 20000
+    assert rows["ulx3s"]["cycles_per_image"] is None and rows["hx8k"]["source"] is None
+    other = dict(build, params=dict(ice, matrix_lanes=8))
+    assert bc.whole_accelerator_rows({"boards": {"icebreaker": other}}, {}, [])[0]["source"] \
+        is None
+    text = bc.whole_accelerator_markdown(list(rows.values()))
+    assert "| icebreaker | up5k | 4 | 5000 / 5280 (94.7 %) | 8 / 8 |" in text
+    assert "40 (41 / 40 / 39)" in text and "| 10.00 |" in text and "MARLANN" in text
+    assert "56.5 (56.5 / 56.5 / 56.5) ooc" in text
+
+
+def test_replace_section_inserts_then_replaces():
+    import benchcommon as bc
+    doc = "# Title\n\nintro\n"
+    once = bc.replace_section(doc, "table 1")
+    assert once.startswith("# Title\n\n" + bc.ACCEL_BEGIN + "\ntable 1\n" + bc.ACCEL_END)
+    assert once.endswith("intro\n") and bc.section_of(once) == "table 1"
+    twice = bc.replace_section(once, "table 2")
+    assert twice.count(bc.ACCEL_BEGIN) == 1 and bc.section_of(twice) == "table 2"
+    assert twice.replace("table 2", "table 1") == once

@@ -142,6 +142,21 @@ def test_cli_demo_on_the_model(build_dir, capsys):
     assert r["images"] == 30 and r["variant"] == "bfp" and r["device_accuracy"] >= 0.9
 
 
+def test_cli_demo_board_in_simulation(build_dir, capsys):
+    """``--board B`` with a simulator runs B's own top (here on the protocol model), and a board
+    whose profile cannot run the network is refused before anything runs."""
+    tmp_path = build_dir
+    assert cli.main(["demo", "digits", "--simulator", "model", "--board", "icebreaker",
+                     "--images", "10", "--build-dir", str(tmp_path), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["board"] == "icebreaker" and r["design"]["matrix_lanes"] == 4
+    assert r["device_accuracy"] == r["golden_accuracy"] and r["macs_per_image"] == 2368
+    assert r["clock_mhz"] == demo.BOARDS["icebreaker"].clk_freq / 1e6
+    assert cli.main(["demo", "digits", "--simulator", "model", "--board", "hx8k",
+                     "--build-dir", str(tmp_path)]) == 2
+    assert "The hx8k profile cannot run the bfp network" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv,message", [
     (["--images", "0"], "between 1 and 540, not 0"),
     (["--images", "541"], "between 1 and 540, not 541"),
@@ -180,7 +195,8 @@ def test_projections_use_each_boards_own_cycles(tmp_path):
         {"icebreaker": 1000, "orangecrab": 750}, build_dir=str(tmp_path),
         sources={"icebreaker": "a", "orangecrab": "b"})}
     assert set(rows) == set(demo.BOARDS)
-    assert rows["icebreaker"]["images_per_s"] == pytest.approx(12_000)
+    assert rows["icebreaker"]["images_per_s"] == pytest.approx(
+        demo.BOARDS["icebreaker"].clk_freq / 1000)
     assert rows["icebreaker"]["cycles_per_image"] == 1000
     assert rows["icebreaker"]["cycles_source"] == "a"
     assert rows["orangecrab"]["images_per_s"] == pytest.approx(64_000)
@@ -191,7 +207,7 @@ def test_projections_use_each_boards_own_cycles(tmp_path):
     text = demo.format_result(demo.DemoResult(
         "bfp", "t", 1, {"matrix_lanes": 16, "block": 16}, 1, 1, 1, 1, 1, 540, 1.0, 1.0, 1000,
         1000.0, 1, list(rows.values())))
-    assert re.search(r"icebreaker +12\.0 MHz: +12000 images/s \(1000\.0 cycles/image, "
+    assert re.search(r"icebreaker +18\.0 MHz: +18000 images/s \(1000\.0 cycles/image, "
                      r"cycles from a\)", text)
     assert re.search(r"ulx3s +25\.0 MHz: not measured", text)
     assert "differs" not in text
@@ -242,6 +258,12 @@ def test_same_top_fills_in_defaults():
     assert not demo.same_top(demo.SIM_TOP, demo.board_top("orangecrab"))
     assert demo.same_top(demo.board_top("hx8k"),
                          json.loads(json.dumps(demo.board_top("hx8k"))))
+    # The clock and the baud rate change the UART's timing, never a RUN's cycle count.
+    slower = dict(demo.board_top("icebreaker"), clk_freq=12e6, baud=115200)
+    assert not demo.same_top(slower, demo.board_top("icebreaker"))
+    assert demo.same_top(slower, demo.board_top("icebreaker"), cycles=True)
+    assert not demo.same_top(dict(slower, matrix_lanes=8), demo.board_top("icebreaker"),
+                             cycles=True)
 
 
 def _demo_json(path, measurements, variant="bfp"):
@@ -299,7 +321,8 @@ def test_run_digits_projections_from_cycles_file(build_dir, tmp_path, monkeypatc
     assert rows["orangecrab"]["cycles_source"] == "this run"
     assert rows["icebreaker"]["cycles_per_image"] == 1000.0
     assert rows["icebreaker"]["cycles_source"] == str(path)
-    assert rows["icebreaker"]["images_per_s"] == pytest.approx(12_000)
+    assert rows["icebreaker"]["images_per_s"] == pytest.approx(
+        demo.BOARDS["icebreaker"].clk_freq / 1000)
     assert rows["ulx3s"]["images_per_s"] is None
     assert rows["hx8k"]["unfit"] and rows["hx8k"]["images_per_s"] is None
     text = demo.format_result(r)
@@ -367,23 +390,31 @@ def test_real_top_cxxrtl(tmp_path, variant):
 
 
 def test_board_top_in_amaranth_own_cycles(tmp_path, monkeypatch):
-    """One image through the iCEBreaker's own top (N = 4, max_blocks 4, no quantiser) in
-    Amaranth's simulator (~20 s): bit for bit against its golden model, and its projection
-    (and that of a board with an identical profile) uses this run's cycle count."""
+    """``board="icebreaker"`` in simulation runs the iCEBreaker's own top (N = 4, max_blocks
+    4, no quantiser) in Amaranth's simulator (~20 s): bit for bit against its golden model; its
+    MAC/cycle and MMAC/s come from this run, and its projection (and that of a board with an
+    identical profile) uses this run's cycle count."""
     monkeypatch.setitem(demo.BOARDS, "icebreaker-copy",
                         dataclasses.replace(demo.BOARDS["icebreaker"], name="icebreaker-copy"))
-    acc = Accelerator.simulated(simulator="amaranth", **demo.board_top("icebreaker"))
-    assert not demo.same_top(acc.params, demo.SIM_TOP)
-    assert acc.design.matrix_lanes == 4 and not acc.has_engine("quantiser")
+    assert not demo.same_top(demo.board_top("icebreaker"), demo.SIM_TOP)
     r = demo.run_digits("bfp", simulator="amaranth", images=1, build_dir=str(tmp_path),
-                        accelerator=acc, cycles_file=str(tmp_path / "none.json"))
+                        board="icebreaker", cycles_file=str(tmp_path / "none.json"))
     assert r.device_accuracy == r.golden_accuracy and r.design["matrix_lanes"] == 4
+    assert r.board == "icebreaker" and "icebreaker's top" in r.target
     assert r.cycles > 0 and r.cycles_per_image == r.cycles
+    assert r.macs_per_image == 64 * 32 + 32 * 10
+    assert r.mac_per_cycle == pytest.approx(r.macs_per_image / r.cycles_per_image)
+    assert r.clock_mhz == demo.BOARDS["icebreaker"].clk_freq / 1e6
+    assert r.mmacs == pytest.approx(r.mac_per_cycle * r.clock_mhz)
+    assert r.fmax_mhz is None and r.mmacs_at_fmax is None      # no build in tmp_path
+    assert "MAC/cycle sustained" in demo.format_result(r)
     rows = {p["board"]: p for p in r.projections}
     for name in ("icebreaker", "icebreaker-copy"):
         assert rows[name]["cycles_per_image"] == r.cycles_per_image
         assert rows[name]["cycles_source"] == "this run"
-        assert rows[name]["images_per_s"] == pytest.approx(12e6 / r.cycles)
+        assert rows[name]["images_per_s"] == pytest.approx(
+            demo.BOARDS["icebreaker"].clk_freq / r.cycles)
+        assert rows[name]["mac_per_cycle"] == pytest.approx(r.mac_per_cycle)
     assert rows["ulx3s"]["images_per_s"] is None and rows["orangecrab"]["images_per_s"] is None
 
 

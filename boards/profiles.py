@@ -72,7 +72,7 @@ BOARDS = {
                  baud=1_000_000, lut_tables=4, grand=False, sequencer=True, matrix_lanes=4,
                  block=16, max_blocks=4, weight_depth=1024, bfp=True, bfp_stochastic=False,
                  bfp_predictor=False, bfp_acc_block_ram=True, bfp_pipelined=False,
-                 quantiser=False, discrete=False, code_bits=3),
+                 busy_count=False, quantiser=False, discrete=False, code_bits=3),
         notes="8 SB_MAC16 DSPs, 4 SPRAM; 18 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
               "oscillator); UART over the FTDI's second channel at 1 Mbaud. "
               "The link, the sequencer, the LUT engine and a 4-lane BFP column (MATVEC, "

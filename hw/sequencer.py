@@ -71,10 +71,13 @@ class Sequencer(wiring.Component):
     ``RUN`` payload: start byte address u32, instruction limit u32. Checks, in order: length
     ``!= 8`` -> ``BAD_LENGTH``; start odd or ``start + 16 > scratch_bytes`` -> ``BAD_ADDRESS``;
     limit 0 -> ``BAD_LENGTH`` (all with an empty reply). Otherwise the program runs and the reply
-    carries 12 bytes, ``pc`` (byte address of the instruction that halted or failed, or that
-    would have run next at the limit), ``executed`` (instructions completed, HALT included) and
-    ``cycles`` (clock cycles of the execution), all u32; status ``OK`` (HALT), ``LIMIT`` or the
-    failing instruction's error (``docs/sequencer.md`` lists the checks of every instruction).
+    carries 16 bytes, ``pc`` (byte address of the instruction that halted or failed, or that
+    would have run next at the limit), ``executed`` (instructions completed, HALT included),
+    ``cycles`` (clock cycles of the execution) and ``busy`` (cycles in which the matrix engine
+    accepted a beat: one input element with its ``N`` weights, for the BFP column or the
+    discrete unit; :class:`lowbit.sim.program.RunResult` predicts it), all u32; status ``OK``
+    (HALT), ``LIMIT`` or the failing instruction's error (``docs/sequencer.md`` lists the checks
+    of every instruction).
 
     Parameters
     ----------
@@ -104,6 +107,9 @@ class Sequencer(wiring.Component):
         The column's accumulator memory in block RAM, its pipelines with all stages
         (:class:`lowbit.hw.bfp.BFPColumn` ``acc_block_ram`` and ``pipelined``; area options for
         iCE40 at 12 MHz).
+    busy_count : bool
+        Count the matrix engine's busy cycles for the RUN reply (a 32-bit counter); without
+        it the reply's ``busy`` is ``0xFFFFFFFF``, "not counted".
     code_bits : int
         Largest discrete code width of the discrete unit and quantiser, 1..3.
     quant_mult_bits : int
@@ -143,7 +149,7 @@ class Sequencer(wiring.Component):
                  weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
                  quant_mult_bits=0, lut=True, lut_tables=4, grand=True, mult="lut",
                  simulation=True, bfp_stochastic=True, bfp_predictor=True,
-                 bfp_acc_block_ram=False, bfp_pipelined=True):
+                 bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
@@ -158,6 +164,7 @@ class Sequencer(wiring.Component):
         self._bfp_predictor = _check_bool("bfp_predictor", bfp_predictor)
         self._bfp_acc_block_ram = _check_bool("bfp_acc_block_ram", bfp_acc_block_ram)
         self._bfp_pipelined = _check_bool("bfp_pipelined", bfp_pipelined)
+        self._busy_count = _check_bool("busy_count", busy_count)
         self._code_bits = _check_int("Code width", code_bits, 1, 3)
         self._quant_mult_bits = _check_int("Multiplier width", quant_mult_bits, 0, 16)
         self._lut = _check_bool("lut", lut)
@@ -308,6 +315,11 @@ class Sequencer(wiring.Component):
         pc = Signal(17)               # word address of the current instruction
         executed = Signal(32)
         cycles = Signal(32)
+        busy_cycles = Signal(32, init=0 if self._busy_count else 0xFFFFFFFF)
+        beat = Signal()               # the matrix engine accepts a beat this cycle
+        if self._busy_count:
+            with m.If(beat):
+                m.d.sync += busy_cycles.eq(busy_cycles + 1)
         sidx = Signal(4)
         cnt = Signal(16)
         ofs_a = Signal(16)
@@ -434,6 +446,8 @@ class Sequencer(wiring.Component):
             with m.State("CHECK"):
                 m.d.sync += [pc.eq(start[1:]), executed.eq(0), cycles.eq(0), cnt.eq(0),
                              ofs_a.eq(0), ofs_b.eq(0), status.eq(Status.OK)]
+                if self._busy_count:
+                    m.d.sync += busy_cycles.eq(0)
                 with m.If(start[0] | start_hi | (start + 16 > self._scratch_bytes)):
                     m.d.sync += status.eq(Status.BAD_ADDRESS)
                     m.next = "RESP_EMPTY"
@@ -691,7 +705,8 @@ class Sequencer(wiring.Component):
                         with m.Case(1):
                             m.d.comb += [reading.eq(1), col.i_x.valid.eq(rd_valid),
                                          col.i_w.valid.eq(rd_valid),
-                                         take.eq(rd_valid & col.i_x.ready)]
+                                         take.eq(rd_valid & col.i_x.ready),
+                                         beat.eq(rd_valid & col.i_x.ready)]
                             with m.If(issue):
                                 m.d.sync += w_ptr.eq(w_ptr + 1)
                             with m.If((rd_left == 0) & stage_free):
@@ -742,6 +757,7 @@ class Sequencer(wiring.Component):
                                      g_lane.eq(g_lane + 1)]
                         with m.If((g_lane == N - 1) | last_take):
                             m.d.sync += [g_full.eq(1), g_last.eq(last_take)]
+                    m.d.comb += beat.eq(du.i.valid & du.i.ready)
                     with m.If(du.i.valid & du.i.ready):
                         m.d.sync += [g_full.eq(0), gather.eq(0), g_lane.eq(0),
                                      w_ptr.eq(w_ptr + 1)]
@@ -787,14 +803,14 @@ class Sequencer(wiring.Component):
                 m.next = "RESP"
             with m.State("RESP"):
                 m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
-                             c.resp.payload.length.eq(12)]
+                             c.resp.payload.length.eq(16)]
                 with m.If(c.resp.ready):
                     m.next = "SEND"
             with m.State("SEND"):
-                reply = Cat(Const(0, 1), pc, Const(0, 14), executed, cycles)
+                reply = Cat(Const(0, 1), pc, Const(0, 14), executed, cycles, busy_cycles)
                 m.d.comb += [c.data.valid.eq(1), c.data.payload.eq(reply.word_select(sidx, 8))]
                 with m.If(c.data.ready):
                     m.d.sync += sidx.eq(sidx + 1)
-                    with m.If(sidx == 11):
+                    with m.If(sidx == 15):
                         m.next = "IDLE"
         return m

@@ -39,10 +39,12 @@ from lowbit.sim.link import (
     Status,
     identity_registers,
 )
+from lowbit.sim.topparams import SPRAM_BYTES, check_top_params
+from lowbit.sim.topparams import check_scratch_bytes as _check_scratch_bytes
 
 from .common import check_bool as _check_bool
 from .engines import GrandHandler, LUTHandler
-from .link import CommandSignature, Dispatcher, HostLink, PingHandler, _check_int
+from .link import CommandSignature, Dispatcher, HostLink, PingHandler
 from .ports import (
     COLUMN_FRAC_BITS,
     DISCRETE_ACC_WIDTH,
@@ -52,13 +54,14 @@ from .ports import (
     ScratchPortSignature,
 )
 from .sequencer import Sequencer
-from .uart import UARTReceiver, UARTTransmitter, quiet_on_error, uart_divisor
+from .uart import UARTReceiver, UARTTransmitter, quiet_on_error
 
 __all__ = ["Accelerator", "Scratchpad", "SPRAM256KA", "IdentifyHandler", "RegisterHandler",
            "MemoryHandler", "SPRAM_BYTES"]
 
-#: Bytes in one iCE40 UP5K SB_SPRAM256KA (16384 words of 16 bits).
-SPRAM_BYTES = 32768
+# SPRAM_BYTES (bytes in one iCE40 UP5K SB_SPRAM256KA, 16384 words of 16 bits) and the
+# validation of the top's parameters live in lowbit.sim.topparams, shared with the model
+# (lowbit.sim.link.DeviceModel), so that both accept exactly the same parameters.
 
 
 class SPRAM256KA(wiring.Component):
@@ -169,52 +172,6 @@ class Scratchpad(wiring.Component):
             with m.If(bank_q == k):
                 m.d.comb += p.rdata.eq(ram.dataout)
         return m
-
-
-def _check_pow2(name, value, lo, hi):
-    _check_int(name, value, lo, hi)
-    if value & (value - 1):
-        raise ValueError(f"{name} must be a power of two between {lo} and {hi}, not {value}")
-    return value
-
-
-def _check_mult(style):
-    from .mult import MULT_STYLES
-    if not isinstance(style, str):
-        raise TypeError(f"Multiplier style must be one of {', '.join(MULT_STYLES)}, "
-                        f"not {style!r}")
-    if style not in MULT_STYLES:
-        raise ValueError(f"Multiplier style must be one of {', '.join(MULT_STYLES)}, "
-                         f"not {style!r}")
-    return style
-
-
-def _check_grand_modes(modes):
-    from lowbit.sim.grand import MODES
-    if modes is None:
-        return None
-    if isinstance(modes, str) or not hasattr(modes, "__iter__"):
-        raise TypeError(f"Grand modes must be an iterable of mode names, not {modes!r}")
-    modes = tuple(modes)
-    for mode in modes:
-        if not isinstance(mode, str):
-            raise TypeError(f"Grand modes must be mode names, not {mode!r}")
-        if mode not in MODES:
-            raise ValueError(f"Grand mode must be one of {', '.join(MODES)}, not {mode!r}")
-    return modes
-
-
-def _check_scratch_bytes(size, use_spram):
-    if not isinstance(size, int) or isinstance(size, bool):
-        raise TypeError(f"Scratchpad size must be an integer, not {size!r}")
-    if use_spram:
-        allowed = [SPRAM_BYTES * k for k in (1, 2, 3, 4)]
-        if size not in allowed:
-            raise ValueError(f"SPRAM scratchpad size must be one of {allowed}, not {size}")
-    elif not (64 <= size <= 65536 and size & (size - 1) == 0):
-        raise ValueError(f"Scratchpad size must be a power of two between 64 and 65536, "
-                         f"not {size}")
-    return size
 
 
 class _Collector:
@@ -627,6 +584,9 @@ class Accelerator(wiring.Component):
         rounding,
         the predicted exponent selector (a MATVEC needing one that is left out fails with
         ``BAD_OPCODE``), the accumulator in block RAM, all pipeline stages.
+    busy_count : bool
+        Count the matrix engine's busy cycles of a RUN (the reply's ``busy``; without it
+        ``0xFFFFFFFF``, "not counted").
     code_bits : int
         Largest discrete code width of the discrete unit and the quantiser, 1 to 3.
     multiplier : {"lut", "sb_mac16", "mult18x18d"}
@@ -665,38 +625,37 @@ class Accelerator(wiring.Component):
                  grand_modes=None, sequencer=False, matrix_lanes=8, block=16, max_blocks=16,
                  weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
                  multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
-                 bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True):
-        self._divisor = uart_divisor(clk_freq, baud)
+                 bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
+                 busy_count=True):
+        p = check_top_params(
+            clk_freq=clk_freq, baud=baud, lanes=lanes, scratch_bytes=scratch_bytes,
+            use_spram=use_spram, frame_bytes=frame_bytes, timeout_bits=timeout_bits,
+            lut_tables=lut_tables, grand=grand, grand_modes=grand_modes, sequencer=sequencer,
+            matrix_lanes=matrix_lanes, block=block, max_blocks=max_blocks,
+            weight_depth=weight_depth, bfp=bfp, quantiser=quantiser, discrete=discrete,
+            code_bits=code_bits, multiplier=multiplier, uart=uart, simulation=simulation,
+            bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
+            bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined)
+        self._divisor = p["divisor"]
         self._clk_freq = clk_freq
         self._baud = baud
-        self._lanes = _check_int("Lane count", lanes, 1, 32)
-        self._use_spram = _check_bool("use_spram", use_spram)
-        if scratch_bytes is None:
-            scratch_bytes = 4 * SPRAM_BYTES if use_spram else 4096
-        self._scratch_bytes = _check_scratch_bytes(scratch_bytes, use_spram)
-        self._frame_bytes = _check_int("Frame buffer size", frame_bytes, 16, 4096)
-        self._timeout_bits = _check_int("Timeout in bit times", timeout_bits, 10, 1_000_000)
-        self._uart = _check_bool("uart", uart)
-        self._simulation = _check_bool("simulation", simulation)
-        self._lut_tables = _check_int("LUT table count", lut_tables, 0, 64)
-        self._grand = _check_bool("grand", grand)
-        self._grand_modes = _check_grand_modes(grand_modes)
-        self._sequencer = _check_bool("sequencer", sequencer)
+        self._lanes = lanes
+        self._use_spram = use_spram
+        self._scratch_bytes = p["scratch_bytes"]
+        self._frame_bytes = frame_bytes
+        self._timeout_bits = timeout_bits
+        self._uart = uart
+        self._simulation = simulation
+        self._lut_tables = lut_tables
+        self._grand = grand
+        self._grand_modes = p["grand_modes"]
+        self._sequencer = sequencer
         self._seq_params = dict(
-            lanes=_check_pow2("Matrix lane count", matrix_lanes, 4, 32),
-            block=_check_pow2("Block size", block, 2, 256),
-            max_blocks=_check_int("Maximum block count", max_blocks, 1, 256),
-            weight_depth=_check_pow2("Weight memory depth", weight_depth, 16, 16384),
-            bfp=_check_bool("bfp", bfp), quantiser=_check_bool("quantiser", quantiser),
-            discrete=_check_bool("discrete", discrete),
-            code_bits=_check_int("Code width", code_bits, 1, 3),
-            mult=_check_mult(multiplier),
-            bfp_stochastic=_check_bool("bfp_stochastic", bfp_stochastic),
-            bfp_predictor=_check_bool("bfp_predictor", bfp_predictor),
-            bfp_acc_block_ram=_check_bool("bfp_acc_block_ram", bfp_acc_block_ram),
-            bfp_pipelined=_check_bool("bfp_pipelined", bfp_pipelined))
-        if sequencer and bfp and multiplier == "sb_mac16" and matrix_lanes % 2:
-            raise ValueError("Matrix lane count must be even with sb_mac16")
+            lanes=matrix_lanes, block=block, max_blocks=max_blocks, weight_depth=weight_depth,
+            bfp=bfp, quantiser=quantiser, discrete=discrete, code_bits=code_bits,
+            mult=multiplier, bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
+            bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
+            busy_count=_check_bool("busy_count", busy_count))
         self._engines = (((1 << ENGINE_BITS["lut"]) if lut_tables else 0)
                          | ((1 << ENGINE_BITS["grand"]) if grand else 0))
         if sequencer:

@@ -44,6 +44,7 @@ import numpy as np
 
 from .program import Design, Machine
 from .protocol import _REGISTER_BY_INDEX, REGISTER_BY_NAME, REGISTERS, Register, Status
+from .topparams import check_top_params
 
 __all__ = [
     "SOF_REQUEST", "SOF_REPLY", "PROTOCOL_VERSION", "DESIGN_VERSION", "MAGIC", "Opcode", "Status",
@@ -79,7 +80,7 @@ class Opcode(enum.IntEnum):
     GRAND_SAMPLES = 0x41  #: payload: count u16, format u8 (0 f16, 1 f32); reply: samples
     LUT_WRITE = 0x48  #: payload: table u8, start u8, entries; reply: empty
     LUT_APPLY = 0x49  #: payload: table u8, codes; reply: table[code] per code
-    RUN = 0x50        #: payload: start byte address u32, instruction limit u32; reply: 12 bytes
+    RUN = 0x50        #: payload: start byte address u32, instruction limit u32; reply: 16 bytes
 
 
 #: Opcodes reserved for engine commands (answered BAD_OPCODE until an engine claims them).
@@ -380,6 +381,9 @@ class DeviceModel:
     ----------
     lanes, scratch_bytes, frame_bytes, use_spram, lut_tables, grand : design parameters, as in
         :class:`lowbit.hw.top.Accelerator` (``scratch_bytes=None``: 131072 with SPRAM, else 4096).
+        Every parameter the top takes is checked by the top's own rules
+        (:func:`lowbit.sim.topparams.check_top_params`): the model accepts exactly the
+        parameters the gateware accepts, hardware-only ones included.
     grand_modes : iterable of str, optional
         Modes built into the grand unit (default all; a mode left out acts as normal).
     sequencer, bfp, quantiser, discrete : bool
@@ -395,12 +399,21 @@ class DeviceModel:
         The BFP column has stochastic rounding / the predicted exponent selector
         (:class:`lowbit.sim.program.Design`; without one a MATVEC needing it fails with
         ``BAD_OPCODE``). ``bfp_acc_block_ram`` and ``bfp_pipelined`` are hardware-only.
+    busy_count : bool
+        The device counts the matrix engine's busy cycles; without it RUN replies carry
+        ``busy = 0xFFFFFFFF`` (:data:`lowbit.sim.program.NOT_COUNTED`).
     engines : int, optional
         Engine bitmask of the identity record; default: derived from the parameters.
     **hardware
         Parameters of :class:`lowbit.hw.top.Accelerator` that do not change the protocol
-        (:data:`HARDWARE_ONLY`, e.g. ``clk_freq``), accepted and ignored so that one set of
-        top parameters builds both.
+        (:data:`HARDWARE_ONLY`, e.g. ``clk_freq``), checked and otherwise ignored so that one
+        set of top parameters builds both.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For a parameter the top refuses (same messages), an unknown parameter, or a model
+        parameter (``frac_bits``, ``rand_bits``, ``disc_acc_width``, ``engines``) out of range.
     """
 
     #: Top parameters without effect on the protocol.
@@ -411,12 +424,24 @@ class DeviceModel:
                  lut_tables=4, grand=True, grand_modes=None, engines=None, sequencer=False,
                  matrix_lanes=8, block=16, max_blocks=16, weight_depth=512, bfp=True,
                  quantiser=True, discrete=True, frac_bits=3, rand_bits=8, disc_acc_width=16,
-                 code_bits=3, bfp_stochastic=True, bfp_predictor=True, **hardware):
+                 code_bits=3, bfp_stochastic=True, bfp_predictor=True, busy_count=True,
+                 **hardware):
         unknown = set(hardware) - self.HARDWARE_ONLY
         if unknown:
             raise TypeError(f"Unknown DeviceModel parameters: {', '.join(sorted(unknown))}")
-        if scratch_bytes is None:
-            scratch_bytes = 131072 if use_spram else 4096
+        # The gateware's own rules (lowbit.hw.top.Accelerator calls the same function).
+        top = check_top_params(
+            lanes=lanes, scratch_bytes=scratch_bytes, frame_bytes=frame_bytes,
+            use_spram=use_spram, lut_tables=lut_tables, grand=grand, grand_modes=grand_modes,
+            sequencer=sequencer, matrix_lanes=matrix_lanes, block=block, max_blocks=max_blocks,
+            weight_depth=weight_depth, bfp=bfp, quantiser=quantiser, discrete=discrete,
+            code_bits=code_bits, bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
+            **hardware)
+        scratch_bytes = top["scratch_bytes"]
+        if engines is not None and (not isinstance(engines, int) or isinstance(engines, bool)
+                                    or not 0 <= engines < 1 << len(ENGINE_BITS)):
+            raise ValueError(f"The engine bitmask must be an integer between 0 and "
+                             f"{(1 << len(ENGINE_BITS)) - 1}, not {engines!r}")
         present = {"grand": grand, "bfp": bfp and sequencer, "discrete": discrete and sequencer,
                    "quantiser": quantiser and sequencer, "lut": bool(lut_tables),
                    "sequencer": sequencer}
@@ -433,12 +458,10 @@ class DeviceModel:
             lut_tables=lut_tables, frac_bits=frac_bits, rand_bits=rand_bits,
             disc_acc_width=disc_acc_width, grand_modes=grand_modes,
             engines=frozenset(n for n, on in present.items() if on and n != "sequencer"),
-            bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor)
+            bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
+            busy_count=busy_count)
         self.identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, lanes, scratch_bytes,
                                  frame_bytes, engines, use_spram)
-        if not isinstance(code_bits, int) or isinstance(code_bits, bool) or \
-                not 1 <= code_bits <= 3:
-            raise ValueError(f"Code width must be an integer between 1 and 3, not {code_bits!r}")
         self.code_bits = code_bits
         ids = identity_registers(self.identity, matrix_lanes=matrix_lanes, block=block,
                                  max_blocks=max_blocks, weight_depth=weight_depth,

@@ -293,6 +293,9 @@ class Design:
         The BFP column rounds stochastically / has the predicted exponent selector (default
         both). Without one, a MATVEC that needs it (``ROUNDING`` 2 / ``EXP_SELECT`` 2) fails
         with ``BAD_OPCODE``, as a missing engine does.
+    busy_count : bool
+        The device counts the matrix engine's busy cycles (RUN replies' ``busy``); without it
+        they read :data:`NOT_COUNTED`.
     """
     matrix_lanes: int = 8
     block: int = 16
@@ -308,6 +311,7 @@ class Design:
     grand_modes: tuple = None
     bfp_stochastic: bool = True
     bfp_predictor: bool = True
+    busy_count: bool = True
 
     def __post_init__(self):
         from .grand import MODES
@@ -366,26 +370,35 @@ class Fault(Exception):
         self.status = status
 
 
+#: ``busy`` of a RUN reply from a device that does not count busy cycles.
+NOT_COUNTED = 0xFFFFFFFF
+
+
 @dataclasses.dataclass(frozen=True)
 class RunResult:
     """Outcome of :meth:`Machine.run`: status, byte address ``pc``, instructions ``executed``,
-    ``cycles`` (0 in the model: it cannot predict the hardware's count) and, for an error, a
-    ``message`` saying why."""
+    ``cycles`` (0 in the model: it cannot predict the hardware's count), ``busy`` (the matrix
+    engine's busy cycles: the beats it accepted, one input element with its ``N`` weights each;
+    a MATVEC of ``T`` tiles over ``K`` inputs is ``T · K`` beats, a DMATVEC of ``R`` rows over
+    ``K`` inputs ``R · ceil(K / N)``; the model counts them exactly, as the hardware does) and,
+    for an error, a ``message`` saying why. ``busy / cycles`` is the matrix engine's
+    utilisation over the RUN."""
     status: int
     pc: int
     executed: int
     cycles: int = 0
+    busy: int = 0
     message: str = ""
 
     def payload(self):
-        """The 12-byte RUN reply payload ``pc u32, executed u32, cycles u32``."""
-        return struct.pack("<3I", self.pc & 0xFFFFFFFF, self.executed & 0xFFFFFFFF,
-                           self.cycles & 0xFFFFFFFF)
+        """The 16-byte RUN reply payload ``pc u32, executed u32, cycles u32, busy u32``."""
+        return struct.pack("<4I", self.pc & 0xFFFFFFFF, self.executed & 0xFFFFFFFF,
+                           self.cycles & 0xFFFFFFFF, self.busy & 0xFFFFFFFF)
 
     @classmethod
     def from_payload(cls, status, payload):
-        pc, executed, cycles = struct.unpack("<3I", bytes(payload))
-        return cls(status, pc, executed, cycles)
+        pc, executed, cycles, busy = struct.unpack("<4I", bytes(payload))
+        return cls(status, pc, executed, cycles, busy)
 
 
 def _s8(v):
@@ -451,6 +464,8 @@ class Machine:
         self.grand_prng = Xoroshiro128aox(0, design.lanes)
         self.grand_mode = "normal"
         self.grand_pending = []
+        #: Busy cycles (accepted beats) of the matrix engine in the current RUN.
+        self.busy = 0
         #: The rounding PRNG (one lane; reset state ``seed_lanes(0, 1)``).
         self.rng = Xoroshiro128aox(0, 1)
         self._column = design.column() if design.has("bfp") else None
@@ -532,23 +547,28 @@ class Machine:
         """
         self.pc = start // 2
         self.cnt = self.ofs_a = self.ofs_b = 0
+        self.busy = 0
         if self._column is not None:
             self._column.clear_history()
         executed = 0
         while executed < limit:
             if self.pc + INSTRUCTION_BYTES // 2 > self.design.words:
-                return RunResult(Status.BAD_ADDRESS, 2 * self.pc, executed,
+                return RunResult(Status.BAD_ADDRESS, 2 * self.pc, executed, busy=self._busy(),
                                  message="instruction fetch past the end of the scratchpad")
             ins = Instruction.decode(self.read_words(self.pc, 8).astype("<u2").tobytes())
             try:
                 nxt = self.step(ins)
             except Fault as f:
-                return RunResult(f.status, 2 * self.pc, executed, message=str(f))
+                return RunResult(f.status, 2 * self.pc, executed, busy=self._busy(),
+                                 message=str(f))
             executed += 1
             if nxt is None:
-                return RunResult(Status.OK, 2 * self.pc, executed)
+                return RunResult(Status.OK, 2 * self.pc, executed, busy=self._busy())
             self.pc = nxt
-        return RunResult(Status.LIMIT, 2 * self.pc, executed)
+        return RunResult(Status.LIMIT, 2 * self.pc, executed, busy=self._busy())
+
+    def _busy(self):
+        return self.busy if self.design.busy_count else NOT_COUNTED
 
     def _range(self, what, addr, count):
         if addr + count > self.design.words:
@@ -707,6 +727,7 @@ class Machine:
                                          width=width, rounding=rounding, exp_mode=exp_mode,
                                          fixed_exp=fixed_exp, rand=rand, **kw)
         self.write_words(dst, pack_elements(m[0], e[0]))
+        self.busy += tiles * k
 
     def _lut(self, src, dst, w, flags):
         from .lut import lookup
@@ -761,6 +782,7 @@ class Machine:
                               acc_width=d.disc_acc_width, out_exp=out_exp)
         y, _ = discrete_dense(layer, x_m, lanes=n)
         self.write_words(dst, pack_elements(y, out_exp))
+        self.busy += rows * beats
 
     def _grand(self, src, dst, w, flags):
         count = self._count("GRAND count", w[2])

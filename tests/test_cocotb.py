@@ -617,7 +617,7 @@ def test_top_seq_vectors_cover_the_program():
     from lowbit.sim.link import Opcode, Status, decode_reply
     vec = vectors.top_seq_vectors(params=TOP_SEQ_PARAMS, seed=0)
     runs = [decode_reply(bytes(e["reply"])) for e in vec["events"] if e.get("run")]
-    assert [(s, *struct.unpack("<III", body)[:2]) for s, body in runs] == [
+    assert [(s, *struct.unpack("<IIII", body)[:2]) for s, body in runs] == [
         (Status.OK, 8 * 16, 9), (Status.OK, 64 * 2 + 4 * 16, 5), (Status.LIMIT, 96 * 2 + 16, 1),
         (Status.BAD_ADDRESS, 96 * 2 + 2 * 16, 2)]
     read = next(e for e in vec["events"] if e["send"][1] == Opcode.MEM_READ)

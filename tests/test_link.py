@@ -208,9 +208,10 @@ def test_design_registers_validation(kw, exc, match):
         L.design_registers(**kw)
 
 
-@pytest.mark.parametrize("code_bits", [0, 4, 2.0, True])
-def test_device_model_code_bits_validation(code_bits):
-    with pytest.raises(ValueError, match="Code width must be an integer between 1 and 3"):
+@pytest.mark.parametrize("code_bits, exc", [(0, ValueError), (4, ValueError), (2.0, TypeError),
+                                             (True, TypeError)])
+def test_device_model_code_bits_validation(code_bits, exc):
+    with pytest.raises(exc, match="Code width must be an integer between 1 and 3"):
         L.DeviceModel(code_bits=code_bits)
 
 
@@ -252,7 +253,7 @@ def test_device_model_run_framing():
     model.feed(rq(L.Opcode.MEM_WRITE, L.mem_write_payload(200, b"abcdef")))
     reply = model.feed(rq(L.Opcode.RUN, _run_payload(32, 10)))
     status, body = L.decode_reply(reply)
-    assert status == L.Status.OK and body == bytes([64, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0])
+    assert status == L.Status.OK and body == bytes([64, 0, 0, 0, 3, 0, 0, 0] + [0] * 8)
     assert model.scratch[220:226] == b"abcdef"
     # Payload checks, in order; empty replies; nothing runs.
     errors = model.errors
@@ -269,13 +270,13 @@ def test_device_model_run_framing():
     # The last 16 bytes are a valid start (fetch of 8 words ends at the scratchpad's end).
     model.scratch[240:256] = assemble([Instruction.halt()])
     assert L.decode_reply(model.feed(rq(L.Opcode.RUN, _run_payload(240, 1))))[0] == L.Status.OK
-    # LIMIT and a failing instruction carry the 12-byte record and count as error replies.
+    # LIMIT and a failing instruction carry the 16-byte record and count as error replies.
     model.scratch[0:32] = assemble([Instruction.nop(), Instruction.jump(0)])
     status, body = L.decode_reply(model.feed(rq(L.Opcode.RUN, _run_payload(0, 5))))
     assert status == L.Status.LIMIT and body[:8] == bytes([16, 0, 0, 0, 5, 0, 0, 0])
     model.scratch[0:16] = assemble([Instruction.move(0, 120, 9)])
     status, body = L.decode_reply(model.feed(rq(L.Opcode.RUN, _run_payload(0, 5))))
-    assert status == L.Status.BAD_ADDRESS and body == bytes(12)
+    assert status == L.Status.BAD_ADDRESS and body == bytes(16)
     assert model.errors == errors + 9
     assert model.last_run.message
 

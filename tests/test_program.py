@@ -119,8 +119,8 @@ def test_design_engines():
 def test_nop_halt_counts_and_pc():
     m = machine()
     r = run(m, [I.nop(), I.nop(), I.halt(), I.nop()])
-    assert (r.status, r.pc, r.executed, r.cycles) == (Status.OK, 32, 3, 0)
-    assert r.payload() == bytes([32, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0])
+    assert (r.status, r.pc, r.executed, r.cycles, r.busy) == (Status.OK, 32, 3, 0, 0)
+    assert r.payload() == bytes([32, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
     r = run(m, [I.halt()], start=160)
     assert (r.status, r.pc, r.executed) == (Status.OK, 160, 1)
 

@@ -26,8 +26,8 @@ from lowbit.sim.network import (
     unpack_elements,
 )
 from lowbit.sim.prng import Xoroshiro128aox, load_state
+from lowbit.sim.program import NOT_COUNTED, assemble
 from lowbit.sim.program import Instruction as I
-from lowbit.sim.program import assemble
 from lowbit.sim.quantiser import decode_f16, quantise_bfp, quantise_int8
 from lowbit.sim.rtl.transport import SimulatedSerial
 
@@ -83,14 +83,15 @@ class Device:
         self.ok(L.Opcode.REG_WRITE, L.reg_write_payload(REG[name], value & 0xFFFFFFFF))
 
     def run(self, program, at=0, limit=10_000):
-        """Write ``program`` at word ``at`` and RUN it: ``(status, pc_byte, executed, cycles)``."""
+        """Write ``program`` at word ``at`` and RUN it: ``(status, pc_byte, executed, cycles,
+        busy)``."""
         self.write(at, assemble(program))
         status, body = self.send(L.Opcode.RUN, struct.pack("<II", 2 * at, limit))
-        assert len(body) == 12
-        return (status, *struct.unpack("<III", body))
+        assert len(body) == 16
+        return (status, *struct.unpack("<IIII", body))
 
     def run_ok(self, program, at=0):
-        status, pc, executed, cycles = self.run(program, at)
+        status, pc, executed, cycles, _ = self.run(program, at)
         assert status == L.Status.OK, (L.Status(status), pc, executed)
         return cycles
 
@@ -158,8 +159,11 @@ def test_matvec(dev, bias, exp_mode, rounding):
     dev.reg("FIXED_EXP", layer.out_exp & 0xFF)
     gen = dev.seed_rounding(0x0123456789ABCDEF, 0xFEDCBA9876543210)
     dev.put(YA, np.full(tiles * N + 2, 0xBEEF))
-    dev.run_ok([I.loadw(WSRC, 3, tiles * cols),
-                I.matvec(XA, YA, 3, cols // B, tiles, bias=BA if bias else None), I.halt()])
+    status, _, _, cycles, busy = dev.run([
+        I.loadw(WSRC, 3, tiles * cols),
+        I.matvec(XA, YA, 3, cols // B, tiles, bias=BA if bias else None), I.halt()])
+    assert status == L.Status.OK
+    assert busy == tiles * cols < cycles       # busy cycles: each tile's beats over K inputs
     rand = rand_rows(gen, tiles) if rounding == "stochastic" else None
     m, e = bfp_dense(layer, x_m, x_e, dev.top.column_model(), rand=rand)
     got = dev.get(YA, tiles * N + 2)
@@ -297,7 +301,7 @@ def test_batch_loop(dev):
     body = 8 * 4                                           # word address of the loop body
     program = [I.loadw(WSRC, 0, 8), I.setofs(0, 0), I.loop(3), I.jump(body),
                I.matvec(XA, YA, 0, 2, 1, flags=3), I.addofs(8, 4), I.djnz(body), I.halt()]
-    status, pc, executed, cycles = dev.run(program)
+    status, pc, executed, cycles, _ = dev.run(program)
     assert (status, pc, executed) == (L.Status.OK, 7 * 16, 4 + 3 * 3 + 1)
     col = dev.top.column_model()
     for b in range(3):
@@ -327,10 +331,13 @@ def test_dmatvec():
     dev.reg("CODE_WIDTH", 2)
     dev.reg("DISC_SHIFT", 3)
     dev.reg("FIXED_EXP", -2 & 0xFF)
-    dev.run_ok([I.loadw(WSRC, 1, rows * nbd), I.dmatvec(XA, YA, 1, cols, rows, bias=BA),
-                I.config(REG["DISC_SHIFT"], 0), I.dmatvec(XA, ZA, 1, cols, rows),
-                I.config(REG["DISC_SHIFT"], 15), I.dmatvec(XA, ZA + 8, 1, cols, rows, bias=BA),
-                I.halt()])
+    status, _, _, cycles, busy = dev.run([
+        I.loadw(WSRC, 1, rows * nbd), I.dmatvec(XA, YA, 1, cols, rows, bias=BA),
+        I.config(REG["DISC_SHIFT"], 0), I.dmatvec(XA, ZA, 1, cols, rows),
+        I.config(REG["DISC_SHIFT"], 15), I.dmatvec(XA, ZA + 8, 1, cols, rows, bias=BA),
+        I.halt()])
+    assert status == L.Status.OK
+    assert busy == 3 * rows * nbd < cycles     # busy cycles: ceil(K / N) beats per row
     m, e = discrete_dense(layer, x, lanes=N)
     assert dev.get(YA, rows).tolist() == pack_elements(m, e).tolist()
     nobias = DiscreteDense(w_codes=layer.w_codes, book=book, shift=0, out_exp=-2)
@@ -386,9 +393,10 @@ def test_errors_change_nothing(dev):
     for k, (prog, expected) in enumerate(cases):
         at = 24 * k
         status, body = dev.send(L.Opcode.RUN, struct.pack("<II", 2 * at, 100))
-        pc, executed, _ = struct.unpack("<III", body)
+        pc, executed, _, busy = struct.unpack("<IIII", body)
         assert (status, pc, executed) == (expected, 2 * at + 16 * (len(prog) - 1),
                                           len(prog) - 1), prog
+        assert busy == 0, prog                 # a failing instruction issues no beat
         dev.reg("LUT_SELECT", 0)
         assert dev.send(L.Opcode.PING, b"ok") == (L.Status.OK, b"ok")
     assert scratch_image(dev) == before
@@ -397,9 +405,9 @@ def test_errors_change_nothing(dev):
 def test_limit_and_run_payload(dev):
     P = 200
     # An endless loop ends at the instruction limit; pc is the instruction that would run next.
-    status, pc, executed, cycles = dev.run([I.nop(), I.jump(P)], at=P, limit=7)
+    status, pc, executed, cycles, busy = dev.run([I.nop(), I.jump(P)], at=P, limit=7)
     assert (status, pc, executed) == (L.Status.LIMIT, 2 * P + 16, 7)
-    assert cycles > 7
+    assert cycles > 7 and busy == 0
     # HALT as the limit-th instruction is OK.
     assert dev.run([I.nop(), I.halt()], at=P, limit=2)[:3] == (L.Status.OK, 2 * P + 16, 2)
     # Running off the end of the scratchpad: the fetch fails with BAD_ADDRESS.
@@ -486,8 +494,11 @@ def test_random_programs_vs_device_model(seed, trials):
         expected = L.decode_reply(model.feed(L.encode_request(opcode, payload)))
         got = dev.send(opcode, payload)
         if opcode == L.Opcode.RUN:
-            assert (got[0], got[1][:8]) == (expected[0], expected[1][:8]), \
-                (L.Status(got[0]), struct.unpack("<III", got[1]) if got[1] else None,
+            # Everything but the cycle count, which the model cannot predict: status, pc,
+            # executed, and the matrix engine's busy cycles (its accepted beats).
+            assert (got[0], got[1][:8], got[1][12:]) == \
+                (expected[0], expected[1][:8], expected[1][12:]), \
+                (L.Status(got[0]), struct.unpack("<IIII", got[1]) if got[1] else None,
                  model.last_run)
         else:
             assert got == expected
@@ -592,7 +603,8 @@ def _icebreaker_design():
     return Design(matrix_lanes=t["matrix_lanes"], block=t["block"], max_blocks=t["max_blocks"],
                   weight_depth=t["weight_depth"], scratch_bytes=t["scratch_bytes"],
                   lanes=t["lanes"], lut_tables=t["lut_tables"], engines={"bfp"},
-                  bfp_stochastic=t["bfp_stochastic"], bfp_predictor=t["bfp_predictor"])
+                  bfp_stochastic=t["bfp_stochastic"], bfp_predictor=t["bfp_predictor"],
+                  busy_count=t["busy_count"])
 
 
 @pytest.fixture(scope="module")
@@ -672,11 +684,14 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
     program = [I.loadw(WS, 10, tiles * 32), I.matvec(X, Y, 10, 2, tiles, bias=BI),
                I.config(REG["LUT_SELECT"], 3), I.lut(Y, Z, 12),
                I.config(REG["EXP_SELECT"], 1), I.matvec(X, Z + 12, 10 + 32, 2, 2), I.halt()]
-    (status, pc, executed, cycles), ref = _run_both(
+    (status, pc, executed, cycles, busy), ref = _run_both(
         dev, machine, program, 200, {WS: wwords, X: x, BI: bias, Y: np.zeros(20, int)},
         {"MANT_WIDTH": 7, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": -5 & 0xFF})
     assert (status, pc, executed) == (ref.status, ref.pc, ref.executed) == \
         (L.Status.OK, 400 + 16 * 6, 7)
+    # The iCEBreaker's top has no room for the busy counter: "not counted" on both sides (the
+    # count itself: test_matvec, test_dmatvec, test_random_programs_vs_device_model).
+    assert busy == ref.busy == NOT_COUNTED and cycles > (tiles + 2) * 32
     for addr, count in ((Y, 12), (Z, 20)):
         assert dev.get(addr, count).tolist() == machine.read_words(addr, count).tolist()
     x_m, x_e = unpack_elements(x)
@@ -699,7 +714,7 @@ def test_icebreaker_rejects_what_it_lacks(icebreaker, regs, program):
     ins = {"matvec": I.matvec(3000, 3200, 0, 0, 1), "dmatvec": I.dmatvec(3000, 3200, 0, 4, 1),
            "quant": I.quant(3000, 3200, 16)}[program]
     before = dev.get(3200, 4).tolist()
-    (status, pc, executed, _), ref = _run_both(dev, machine, [I.nop(), ins, I.halt()], 100,
+    (status, pc, executed, _, _), ref = _run_both(dev, machine, [I.nop(), ins, I.halt()], 100,
                                                {}, regs)
     assert (status, pc, executed) == (ref.status, ref.pc, ref.executed) == \
         (L.Status.BAD_OPCODE, 216, 1)

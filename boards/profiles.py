@@ -78,7 +78,8 @@ BOARDS = {
               "The link, the sequencer, the LUT engine and a 4-lane BFP column (MATVEC, "
               "K <= 64, nearest / toward-zero rounding, max or fixed output exponent: a MATVEC "
               "with ROUNDING 2 or EXP_SELECT 2 fails with BAD_OPCODE); the input is quantised "
-              "on the host. The discrete unit is on icebreaker-discrete (docs/sequencer.md)",
+              "on the host; no room for the RUN busy-cycle counter (busy_count=False). The "
+              "discrete unit is on icebreaker-discrete (docs/sequencer.md)",
     ),
     "icebreaker-discrete": BoardProfile(
         name="icebreaker-discrete",

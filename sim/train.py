@@ -111,7 +111,7 @@ from .schedule import PrecisionSchedule, ThresholdController, Widths, quantisati
 
 __all__ = ["load_digits_split", "validation_split", "RoundingPRNG", "Backend",
            "GoldenBackend", "DeviceBackend", "DISCRETE_BOOK", "FPRIME_BOOK", "FixedPolicy",
-           "MixedPolicy", "TrainConfig", "Trainer", "VARIANTS", "variant_config",
+           "MixedPolicy", "TrainConfig", "Trainer", "VARIANTS", "variant_config", "check_config",
            "discrete_dense_batch", "train"]
 
 #: Training variants of :func:`variant_config`.
@@ -325,6 +325,18 @@ class DeviceBackend(Backend):
         4, 16 and 2.
     batched : bool
         Use the driver's layer programs for whole batches (default, when available).
+    host_grand : bool, optional
+        Draw the initial weights' normal samples on the host instead of the device's grand
+        unit: :class:`GoldenBackend`'s model of the unit (:class:`lowbit.sim.grand.GrandModel`,
+        ``grand_lanes`` lanes, the run seed), i.e. exactly the numbers a grand unit of this
+        design would give, so a run is the same with or without one. Default: when the
+        device's IDENTIFY record lists no grand unit (``accel.has_engine("grand")``), e.g. the
+        iCEBreaker's top.
+
+    Members
+    -------
+    host_grand : bool
+        The initial weights come from the host (see above).
 
     Raises
     ------
@@ -335,7 +347,7 @@ class DeviceBackend(Backend):
     REQUIRED = ("bfp_matvec", "discrete_matvec", "grand_samples", "grand_seed", "write_reg")
 
     def __init__(self, accel, *, column=None, disc_lanes=None, disc_acc_width=None,
-                 grand_lanes=None, batched=True):
+                 grand_lanes=None, batched=True, host_grand=None):
         missing = [name for name in self.REQUIRED if not hasattr(accel, name)]
         if missing:
             raise NotImplementedError(f"The driver lacks {', '.join(missing)}")
@@ -352,6 +364,12 @@ class DeviceBackend(Backend):
         # per product), else one driver call per vector.
         self._batched = batched and hasattr(accel, "load_network") and \
             hasattr(accel, "_run_words")
+        if host_grand is None:
+            has_engine = getattr(accel, "has_engine", None)
+            host_grand = has_engine is not None and not has_engine("grand")
+        self.host_grand = bool(host_grand)
+        self._host = GoldenBackend(self.column, grand_lanes=self.grand_lanes) \
+            if self.host_grand else None
 
     def seed_rounding(self, seed):
         regs = RoundingPRNG(seed, self.column.rand_bits).registers
@@ -359,9 +377,14 @@ class DeviceBackend(Backend):
             self.accel.write_reg(name, regs[name])
 
     def seed_grand(self, seed):
-        self.accel.grand_seed(seed, mode="normal")
+        if self.host_grand:
+            self._host.seed_grand(seed)
+        else:
+            self.accel.grand_seed(seed, mode="normal")
 
     def grand(self, n):
+        if self.host_grand:
+            return self._host.grand(n)
         return np.asarray(self.accel.grand_samples(int(n)), dtype=np.float64)
 
     def _batch(self, layer, words):
@@ -551,13 +574,70 @@ def mixed_policy(epochs, layers):
     return MixedPolicy(schedule, controller)
 
 
+#: Largest learning rate :func:`check_config` accepts (the variants use 0.05 to 0.2; far larger
+#: rates only diverge).
+MAX_LR = 10.0
+#: Largest hidden layer :func:`check_config` accepts (a device's column bounds it further:
+#: :class:`Trainer` checks the reduction lengths against it).
+MAX_HIDDEN = 4096
+
+
+def _is_int(value):
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _is_real(value):
+    return isinstance(value, (int, float, np.integer, np.floating)) and \
+        not isinstance(value, (bool, np.bool_))
+
+
+def check_config(cfg):
+    """Check the options of a :class:`TrainConfig` (what ``lowbit train`` checks of its options).
+
+    ``hidden``: one or more layer sizes, integers 1..:data:`MAX_HIDDEN`; ``epochs``, ``batch``:
+    integers of at least 1; ``lr``: finite, in (0, :data:`MAX_LR`]; ``momentum``: finite, in
+    [0, 1); ``init_scale``: finite and positive; ``seed``: an integer 0..2^64-1 (it seeds the
+    64-bit grand and rounding generators). A device's limits (block size, reduction length) are
+    checked by :class:`Trainer` against its column.
+
+    Raises
+    ------
+    ValueError
+        Naming the option and the value.
+    """
+    hidden = cfg.hidden
+    if not isinstance(hidden, (tuple, list)) or not hidden:
+        raise ValueError(f"Hidden layer sizes must be a non-empty sequence of integers, not "
+                         f"{hidden!r}")
+    for h in hidden:
+        if not _is_int(h) or not 1 <= h <= MAX_HIDDEN:
+            raise ValueError(f"Hidden layer sizes must be integers between 1 and {MAX_HIDDEN}, "
+                             f"not {h!r}")
+    for name, value in (("Epochs", cfg.epochs), ("Batch size", cfg.batch)):
+        if not _is_int(value) or value < 1:
+            raise ValueError(f"{name} must be an integer of at least 1, not {value!r}")
+    if not _is_real(cfg.lr) or not math.isfinite(cfg.lr) or not 0 < cfg.lr <= MAX_LR:
+        raise ValueError(f"Learning rate must be a finite number in (0, {MAX_LR:g}], not "
+                         f"{cfg.lr!r}")
+    if not _is_real(cfg.momentum) or not math.isfinite(cfg.momentum) or \
+            not 0 <= cfg.momentum < 1:
+        raise ValueError(f"Momentum must be a finite number in [0, 1), not {cfg.momentum!r}")
+    if not _is_real(cfg.init_scale) or not math.isfinite(cfg.init_scale) or \
+            not cfg.init_scale > 0:
+        raise ValueError(f"Init scale must be a finite positive number, not {cfg.init_scale!r}")
+    if not _is_int(cfg.seed) or not 0 <= cfg.seed < 1 << 64:
+        raise ValueError(f"Seed must be an integer between 0 and 2^64-1, not {cfg.seed!r}")
+    return cfg
+
+
 def variant_config(variant, **overrides):
     """The :class:`TrainConfig` of a named variant (:data:`VARIANTS`), with overrides.
 
     Raises
     ------
     ValueError
-        For an unknown variant.
+        For an unknown variant, an unknown option, or an option value
+        :func:`check_config` rejects.
     """
     if variant not in VARIANTS:
         raise ValueError(f"Variant must be one of {', '.join(VARIANTS)}, not {variant!r}")
@@ -580,7 +660,7 @@ def variant_config(variant, **overrides):
                                                    "mixed", "discrete") else "nearest"
     if "master_bits" not in overrides and variant in ("bfp4-nearest", "bfp4-stochastic"):
         cfg.master_bits = 4
-    return cfg
+    return check_config(cfg)
 
 
 # -- training ----------------------------------------------------------------------------------
@@ -623,6 +703,7 @@ class Trainer:
     """
 
     def __init__(self, config, backend=None, data=None):
+        check_config(config)
         self.cfg = config
         self.backend = backend
         if config.variant != "float64" and backend is None:
@@ -638,6 +719,16 @@ class Trainer:
             if config.batch % b or any(h % b for h in config.hidden):
                 raise ValueError(f"Batch and hidden sizes must be multiples of the block size "
                                  f"{b}")
+            # Reduction lengths of the column's products: the layer inputs (forward), the
+            # batch (weight gradients) and the layer outputs (backward).
+            k_max = b * backend.column.max_blocks
+            sizes = (("Batch size", config.batch), *(("Hidden layer size", h)
+                                                     for h in config.hidden))
+            for what, k in sizes if config.variant != "discrete" else ():
+                if k > k_max:
+                    raise ValueError(f"{what} {k} exceeds the column's longest product, "
+                                     f"{k_max} (block {b} x {backend.column.max_blocks} "
+                                     f"blocks): the products reduce over it")
             backend.seed_rounding(config.seed)
             backend.seed_grand(config.seed)
         self.book = config.book or DISCRETE_BOOK

@@ -18,6 +18,7 @@ from lowbit.sim.train import (
     RoundingPRNG,
     Trainer,
     _take,
+    check_config,
     discrete_dense_batch,
     load_digits_split,
     validation_split,
@@ -392,6 +393,35 @@ def test_config_validation(small):
         Trainer(variant_config("bfp8"), None, data=small)
     with pytest.raises(ValueError, match="multiples of the block size"):
         Trainer(variant_config("bfp8", batch=20), GoldenBackend(), data=small)
+    with pytest.raises(ValueError, match="Batch size 512 exceeds the column's longest product, "
+                                         "256"):
+        Trainer(variant_config("bfp8", batch=512), GoldenBackend(), data=small)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(hidden=(0,)), "Hidden layer sizes must be integers between 1 and 4096, not 0"),
+    (dict(hidden=()), "Hidden layer sizes must be a non-empty sequence"),
+    (dict(hidden=(16.5,)), "not 16.5"),
+    (dict(lr=float("nan")), "Learning rate must be a finite number in (0, 10], not nan"),
+    (dict(lr=float("inf")), "not inf"),
+    (dict(lr=-1), "not -1"),
+    (dict(lr=1e6), "not 1000000.0"),
+    (dict(seed=-5), "Seed must be an integer between 0 and 2^64-1, not -5"),
+    (dict(seed=1.5), "not 1.5"),
+    (dict(batch=0), "Batch size must be an integer of at least 1, not 0"),
+    (dict(epochs=0), "Epochs must be an integer of at least 1, not 0"),
+    (dict(momentum=1.0), "Momentum must be a finite number in [0, 1), not 1.0"),
+    (dict(init_scale=0), "Init scale must be a finite positive number, not 0"),
+])
+def test_options_are_checked_with_the_value_named(overrides, message):
+    with pytest.raises(ValueError) as e:
+        variant_config("bfp8", **overrides)
+    assert message in str(e.value)
+    cfg = variant_config("bfp8")
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    with pytest.raises(ValueError):                 # Trainer checks a hand-made config too
+        check_config(cfg)
 
 
 # -- device backend ------------------------------------------------------------------------------
@@ -551,6 +581,77 @@ def test_cli_model_is_checked_against_golden(capsys):
 
 
 def test_cli_usage_errors(capsys):
-    assert _cli(["train", "digits", "--backend", "golden", "--hidden", "16,x"]) == 2
+    with pytest.raises(SystemExit) as e:            # argparse types: the option is named
+        _cli(["train", "digits", "--backend", "golden", "--hidden", "16,x"])
+    assert e.value.code == 2 and "argument --hidden" in capsys.readouterr().err
     assert _cli(["train", "digits", "--backend", "golden", "--batch", "20"]) == 2
     assert "multiples of the block size" in capsys.readouterr().err
+    assert _cli(["train", "digits", "--backend", "golden", "--batch", "100000"]) == 2
+    assert "exceeds the column's longest product" in capsys.readouterr().err
+    assert _cli(["train", "digits", "--backend", "golden", "--board", "icebreaker"]) == 2
+
+
+# -- a device without a grand unit (the iCEBreaker) ------------------------------------------
+
+def _board_model(board):
+    from lowbit.boards.demo import board_top
+    from lowbit.boards.driver import Accelerator
+    return Accelerator.model(**board_top(board))
+
+
+def test_host_initialisation_without_a_grand_unit(small):
+    """The iCEBreaker's top has no grand unit: the initial weights come from its golden model
+    on the host (same seed, the design's lanes), i.e. what a grand unit would give."""
+    from lowbit.boards.driver import Accelerator
+    accel = _board_model("icebreaker")
+    assert not accel.has_engine("grand")
+    dev_backend = DeviceBackend(accel)
+    assert dev_backend.host_grand and dev_backend.grand_lanes == 1
+    cfg = dict(hidden=(16,), batch=16)
+    dev = Trainer(variant_config("bfp8", **cfg), dev_backend, data=small)
+    gold = Trainer(variant_config("bfp8", **cfg), GoldenBackend(grand_lanes=1), data=small)
+    for a, b in zip(dev.weights, gold.weights, strict=True):
+        assert np.array_equal(a, b)
+    # a device with a 1-lane grand unit (hx8k's top) draws the same numbers on the device
+    hx8k = DeviceBackend(_board_model("hx8k"))
+    assert not hx8k.host_grand
+    hx8k.seed_grand(1)
+    dev_backend.seed_grand(1)
+    assert np.array_equal(hx8k.grand(40), dev_backend.grand(40))
+    assert not DeviceBackend(Accelerator.model(sequencer=True)).host_grand
+
+
+def test_cli_trains_on_the_default_board_model(capsys):
+    assert _cli(["train", "digits", "--backend", "model", "--board", "icebreaker", "--epochs",
+                 "1", "--steps", "1", "--hidden", "16", "--batch", "16", "--json"]) == 0
+    out = capsys.readouterr()
+    import json
+    assert json.loads(out.out)["host_grand"] is True
+    lines = [ln for ln in out.err.splitlines() if "no grand unit" in ln]
+    assert len(lines) == 1 and "same generator on the host (lowbit.sim.grand, 1 lane" in lines[0]
+    assert "bit-exact" in out.err
+
+
+@pytest.mark.parametrize("board, variant, reason", [
+    ("icebreaker", "mixed", "has no stochastic rounding"),
+    ("icebreaker", "discrete", "has no discrete unit"),
+    ("icebreaker-discrete", "bfp8", "has no BFP column"),
+])
+def test_cli_refuses_a_variant_the_device_cannot_run(capsys, board, variant, reason):
+    assert _cli(["train", "digits", "--backend", "model", "--board", board, "--variant",
+                 variant, "--epochs", "1", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert reason in err and "epoch" not in err
+
+
+def test_progress_counts_every_product(small):
+    """The bar's unit: 3L - 1 products per step of an L-layer network; evaluation's are not."""
+    from lowbit.boards.train import _Counting
+    ticks = []
+    backend = _Counting(GoldenBackend())
+    backend.tick = lambda: ticks.append(1)
+    tr = Trainer(variant_config("bfp8", hidden=(16, 16), batch=16), backend, data=small)
+    tr.step(small[0][:16], small[1][:16])
+    assert len(ticks) == 3 * 3 - 1
+    backend.paused(tr.accuracy)(small[2], small[3])
+    assert len(ticks) == 8

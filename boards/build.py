@@ -22,7 +22,7 @@ from .profiles import get_board
 from .toolchain import DEVICES, ToolchainError, parse_nextpnr_report, setup_toolchain_env
 
 __all__ = ["BoardTop", "top_parameters", "build_board", "flash_board", "format_report",
-           "FlashError", "BITSTREAM_NAME"]
+           "check_bitstream", "FlashError", "BITSTREAM_NAME", "LC_WARN_FRACTION"]
 
 BITSTREAM_NAME = "lowbit"
 
@@ -254,6 +254,9 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
         report["resources"]["ffs"] = {"used": res["ffs"], "total": dev["lcs"]}
     if routed_netlist:
         report["routed_netlist"] = str(build_dir / f"{BITSTREAM_NAME}.routed.json")
+    timing = build_dir / f"{BITSTREAM_NAME}.tim"
+    if timing.is_file():
+        report["timing_report"] = str(timing)
     (build_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
@@ -266,8 +269,15 @@ _RESOURCE_NAMES = {
 }
 
 
+#: Logic-cell use (fraction of the device) from which :func:`format_report` warns: the placer
+#: struggles and timing degrades near a full device, and a small change will no longer fit.
+LC_WARN_FRACTION = 0.95
+
+
 def format_report(report):
-    """Render a build report as a plain-text table."""
+    """Render a build report as a plain-text table: resources, Fmax per clock domain, the
+    bitstream and the timing report's file, and a warning at :data:`LC_WARN_FRACTION` or more
+    of the device's logic cells (LUT4s on ECP5)."""
     family = DEVICES[report["device"]]["family"]
     names = _RESOURCE_NAMES[family]
     lines = [f"{report['title']} — {report['part']}, seed {report['seed']}, "
@@ -283,21 +293,95 @@ def format_report(report):
         ok = "ok" if v["achieved"] >= v["constraint"] else "FAIL"
         lines.append(f"{clk:<40}{v['achieved']:>10.2f}{v['constraint']:>12.2f}{ok:>6}")
     lines += ["", f"bitstream: {report['bitstream']} ({report['bitstream_bytes']} bytes)"]
+    if report.get("timing_report"):
+        lines.append(f"timing report: {report['timing_report']} (nextpnr's log: Fmax and "
+                     "critical path per clock domain)")
     if report.get("profile_not_used_yet"):
         lines.append("profile settings the top does not use yet: "
                      + ", ".join(f"{k}={v}" for k, v in report["profile_not_used_yet"].items()))
+    lcs = report["resources"].get("lcs") or {}
+    if lcs.get("total") and lcs["used"] >= LC_WARN_FRACTION * lcs["total"]:
+        lines.append(f"warning: {names['lcs']} use is {100 * lcs['used'] / lcs['total']:.1f} % "
+                     f"(>= {100 * LC_WARN_FRACTION:.0f} %): the device is nearly full, so timing "
+                     "suffers and a small change may no longer fit")
     return "\n".join(lines)
+
+
+#: Smallest file :func:`check_bitstream` takes for a bitstream (the smallest iCE40, the LP384,
+#: takes about 7 kB; the header alone is a few dozen bytes).
+MIN_BITSTREAM_BYTES = 1024
+#: Where the configuration data starts, per family, as icepack and ecppack write it (checked
+#: against real builds): both open with a comment block ``FF 00 <text> 00 FF`` (ecppack: NUL
+#: after each metadata string, then ``FF``); then the iCE40 sync word ``7E AA 99 7E``, or the
+#: ECP5 preamble ``FF FF BD B3``.
+BITSTREAM_SYNC = {"ice40": b"\x00\xff\x7e\xaa\x99\x7e", "ecp5": b"\x00\xff\xff\xff\xbd\xb3"}
+
+
+def check_bitstream(path, family):
+    """Check that ``path`` looks like a bitstream of ``family`` (``"ice40"``: icepack's ``.bin``,
+    ``"ecp5"``: ecppack's ``.bit``): at least :data:`MIN_BITSTREAM_BYTES`, the comment header
+    and the family's sync word (:data:`BITSTREAM_SYNC`) within the first 4 KiB.
+
+    Raises
+    ------
+    FlashError
+        With the reason (empty, too small, or no header / sync word: not a bitstream of this
+        family).
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    if size < MIN_BITSTREAM_BYTES:
+        raise FlashError(f"{path} is {'empty' if size == 0 else f'only {size} bytes'}: not a "
+                         "bitstream; rebuild it with `lowbit build`")
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head.startswith(b"\xff\x00") or BITSTREAM_SYNC[family] not in head:
+        names = {"ice40": "iCE40", "ecp5": "ECP5"}
+        other = [k for k, sync in BITSTREAM_SYNC.items() if k != family and sync in head]
+        what = f"an {names[other[0]]} bitstream" if other else "not a bitstream"
+        raise FlashError(f"{path} is {what} (no {names[family]} header and sync word); rebuild "
+                         "it with `lowbit build`")
+
+
+def _check_build_report(build_dir, board, bitstream):
+    """Refuse a bitstream whose ``report.json`` says it was built for another board, or whose size
+    differs from the one the build recorded. Without a readable report there is nothing to
+    compare (the bitstream check still applies)."""
+    try:
+        report = json.loads((build_dir / "report.json").read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(report, dict):
+        return
+    built_for = report.get("board")
+    if built_for is not None and built_for != board:
+        where = build_dir / "report.json"
+        raise FlashError(f"{bitstream} was built for board {built_for!r} ({where}), not "
+                         f"{board!r}; run `lowbit build --board {board}` or pass "
+                         f"--board {built_for}")
+    expected = report.get("bitstream_bytes")
+    size = bitstream.stat().st_size
+    if isinstance(expected, int) and expected != size and \
+            Path(str(report.get("bitstream", ""))).name == bitstream.name:
+        raise FlashError(f"{bitstream} has {size} bytes but its build wrote {expected} "
+                         f"({build_dir / 'report.json'}); rebuild it with `lowbit build --board "
+                         f"{board}`")
 
 
 def flash_board(board="icebreaker", *, build_dir=None):
     """Program ``board`` with the bitstream in ``build_dir`` using amaranth-boards' programmer.
+
+    Before the programmer runs, the bitstream is checked (:func:`check_bitstream`: not empty, the
+    device family's header) and, where ``lowbit build`` left a ``report.json`` beside it, that
+    the build was for ``board`` and wrote a file of this size.
 
     Raises
     ------
     ValueError
         Unknown board.
     FlashError
-        No bitstream (build first), the programmer tool is not installed, or programming failed
+        No bitstream (build first), a file that is not a bitstream of the board's family, a
+        build for another board, the programmer tool is not installed, or programming failed
         (most often: the board is not connected).
     """
     from amaranth.build.run import LocalBuildProducts
@@ -307,6 +391,8 @@ def flash_board(board="icebreaker", *, build_dir=None):
     bitstream = build_dir / f"{BITSTREAM_NAME}.{profile.bitstream}"
     if not bitstream.is_file():
         raise FlashError(f"no bitstream at {bitstream}; run `lowbit build --board {board}` first")
+    check_bitstream(bitstream, DEVICES[profile.device]["family"])
+    _check_build_report(build_dir, board, bitstream)
     tool = os.environ.get(profile.programmer_env, profile.programmer)
     if shutil.which(tool) is None:
         raise FlashError(f"programmer {tool!r} not found on PATH; install it (e.g. Debian "

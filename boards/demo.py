@@ -253,8 +253,9 @@ def board_top(board):
     return top_parameters(get_board(board))[0]
 
 
-#: Top parameters that change only the link's bit timing, never a RUN's cycle count.
-LINK_TIMING = ("clk_freq", "baud")
+#: Top parameters that never change a RUN's cycle count: the clock and baud rate the UART
+#: divides, and whether the RUN reply counts busy cycles.
+CYCLE_NEUTRAL = ("clk_freq", "baud", "busy_count")
 
 
 def _canonical_top(params, ignore=()):
@@ -275,9 +276,10 @@ def _canonical_top(params, ignore=()):
 def same_top(a, b, *, cycles=False):
     """True if the top parameter dicts ``a`` and ``b`` describe the same
     :class:`lowbit.hw.top.Accelerator` (omitted parameters count as their defaults); with
-    ``cycles``, the same for cycle counts: tops that differ only in :data:`LINK_TIMING` (the
-    clock and baud rate the UART divides) run every RUN in the same number of cycles."""
-    ignore = LINK_TIMING if cycles else ()
+    ``cycles``, the same for cycle counts: tops that differ only in :data:`CYCLE_NEUTRAL` (the
+    clock and baud rate the UART divides, whether busy cycles are counted) run every RUN in the
+    same number of cycles."""
+    ignore = CYCLE_NEUTRAL if cycles else ()
     return _canonical_top(a, ignore) == _canonical_top(b, ignore)
 
 

@@ -262,8 +262,8 @@ def test_same_top_fills_in_defaults():
     assert not demo.same_top(demo.SIM_TOP, demo.board_top("orangecrab"))
     assert demo.same_top(demo.board_top("hx8k"),
                          json.loads(json.dumps(demo.board_top("hx8k"))))
-    # The clock and the baud rate change the UART's timing, never a RUN's cycle count.
-    slower = dict(demo.board_top("icebreaker"), clk_freq=12e6, baud=115200)
+    # The clock, the baud rate and the busy counter never change a RUN's cycle count.
+    slower = dict(demo.board_top("icebreaker"), clk_freq=12e6, baud=115200, busy_count=True)
     assert not demo.same_top(slower, demo.board_top("icebreaker"))
     assert demo.same_top(slower, demo.board_top("icebreaker"), cycles=True)
     assert not demo.same_top(dict(slower, matrix_lanes=8), demo.board_top("icebreaker"),

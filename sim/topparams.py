@@ -1,0 +1,191 @@
+"""Validation of the accelerator top's parameters, shared by the gateware and its model.
+
+:class:`lowbit.hw.top.Accelerator` (the gateware) and :class:`lowbit.sim.link.DeviceModel` (its
+byte-exact model, behind ``Accelerator.model()`` of the host driver) take the same parameters
+and must accept exactly the same values: a model built with parameters the gateware refuses
+would describe a device that cannot exist (e.g. ``scratch_bytes=100``, or ``frame_bytes=3``,
+after which no MEM_WRITE fits a frame). Both call :func:`check_top_params`. Pure Python: the
+golden models never import Amaranth.
+
+Kinds are strict: integers are Python ``int`` (not ``bool``, not ``float``), switches are
+``bool``. A wrong kind raises ``TypeError``, a value out of range ``ValueError``, with messages
+like "Lane count must be an integer between 1 and 32, not 33" (``docs/protocol.md``, "Top ports
+and parameters").
+"""
+
+import numbers
+
+__all__ = ["TOP_DEFAULTS", "SPRAM_BYTES", "MIN_DIVISOR", "MULTIPLIERS", "check_int",
+           "check_bool", "check_pow2", "check_scratch_bytes", "check_grand_modes",
+           "check_multiplier", "uart_divisor", "check_top_params"]
+
+#: Bytes in one iCE40 UP5K SB_SPRAM256KA (16384 words of 16 bits).
+SPRAM_BYTES = 32768
+#: Smallest UART bit period in cycles (mid-bit sampling needs a few cycles per bit); the same
+#: as :data:`lowbit.hw.uart.MIN_DIVISOR`.
+MIN_DIVISOR = 4
+#: Multiplier styles of the BFP column (the keys of :data:`lowbit.hw.mult.MULT_STYLES`).
+MULTIPLIERS = ("lut", "sb_mac16", "mult18x18d")
+
+#: The parameters :func:`check_top_params` checks, with the defaults of
+#: :class:`lowbit.hw.top.Accelerator` (``scratch_bytes=None``: 131072 with SPRAM, else 4096;
+#: ``grand_modes=None``: every mode).
+TOP_DEFAULTS = dict(clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None, use_spram=False,
+                    frame_bytes=512, timeout_bits=10_000, lut_tables=4, grand=True,
+                    grand_modes=None, sequencer=False, matrix_lanes=8, block=16, max_blocks=16,
+                    weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
+                    multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
+                    bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True)
+
+
+def check_int(name, value, lo, hi):
+    """``value`` if it is an integer in ``[lo, hi]`` (not a bool).
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not an integer.
+    ValueError
+        If it is out of range; the message reads "<name> must be an integer between lo and hi,
+        not <value>".
+    """
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value}")
+    return value
+
+
+def check_bool(name, value):
+    """``value`` if it is a bool; TypeError otherwise."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, not {value!r}")
+    return value
+
+
+def check_pow2(name, value, lo, hi):
+    """``value`` if it is a power of two in ``[lo, hi]`` (:func:`check_int`, then ValueError)."""
+    check_int(name, value, lo, hi)
+    if value & (value - 1):
+        raise ValueError(f"{name} must be a power of two between {lo} and {hi}, not {value}")
+    return value
+
+
+def check_multiplier(style):
+    """``style`` if it is one of :data:`MULTIPLIERS`."""
+    if not isinstance(style, str):
+        raise TypeError(f"Multiplier style must be one of {', '.join(MULTIPLIERS)}, "
+                        f"not {style!r}")
+    if style not in MULTIPLIERS:
+        raise ValueError(f"Multiplier style must be one of {', '.join(MULTIPLIERS)}, "
+                         f"not {style!r}")
+    return style
+
+
+def check_grand_modes(modes):
+    """``None`` (every mode) or the tuple of mode names of :data:`lowbit.sim.grand.MODES`."""
+    from .grand import MODES
+    if modes is None:
+        return None
+    if isinstance(modes, str) or not hasattr(modes, "__iter__"):
+        raise TypeError(f"Grand modes must be an iterable of mode names, not {modes!r}")
+    modes = tuple(modes)
+    for mode in modes:
+        if not isinstance(mode, str):
+            raise TypeError(f"Grand modes must be mode names, not {mode!r}")
+        if mode not in MODES:
+            raise ValueError(f"Grand mode must be one of {', '.join(MODES)}, not {mode!r}")
+    return modes
+
+
+def check_scratch_bytes(size, use_spram):
+    """``size`` if it is a scratchpad size the top can build: block RAM, a power of two from
+    64 to 65536; SPRAM (``use_spram``), one to four banks of :data:`SPRAM_BYTES`."""
+    if not isinstance(size, int) or isinstance(size, bool):
+        raise TypeError(f"Scratchpad size must be an integer, not {size!r}")
+    if use_spram:
+        allowed = [SPRAM_BYTES * k for k in (1, 2, 3, 4)]
+        if size not in allowed:
+            raise ValueError(f"SPRAM scratchpad size must be one of {allowed}, not {size}")
+    elif not (64 <= size <= 65536 and size & (size - 1) == 0):
+        raise ValueError(f"Scratchpad size must be a power of two between 64 and 65536, "
+                         f"not {size}")
+    return size
+
+
+def uart_divisor(clk_freq, baud):
+    """Bit period in cycles, ``round(clk_freq / baud)``, with argument validation.
+
+    Raises
+    ------
+    TypeError
+        If ``clk_freq`` is not a real number or ``baud`` is not an integer (bools rejected).
+    ValueError
+        If either is not positive, or the divisor is below :data:`MIN_DIVISOR`.
+    """
+    if not isinstance(clk_freq, numbers.Real) or isinstance(clk_freq, bool):
+        raise TypeError(f"Clock frequency must be a number, not {clk_freq!r}")
+    if not clk_freq > 0:
+        raise ValueError(f"Clock frequency must be positive, not {clk_freq}")
+    if not isinstance(baud, int) or isinstance(baud, bool):
+        raise TypeError(f"Baud rate must be an integer, not {baud!r}")
+    if baud <= 0:
+        raise ValueError(f"Baud rate must be a positive integer, not {baud}")
+    divisor = round(clk_freq / baud)
+    if divisor < MIN_DIVISOR:
+        raise ValueError(f"Baud rate {baud} is too fast for a {clk_freq / 1e6:g} MHz clock: "
+                         f"divisor {divisor} is below {MIN_DIVISOR}")
+    return divisor
+
+
+def check_top_params(**params):
+    """Check the top's parameters; returns them with the defaults of :data:`TOP_DEFAULTS`
+    filled in, ``scratch_bytes`` resolved, ``grand_modes`` a tuple (or ``None``) and
+    ``divisor`` (the UART bit period) added.
+
+    Checked in this order (the first bad parameter raises): ``clk_freq`` / ``baud``,
+    ``lanes``, ``use_spram``, ``scratch_bytes``, ``frame_bytes``, ``timeout_bits``, ``uart``,
+    ``simulation``, ``lut_tables``, ``grand``, ``grand_modes``, ``sequencer``,
+    ``matrix_lanes``, ``block``, ``max_blocks``, ``weight_depth``, ``bfp``, ``quantiser``,
+    ``discrete``, ``code_bits``, ``multiplier``, ``bfp_stochastic``, ``bfp_predictor``,
+    ``bfp_acc_block_ram``, ``bfp_pipelined``; then an odd ``matrix_lanes`` with the
+    ``sb_mac16`` multiplier.
+
+    Raises
+    ------
+    TypeError
+        For an unknown parameter or a value of the wrong kind.
+    ValueError
+        For a value out of range.
+    """
+    unknown = set(params) - set(TOP_DEFAULTS)
+    if unknown:
+        raise TypeError(f"Unknown top parameters: {', '.join(sorted(unknown))}")
+    p = {**TOP_DEFAULTS, **params}
+    p["divisor"] = uart_divisor(p["clk_freq"], p["baud"])
+    check_int("Lane count", p["lanes"], 1, 32)
+    check_bool("use_spram", p["use_spram"])
+    if p["scratch_bytes"] is None:
+        p["scratch_bytes"] = 4 * SPRAM_BYTES if p["use_spram"] else 4096
+    check_scratch_bytes(p["scratch_bytes"], p["use_spram"])
+    check_int("Frame buffer size", p["frame_bytes"], 16, 4096)
+    check_int("Timeout in bit times", p["timeout_bits"], 10, 1_000_000)
+    check_bool("uart", p["uart"])
+    check_bool("simulation", p["simulation"])
+    check_int("LUT table count", p["lut_tables"], 0, 64)
+    check_bool("grand", p["grand"])
+    p["grand_modes"] = check_grand_modes(p["grand_modes"])
+    check_bool("sequencer", p["sequencer"])
+    check_pow2("Matrix lane count", p["matrix_lanes"], 4, 32)
+    check_pow2("Block size", p["block"], 2, 256)
+    check_int("Maximum block count", p["max_blocks"], 1, 256)
+    check_pow2("Weight memory depth", p["weight_depth"], 16, 16384)
+    for name in ("bfp", "quantiser", "discrete"):
+        check_bool(name, p[name])
+    check_int("Code width", p["code_bits"], 1, 3)
+    check_multiplier(p["multiplier"])
+    for name in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram", "bfp_pipelined"):
+        check_bool(name, p[name])
+    if p["sequencer"] and p["bfp"] and p["multiplier"] == "sb_mac16" and p["matrix_lanes"] % 2:
+        raise ValueError("Matrix lane count must be even with sb_mac16")
+    return p

@@ -34,6 +34,7 @@ from lowbit.sim.link import (
     DESIGN_VERSION,
     ENGINE_BITS,
     MAGIC,
+    MAX_LENGTH,
     PROTOCOL_VERSION,
     REGISTER_BY_NAME,
     REGISTERS,
@@ -52,7 +53,7 @@ from lowbit.sim.link import (
 
 __all__ = ["Accelerator", "LinkError", "StatusError", "BadCRC", "BadOpcode", "BadAddress",
            "BadLength", "Truncated", "ReadOnly", "Busy", "Limit", "NoReply", "ReplyError",
-           "IdentityError", "MissingEngine", "RunError", "Activations", "design_of",
+           "IdentityError", "MissingEngine", "PortError", "RunError", "Activations", "design_of",
            "device_params", "ID_REGISTERS"]
 
 
@@ -119,6 +120,11 @@ class MissingEngine(LinkError):
     """The command needs an engine the device's IDENTIFY record does not list."""
 
 
+class PortError(LinkError):
+    """The port is closed (:meth:`Accelerator.close`) or failed (an ``OSError`` of the serial
+    port, e.g. pyserial's ``SerialException``)."""
+
+
 class RunError(StatusError):
     """A RUN failed; :attr:`result` (:class:`lowbit.sim.program.RunResult`) has the status, the byte
     address of the failing instruction and the instruction count. The exception is raised as
@@ -139,14 +145,25 @@ def _run_error(status):
     return _RUN_ERRORS[base]
 
 
+#: Most samples one :meth:`Accelerator.grand_samples` call takes (the unit's stream is endless;
+#: a larger count is a mistake, not a request to wait for hours).
+MAX_SAMPLES = 1 << 24
+
+#: The exponent code of a NaN block (``docs/bfp.md``: the most negative 8-bit exponent).
+NAN_EXPONENT = -128
+
+
 class Activations(typing.NamedTuple):
     """Int8 codes ``m`` and exponents ``e`` (value ``m · 2^e``), shape ``(samples, rows)``."""
     m: np.ndarray
     e: np.ndarray
 
     def values(self):
-        """The float64 values ``m · 2^e``."""
-        return np.ldexp(self.m.astype(np.float64), self.e)
+        """The float64 values ``m · 2^e``; NaN where ``e`` is the NaN code −128 (``docs/bfp.md``:
+        a block with a NaN or ±Inf operand, e.g. a weight or bias exponent of −128)."""
+        e = np.asarray(self.e)
+        out = np.ldexp(np.asarray(self.m).astype(np.float64), np.where(e == NAN_EXPONENT, 0, e))
+        return np.where(e == NAN_EXPONENT, np.nan, out)
 
 
 #: Identification registers :meth:`Accelerator.identify` reads after the IDENTIFY record.
@@ -254,9 +271,15 @@ class Accelerator:
     """
 
     def __init__(self, port, *, check=True, params=None):
+        if not all(callable(getattr(port, name, None)) for name in ("write", "read")):
+            raise TypeError(f"The port must have pyserial's write(bytes) and read(n) (a "
+                            f"serial.Serial, or a lowbit.sim.rtl.transport port), not {port!r}")
+        if not isinstance(check, bool):
+            raise TypeError(f"check must be a bool, not {check!r}")
         if params is not None and not isinstance(params, dict):
             raise TypeError(f"Expected parameters must be a dict, not {params!r}")
         self.port = port
+        self._closed = False
         self.identity = None
         self.device_params = None
         self._design = None
@@ -306,7 +329,12 @@ class Accelerator:
         return cls(ModelSerial(**params), check=check, params=params)
 
     def close(self):
-        self.port.close()
+        """Close the port; later commands raise :class:`PortError`. Closing twice is harmless."""
+        if not self._closed:
+            self._closed = True
+            close = getattr(self.port, "close", None)
+            if close is not None:
+                close()
 
     def __enter__(self):
         return self
@@ -316,44 +344,77 @@ class Accelerator:
 
     # -- frames ----------------------------------------------------------------------------
     def send(self, opcode, payload=b""):
-        """Send one request and return the reply as ``(status, payload)`` (no status check)."""
-        self._parser.reset()
-        flush = getattr(self.port, "reset_input_buffer", None)
-        if flush is not None:
-            flush()    # drop a late reply to an earlier, timed-out request
-        self.port.write(encode_request(opcode, payload))
-        while True:
-            need = self._parser.needed()
-            data = self.port.read(need)
-            if len(data) == 0:
-                raise NoReply(f"No reply to opcode 0x{int(opcode):02X} within the timeout "
-                              f"({self._parser.pending} bytes of a reply received)")
-            try:
-                replies = self._parser.feed(data)
-            except FrameError as e:
-                raise ReplyError(f"Corrupted reply to opcode 0x{int(opcode):02X}: {e}") from e
-            if replies:
-                status, body = replies[0]
-                try:
-                    status = Status(status)
-                except ValueError:
-                    pass
-                return status, body
+        """Send one request and return the reply as ``(status, payload)`` (no status check).
 
-    def command(self, opcode, payload=b""):
-        """Send one request; return the reply payload or raise the status's error."""
+        Raises
+        ------
+        TypeError, ValueError
+            For an ``opcode`` that is not an integer 0..255 or a ``payload`` that is not
+            bytes-like or longer than a frame header can carry (65535 bytes).
+        PortError
+            The port is closed or failed.
+        NoReply, ReplyError
+            No (complete) reply within the port's timeout, or a corrupted one.
+        """
+        opcode = _check_int("Opcode", opcode, 0, 0xFF)
+        payload = _bytes_like("Payload", payload)
+        if len(payload) > MAX_LENGTH:
+            raise ValueError(f"A payload has at most {MAX_LENGTH} bytes, not {len(payload)}")
+        name = _opcode_name(opcode)
+        if self._closed:
+            raise PortError(f"Cannot send {name}: the port is closed (Accelerator.close() was "
+                            f"called; open a new Accelerator)")
+        if getattr(self.port, "is_open", True) is False:
+            raise PortError(f"Cannot send {name}: the serial port {_port_name(self.port)} "
+                            f"is closed")
+        self._parser.reset()
+        try:
+            flush = getattr(self.port, "reset_input_buffer", None)
+            if flush is not None:
+                flush()    # drop a late reply to an earlier, timed-out request
+            self.port.write(encode_request(opcode, payload))
+            while True:
+                need = self._parser.needed()
+                data = self.port.read(need)
+                if len(data) == 0:
+                    raise NoReply(self._no_reply_message(opcode))
+                try:
+                    replies = self._parser.feed(data)
+                except FrameError as e:
+                    raise ReplyError(f"Corrupted reply to {name}: {e}") from e
+                if replies:
+                    status, body = replies[0]
+                    try:
+                        status = Status(status)
+                    except ValueError:
+                        pass
+                    return status, body
+        except OSError as e:          # pyserial's SerialException (PortNotOpenError, ...)
+            raise PortError(f"Serial port {_port_name(self.port)} failed during {name}: "
+                            f"{e}") from e
+
+    def _no_reply_message(self, opcode):
+        got = self._parser.pending
+        baud = getattr(self.port, "baudrate", None)
+        rate = f" (this port runs at {baud} baud)" if isinstance(baud, int) else ""
+        return (f"No reply to {_opcode_name(opcode)} (opcode 0x{opcode:02X}) within the timeout "
+                f"({got} bytes of a reply received). Likely causes: the wrong serial port "
+                f"({_port_name(self.port)}), a baud rate other than the bitstream's{rate}, or a "
+                f"board not programmed with the lowbit bitstream (`lowbit flash`)")
+
+    def command(self, opcode, payload=b"", *, context=""):
+        """Send one request; return the reply payload or raise the status's error
+        (:class:`StatusError` subclass; ``context`` is appended to its message)."""
         status, body = self.send(opcode, payload)
         if status != Status.OK:
-            name = status.name if isinstance(status, Status) else f"0x{status:02X}"
-            op = Opcode(opcode).name if opcode in Opcode._value2member_map_ else f"0x{opcode:02X}"
-            cls = _STATUS_ERRORS.get(status, StatusError)
-            raise cls(f"{op} failed with status {name}", status)
+            self.command_error(opcode, status, context)
         return body
 
     # -- commands --------------------------------------------------------------------------
     def ping(self, payload=b""):
-        """Round trip; the device echoes ``payload``. Returns the echo."""
-        payload = bytes(payload)
+        """Round trip; the device echoes ``payload`` (bytes-like, at most ``frame_bytes``;
+        longer: :class:`BadLength` from the device). Returns the echo."""
+        payload = _bytes_like("PING payload", payload)
         echo = self.command(Opcode.PING, payload)
         if echo != payload:
             raise ReplyError(f"PING echo differs: sent {payload!r}, got {echo!r}")
@@ -420,90 +481,185 @@ class Accelerator:
             try:
                 return REGISTER_BY_NAME[reg.upper()].index
             except KeyError:
-                raise KeyError(f"Unknown register {reg!r}; known: "
-                               f"{', '.join(r.name for r in REGISTERS)}") from None
-        if not isinstance(reg, (int, np.integer)) or isinstance(reg, bool):
-            raise TypeError(f"Register must be a name or an index, not {reg!r}")
-        return int(reg)
+                raise ValueError(f"Unknown register {reg!r}; known: "
+                                 f"{', '.join(r.name for r in REGISTERS)}") from None
+        return _check_int("Register (a name or an index)", reg, 0, 0xFFFF)
 
     def read_reg(self, reg):
-        """Value (int) of register ``reg`` (name or index)."""
+        """Value (int) of register ``reg`` (name or index).
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``reg`` is neither a name nor an integer, an unknown name, or an index outside
+            0..65535.
+        BadAddress
+            From the device: no register has that index.
+        """
         body = self.command(Opcode.REG_READ, reg_read_payload(self._reg_index(reg)))
         if len(body) != 4:
             raise ReplyError(f"REG_READ reply has {len(body)} bytes, not 4")
         return int.from_bytes(body, "little")
 
     def write_reg(self, reg, value):
-        """Write ``value`` (0 .. 2**32-1) to register ``reg`` (name or index)."""
-        value = int(value)
-        if not 0 <= value < 1 << 32:
-            raise ValueError(f"Register value must fit 32 bits, not {value}")
-        self.command(Opcode.REG_WRITE, reg_write_payload(self._reg_index(reg), value))
+        """Write ``value`` (an integer 0 .. 2**32-1) to register ``reg`` (name or index); the
+        register keeps its low ``width`` bits.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`read_reg` for ``reg``; a ``value`` that is not an integer (bools, floats
+            and strings are refused) or does not fit 32 bits.
+        BadAddress, ReadOnly
+            From the device: no register has that index, or it is read-only.
+        """
+        index = self._reg_index(reg)
+        value = _check_int("Register value", value, 0, (1 << 32) - 1)
+        self.command(Opcode.REG_WRITE, reg_write_payload(index, value))
 
     def _chunk(self):
         if self.identity is None:
             self.identify()
         return self.identity.frame_bytes
 
-    def write_mem(self, addr, data):
-        """Write ``data`` (numpy array or bytes-like) at byte address ``addr`` of the scratchpad.
+    def _scratch_request(self, op, addr, count, step):
+        """Check a scratchpad request of ``count`` bytes at ``addr`` sent in frames of ``step``
+        bytes. One that needs several frames (or an address no frame can carry) is checked
+        whole here, raising what the device would answer, so that no frame of a failing
+        request is ever sent; the device checks a one-frame request itself."""
+        size = self.identity.scratch_bytes
+        if count <= step and addr < 1 << 32:
+            return
+        if addr >= size:
+            raise BadAddress(f"{op} at byte address {addr} is outside the {size}-byte "
+                             f"scratchpad (checked before sending: nothing was sent)")
+        if addr + count > size:
+            raise BadLength(f"{op} of {count} bytes at byte address {addr} runs past the end "
+                            f"of the {size}-byte scratchpad (checked before sending: nothing "
+                            f"was sent)")
 
-        Arrays are written in little-endian byte order, in frames of at most ``frame_bytes``.
+    def write_mem(self, addr, data):
+        """Write ``data`` at byte address ``addr`` of the scratchpad.
+
+        ``data`` is a numpy array of numbers (written in little-endian byte order) or
+        bytes-like. It is sent in frames of at most ``frame_bytes - 4`` bytes; a write that
+        does not fit the scratchpad is refused whole before any frame is sent, so a failed
+        call writes nothing.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``addr`` is not a non-negative integer; ``data`` is not a numeric array or
+            bytes-like (an int, a str, a list, an object array, a 0-d array).
+        BadAddress, BadLength
+            ``addr`` is outside the scratchpad, or the data runs past its end (checked by the
+            driver when the write needs more than one frame, else by the device).
         """
-        if isinstance(data, np.ndarray):
-            arr = np.ascontiguousarray(data)
-            raw = arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
-        else:
-            raw = bytes(data)
+        addr = _check_int("Byte address", addr, 0, None)
+        raw = _data_bytes(data)
         step = self._chunk() - 4
-        for k in range(0, len(raw), step):
-            self.command(Opcode.MEM_WRITE, mem_write_payload(addr + k, raw[k:k + step]))
+        self._scratch_request("MEM_WRITE", addr, len(raw), step)
+        if self.network is not None and addr < 2 * self.network.program_words:
+            self._program_count = None          # the network's program is overwritten
+        for k in range(0, max(len(raw), 1), step):
+            self.command(Opcode.MEM_WRITE, mem_write_payload(addr + k, raw[k:k + step]),
+                         context=f" (writing {len(raw)} bytes at byte address {addr}; the "
+                                 f"scratchpad has {self.identity.scratch_bytes})")
 
     def read_mem(self, addr, n, dtype=np.uint8):
-        """Read ``n`` elements of ``dtype`` from byte address ``addr``; returns an array."""
-        dtype = np.dtype(dtype).newbyteorder("<")
-        total = int(n) * dtype.itemsize
+        """Read ``n`` elements of ``dtype`` (a numeric numpy type) from byte address ``addr``;
+        returns an array.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``addr`` or ``n`` is not a non-negative integer, or ``dtype`` is not a numeric type.
+        BadAddress, BadLength
+            As :meth:`write_mem`.
+        """
+        addr = _check_int("Byte address", addr, 0, None)
+        n = _check_int("Element count", n, 0, None)
+        dtype = _numeric_dtype(dtype).newbyteorder("<")
+        total = n * dtype.itemsize
         step = self._chunk()
+        self._scratch_request("MEM_READ", addr, total, step)
         raw = bytearray()
-        for k in range(0, total, step):
+        for k in range(0, max(total, 1), step):
             count = min(step, total - k)
-            body = self.command(Opcode.MEM_READ, mem_read_payload(addr + k, count))
+            body = self.command(Opcode.MEM_READ, mem_read_payload(addr + k, count),
+                                context=f" (reading {total} bytes at byte address {addr}; the "
+                                        f"scratchpad has {self.identity.scratch_bytes})")
             if len(body) != count:
                 raise ReplyError(f"MEM_READ reply has {len(body)} bytes, not {count}")
             raw += body
         return np.frombuffer(bytes(raw), dtype=dtype).astype(dtype.newbyteorder("="))
 
     # -- transfer-LUT engine --------------------------------------------------------------------
+    def _lut_table(self, table, frames):
+        """``table`` checked: an integer, a table of the device unless the command is one
+        frame (the device checks a one-frame command itself)."""
+        table = _check_int("LUT table", table, 0, None)
+        self._require("lut")
+        tables = self.design.lut_tables
+        if table > 0xFF or (frames != 1 and table >= tables):
+            raise BadAddress(f"The device has LUT tables 0..{tables - 1}, not {table} (checked "
+                             f"before sending: nothing was sent)")
+        return table
+
     def lut_load(self, table, values):
         """Load byte table ``table`` (0 .. lut_tables-1) with 256 entries.
 
-        ``values`` is any array of 256 int8 or uint8 codes (e.g. from
-        :func:`lowbit.sim.lut.transfer_table`); they are sent as their uint8 bit patterns.
+        ``values`` is an integer array of 256 int8 or uint8 codes (e.g. from
+        :func:`lowbit.sim.lut.transfer_table`), validated as an activation table of
+        :mod:`lowbit.sim.network`; they are sent as their uint8 bit patterns.
 
         Raises
         ------
+        TypeError
+            ``table`` is not an integer.
         ValueError
-            If ``values`` does not hold 256 entries in -128..255.
-        LinkError
-            ``BadAddress`` for a table the design does not have.
+            ``table`` is negative, or ``values`` is not 256 integers in -128..255 (floats,
+            strings and bools are refused, not converted).
+        MissingEngine
+            The device has no LUT engine.
+        BadAddress
+            For a table the design does not have.
         """
-        values = np.asarray(values)
-        if values.shape != (256,) or values.min(initial=0) < -128 or values.max(initial=0) > 255:
-            raise ValueError(f"A transfer table needs 256 entries in -128..255, not an array of "
-                             f"shape {values.shape}")
-        raw = (values.astype(np.int64) & 0xFF).astype(np.uint8).tobytes()
+        from lowbit.sim.network import _check_table
+        try:
+            values = _check_table(values)          # the golden model's own check
+        except ValueError as e:
+            raise ValueError(f"A transfer table needs 256 entries, integers in -128..255 "
+                             f"({e})") from None
         step = max(self._chunk() - 2, 1)
+        table = self._lut_table(table, -(-256 // step))
+        raw = (values & 0xFF).astype(np.uint8).tobytes()
         for start in range(0, 256, step):
             chunk = raw[start:start + step]
             self.command(Opcode.LUT_WRITE, bytes([table, start]) + chunk)
 
     def lut_apply(self, table, codes):
-        """Look ``codes`` (int8 or uint8 array) up in byte table ``table``; returns uint8."""
-        codes = np.asarray(codes)
-        if codes.ndim != 1 or (codes.size and (codes.min() < -128 or codes.max() > 255)):
-            raise ValueError("Codes must be a 1-D array of values in -128..255")
+        """Look ``codes`` (a 1-D integer array of int8 or uint8 codes) up in byte table
+        ``table``; returns uint8.
+
+        Raises
+        ------
+        TypeError
+            ``table`` is not an integer, or ``codes`` not integers (floats are refused, not
+            truncated).
+        ValueError
+            ``table`` is negative, or ``codes`` not a 1-D array of values in -128..255.
+        MissingEngine
+            The device has no LUT engine.
+        BadAddress
+            For a table the design does not have.
+        """
+        codes = _int_values("LUT codes", codes, 1)
+        if codes.size and (codes.min() < -128 or codes.max() > 255):
+            raise ValueError(f"LUT codes must be in -128..255, not {codes.min()}..{codes.max()}")
         raw = (codes.astype(np.int64) & 0xFF).astype(np.uint8).tobytes()
         step = max(self._chunk() - 1, 1)
+        table = self._lut_table(table, -(-len(raw) // step))
         out = bytearray()
         for k in range(0, len(raw), step):
             chunk = raw[k:k + step]
@@ -519,31 +675,54 @@ class Accelerator:
         :func:`lowbit.sim.prng.seed_lanes`).
 
         ``mode`` (a ``lowbit.sim.grand.MODES`` name or code 0..5) is written to ``GRAND_MODE``
-        first;
-        the unit latches the mode at the seed, so this is how the mode changes.
+        first; the unit latches the mode at the seed, so this is how the mode changes.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``seed`` is not an integer in 0..2**64-1, or ``mode`` not a mode name or code.
+        MissingEngine
+            The device has no grand unit.
         """
         from lowbit.sim.grand import MODES
         from lowbit.sim.prng import seed_lanes
+        code = None
         if mode is not None:
-            code = MODES.index(mode) if isinstance(mode, str) and mode in MODES else mode
-            if not isinstance(code, int) or isinstance(code, bool) or not 0 <= code < len(MODES):
-                raise ValueError(f"Grand mode must be one of {', '.join(MODES)}, not {mode!r}")
-            self.write_reg("GRAND_MODE", code)
-        if self.identity is None:
-            self.identify()
+            if isinstance(mode, str):
+                if mode not in MODES:
+                    raise ValueError(f"Grand mode must be one of {', '.join(MODES)}, not "
+                                     f"{mode!r}")
+                code = MODES.index(mode)
+            else:
+                code = _check_int("Grand mode (a name or a code)", mode, 0, len(MODES) - 1)
+        seed_lanes(seed, 1)                          # validates the seed
+        self._require("grand")
         state = seed_lanes(seed, self.identity.lanes)
+        if code is not None:
+            self.write_reg("GRAND_MODE", code)
         self.command(Opcode.GRAND_SEED, state.astype("<u8").tobytes())
 
     def grand_samples(self, n, dtype=np.float16):
-        """The next ``n`` samples of the grand unit as ``float16`` or ``float32`` values."""
-        dtype = np.dtype(dtype)
+        """The next ``n`` samples of the grand unit as ``float16`` or ``float32`` values.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``n`` is not an integer in 0 .. :data:`MAX_SAMPLES`, or ``dtype`` is not float16
+            / float32.
+        MissingEngine
+            The device has no grand unit.
+        """
+        n = _check_int("Sample count", n, 0, MAX_SAMPLES)
+        dtype = _numeric_dtype(dtype)
         if dtype not in (np.dtype(np.float16), np.dtype(np.float32)):
             raise ValueError(f"Sample type must be float16 or float32, not {dtype}")
+        self._require("grand")
         size = dtype.itemsize
         step = max(self._chunk() // size, 1)
         raw = bytearray()
-        for k in range(0, int(n), step):
-            count = min(step, int(n) - k)
+        for k in range(0, n, step):
+            count = min(step, n - k)
             body = self.command(Opcode.GRAND_SAMPLES,
                                 count.to_bytes(2, "little") + bytes([size == 4]))
             if len(body) != count * size:
@@ -563,6 +742,9 @@ class Accelerator:
     def has_engine(self, name):
         """True if the IDENTIFY record lists engine ``name`` (a ``lowbit.sim.link.ENGINE_BITS``
         key)."""
+        if not isinstance(name, str):
+            raise TypeError(f"An engine is named by a string of {', '.join(ENGINE_BITS)}, not "
+                            f"{name!r}")
         if name not in ENGINE_BITS:
             raise ValueError(f"Unknown engine {name!r}; known: {', '.join(ENGINE_BITS)}")
         if self.identity is None:
@@ -615,15 +797,17 @@ class Accelerator:
         from lowbit.sim.program import RunResult
         addr = _check_int("Start address", addr, 0, (1 << 32) - 2)
         limit = _check_int("Instruction limit", limit, 1, (1 << 32) - 1)
+        cycles_per_instruction = _check_int("Cycles per instruction", cycles_per_instruction,
+                                            1, 1 << 20)
         if addr % 2:
             raise ValueError(f"Start address must be even, not {addr}")
         self._require("sequencer")
         with self._wait_for(min(limit, 1 << 24) * cycles_per_instruction):
             status, body = self.send(Opcode.RUN, addr.to_bytes(4, "little")
                                      + limit.to_bytes(4, "little"))
-        if len(body) != 12:
+        if len(body) != 16:
             if status == Status.OK:
-                raise ReplyError(f"RUN reply has {len(body)} bytes, not 12")
+                raise ReplyError(f"RUN reply has {len(body)} bytes, not 16")
             self.command_error(Opcode.RUN, status)
         result = RunResult.from_payload(status, body)
         if status != Status.OK:
@@ -634,11 +818,12 @@ class Accelerator:
             raise err
         return result
 
-    def command_error(self, opcode, status):
-        """Raise the :class:`StatusError` subclass of ``status`` for a request ``opcode``."""
+    def command_error(self, opcode, status, context=""):
+        """Raise the :class:`StatusError` subclass of ``status`` for a request ``opcode``
+        (``context``: appended to the message, e.g. the request's address and length)."""
         name = status.name if isinstance(status, Status) else f"0x{status:02X}"
-        op = Opcode(opcode).name if opcode in Opcode._value2member_map_ else f"0x{opcode:02X}"
-        raise _STATUS_ERRORS.get(status, StatusError)(f"{op} failed with status {name}", status)
+        raise _STATUS_ERRORS.get(status, StatusError)(
+            f"{_opcode_name(opcode)} failed with status {name}{context}", status)
 
     def load_program(self, program, addr=0):
         """Write a program (a list of :class:`lowbit.sim.program.Instruction` or its bytes) at byte
@@ -648,10 +833,15 @@ class Accelerator:
             raw = bytes(program)
             if len(raw) % 16:
                 raise ValueError(f"Program length must be a multiple of 16 bytes, not {len(raw)}")
-        elif all(isinstance(i, Instruction) for i in program):
-            raw = assemble(program)
         else:
-            raise TypeError("A program is a list of lowbit.sim.program.Instruction or its bytes")
+            if isinstance(program, str) or not hasattr(program, "__iter__"):
+                raise TypeError(f"A program is a list of lowbit.sim.program.Instruction or its "
+                                f"bytes, not {program!r}")
+            program = list(program)
+            if not all(isinstance(i, Instruction) for i in program):
+                raise TypeError("A program is a list of lowbit.sim.program.Instruction or its "
+                                "bytes")
+            raw = assemble(program)
         addr = _check_int("Program address", addr, 0, (1 << 32) - 1)
         if addr % 2:
             raise ValueError(f"Program address must be even, not {addr}")
@@ -674,7 +864,6 @@ class Accelerator:
         from lowbit.sim.program import load_weights_program
         self._require("sequencer")
         d = self.design
-        self._program_count = None    # the LOADW program replaces the network's
         words = np.asarray(words)
         if words.ndim != 2 or words.shape[1] != d.matrix_lanes or \
                 not np.issubdtype(words.dtype, np.integer):
@@ -690,6 +879,8 @@ class Accelerator:
                                                         d.words - d.matrix_lanes)
         per_run = min((d.words - staging) // d.matrix_lanes, 0xFFFF)
         raw = (words.astype(np.int64) & 0xFFFF).astype("<u2")
+        # The LOADW program and the staged words overwrite a loaded network's program and data.
+        self.network, self._program_count = None, None
         for k in range(0, words.shape[0], per_run):
             part = raw[k:k + per_run]
             self.write_mem(2 * staging, part.reshape(-1))
@@ -727,19 +918,24 @@ class Accelerator:
         -------
         ``(m, e)`` (mantissas per element, exponents per block) for BFP, else the int8 codes
         or the discrete codes (int64 arrays).
+
+        Raises
+        ------
+        TypeError, ValueError
+            For an argument of the wrong kind or out of range, before anything is sent; a
+            value that is NaN or ±Inf in float16 (also a float beyond ±65504) is refused with
+            a ValueError naming its index (``docs/protocol.md``, "Non-finite input").
+        MissingEngine
+            The device has no sequencer or no quantiser.
         """
         from lowbit.sim.discrete import CodeBook
         from lowbit.sim.network import unpack_elements
         from lowbit.sim.program import _ROUNDING_CODES, Instruction, config
         codes = _f16_codes(x_f16)
-        if fmt not in ("bfp", "int8", "discrete"):
-            raise ValueError(f"Format must be 'bfp', 'int8' or 'discrete', not {fmt!r}")
+        fmt = _check_choice("Format", fmt, ("bfp", "int8", "discrete"))
         width = _check_int("Mantissa width", width, 2, 8)
-        if rule not in ("floor", "ceil"):
-            raise ValueError(f"Exponent rule must be 'floor' or 'ceil', not {rule!r}")
-        if rounding not in _ROUNDING_CODES:
-            raise ValueError(f"Rounding must be 'nearest', 'zero' or 'stochastic', not "
-                             f"{rounding!r}")
+        rule = _check_choice("Exponent rule", rule, ("floor", "ceil"))
+        rounding = _check_choice("Rounding", rounding, tuple(_ROUNDING_CODES))
         shift = _check_int("Shift", shift, -128, 127)
         if fmt == "discrete" and not isinstance(book, CodeBook):
             raise TypeError(f"Discrete quantisation needs a lowbit.sim.discrete.CodeBook, "
@@ -781,9 +977,10 @@ class Accelerator:
                    rounding="nearest", exp_mode="max", fixed_exp=0):
         """``W·x (+ b)`` on the BFP column (MATVEC; one :class:`lowbit.sim.network.BFPDense` layer
         without table, weights loaded first). ``w_m`` (R, K), ``w_e`` (R, K/B), ``x_m`` (K,),
-        ``x_e`` (K/B,). Returns ``(m, e)``: R output mantissas and the exponent of each row
-        (each tile of ``N`` rows has its own with ``exp_mode="max"``), as
-        :func:`lowbit.sim.network.bfp_dense`."""
+        ``x_e`` (K/B,): integer arrays. Returns ``(m, e)``: R output mantissas and the exponent
+        of each row (each tile of ``N`` rows has its own with ``exp_mode="max"``), as
+        :func:`lowbit.sim.network.bfp_dense`, which also validates the arguments (:meth:`dense`).
+        """
         from lowbit.sim.network import BFPDense
         layer = BFPDense(w_m, w_e, bias_m, bias_e, width=width, rounding=rounding,
                          exp_mode=exp_mode, out_exp=fixed_exp)
@@ -791,9 +988,10 @@ class Accelerator:
 
     def discrete_matvec(self, w_codes, x_m, *, book, bias=None, shift=0, out_exp=0):
         """Discrete-weight ``W·x`` (DMATVEC) of int8 codes ``x_m`` with weight codes of
-        ``book``, integer ``bias``, requantiser ``shift`` (0..24): one
-        :class:`lowbit.sim.network.DiscreteDense` layer with the device's accumulator width. Returns
-        ``(m, e)`` as :func:`lowbit.sim.network.discrete_dense`."""
+        ``book``, integer ``bias``, requantiser ``shift`` (0..31): one
+        :class:`lowbit.sim.network.DiscreteDense` layer with the device's accumulator width.
+        Returns ``(m, e)`` as :func:`lowbit.sim.network.discrete_dense`, which also validates
+        the arguments (:meth:`dense`)."""
         from lowbit.sim.network import DiscreteDense
         layer = DiscreteDense(w_codes, book, bias=bias, shift=shift,
                               acc_width=self.design.disc_acc_width, out_exp=out_exp)
@@ -802,30 +1000,76 @@ class Accelerator:
     def dense(self, layer, x):
         """Run one :mod:`lowbit.sim.network` layer on one input vector.
 
-        ``x`` is ``(x_m, x_e)`` (mantissas, block exponents) for a
-        :class:`~lowbit.sim.network.BFPDense` layer and the int8 codes ``x_m`` for a
-        :class:`~lowbit.sim.network.DiscreteDense` layer. Returns ``(m, e)`` like the golden
-        functions.
-        Replaces the loaded network (weights, tables 0.., scratchpad).
+        ``x`` is ``(x_m, x_e)`` (integer mantissas, block exponents) for a
+        :class:`~lowbit.sim.network.BFPDense` layer and the int8 codes ``x_m`` (integers) for
+        a :class:`~lowbit.sim.network.DiscreteDense` layer. Returns ``(m, e)`` like the golden
+        functions. Replaces the loaded network (weights, tables 0.., scratchpad).
+
+        Raises
+        ------
+        TypeError, ValueError
+            Before anything is sent: whatever the golden function
+            (:func:`lowbit.sim.network.bfp_dense` on the device's column,
+            :func:`~lowbit.sim.network.discrete_dense`) raises for this layer and input, e.g.
+            a fixed exponent outside -128..127 or a width outside 2..8; inputs that are not
+            integer arrays (floats are refused, not truncated) or not int8 codes; output and
+            table exponents outside -128..127 (the 8-bit registers); what
+            :meth:`load_network` raises.
+        MissingEngine
+            As :meth:`load_network`.
         """
-        from lowbit.sim.network import BFPDense, block_exponents, pack_elements
+        from lowbit.sim.network import BFPDense, DiscreteDense, block_exponents, pack_elements
         from lowbit.sim.program import InputQuant
+        if not isinstance(layer, (BFPDense, DiscreteDense)):
+            raise TypeError(f"Layer must be a lowbit.sim.network.BFPDense or DiscreteDense, "
+                            f"not {layer!r}")
+        self._require("sequencer", "bfp" if isinstance(layer, BFPDense) else "discrete")
         if isinstance(layer, BFPDense):
             if not (isinstance(x, tuple) and len(x) == 2):
                 raise TypeError("A BFP layer's input is a tuple (x_m, x_e)")
-            x_m, x_e = (np.asarray(v) for v in x)
+            x_m = _int_values("Input mantissas", x[0], 1)
+            x_e = _int_values("Input exponents", x[1], 1)
             if x_m.shape != (layer.cols,) or x_e.shape != (layer.cols // layer.block,):
                 raise ValueError(f"Input shapes {x_m.shape}, {x_e.shape} do not match the "
                                  f"layer's {layer.cols} columns in blocks of {layer.block}")
+            self._golden_check(layer, (x_m, x_e))
             words = pack_elements(x_m, block_exponents(x_e, layer.block, layer.cols))
         else:
-            x_m = np.asarray(x)
-            if x_m.shape != (getattr(layer, "cols", None),):
-                raise ValueError(f"Input shape {x_m.shape} does not match the layer")
+            x_m = _int_values("Input codes", x, 1)
+            if x_m.shape != (layer.cols,):
+                raise ValueError(f"Input shape {x_m.shape} does not match the layer's "
+                                 f"{layer.cols} columns")
+            if x_m.size and (x_m.min() < -128 or x_m.max() > 127):
+                raise ValueError(f"Input codes must be int8 (-128..127), not "
+                                 f"{x_m.min()}..{x_m.max()}")
+            self._golden_check(layer, x_m)
             words = pack_elements(x_m, 0)
         self.load_network([layer], quantise_input=InputQuant("host"))
         out = self._run_words(words[None])
         return out.m[0], out.e[0]
+
+    def _golden_check(self, layer, x=None):
+        """Validate ``layer`` (and its input ``x``; default zeros) as the golden model does, by
+        running it on the host: :func:`lowbit.sim.network.bfp_dense` on the device's column
+        (stochastic rounding with zero random numbers) or
+        :func:`~lowbit.sim.network.discrete_dense`. Also checks the exponents the 8-bit
+        registers carry (``out_exp``, ``table_exp``), which the golden functions leave to the
+        caller."""
+        from lowbit.sim.network import BFPDense, bfp_dense, discrete_dense
+        d = self.design
+        if isinstance(layer, BFPDense):
+            if x is None:
+                x = (np.zeros(layer.cols, np.int64), np.zeros(layer.cols // layer.block, np.int64))
+            rand = None
+            if layer.rounding == "stochastic":
+                rand = np.zeros((-(-layer.rows // d.matrix_lanes), d.matrix_lanes), np.int64)
+            bfp_dense(layer, *x, d.column(), rand=rand)
+        else:
+            discrete_dense(layer, np.zeros(layer.cols, np.int64) if x is None else x,
+                           lanes=d.matrix_lanes)
+        _check_int("Output exponent", layer.out_exp, -128, 127)
+        if layer.table is not None:
+            _check_int("Table exponent", layer.table_exp, -128, 127)
 
     # -- networks ---------------------------------------------------------------------------
     def load_network(self, layers, *, quantise_input="auto"):
@@ -851,7 +1095,10 @@ class Accelerator:
         Raises
         ------
         TypeError, ValueError
-            For layers that are not :mod:`lowbit.sim.network` layers or do not fit the device.
+            For layers that are not :mod:`lowbit.sim.network` layers, do not fit the device
+            (:class:`~lowbit.sim.program.NetworkLayout`) or are refused by the golden
+            functions on the device's design (as :meth:`dense`). Everything is checked and
+            every memory image computed before the first request: a failed call sends nothing.
         MissingEngine
             For an engine the network needs that the device lacks.
         """
@@ -866,6 +1113,9 @@ class Accelerator:
         if not isinstance(quantise_input, InputQuant):
             raise TypeError(f"quantise_input must be 'auto', 'device', 'host' or an InputQuant, "
                             f"not {quantise_input!r}")
+        if isinstance(layers, str) or not hasattr(layers, "__iter__"):
+            raise TypeError(f"Layers must be a sequence of lowbit.sim.network layers, not "
+                            f"{layers!r}")
         layers = list(layers)
         self._require("sequencer")
         from lowbit.sim.network import BFPDense, DiscreteDense
@@ -879,12 +1129,17 @@ class Accelerator:
         if quantise_input.where == "device":
             self._require("quantiser")
         layout = NetworkLayout(layers, self.design, input=quantise_input)
+        for layer in layers:
+            self._golden_check(layer)
+        weights = layout.weight_words() if layout.weight_entries else None
+        tables = layout.table_images()
+        biases = layout.bias_words()
         self.network = None
-        if layout.weight_entries:
-            self.load_weights(0, layout.weight_words())
-        for idx, table in layout.table_images().items():
+        if weights is not None:
+            self.load_weights(0, weights)
+        for idx, table in tables.items():
             self.lut_load(idx, table)
-        for addr, words in layout.bias_words():
+        for addr, words in biases:
             self.write_mem(2 * addr, words.astype("<u2"))
         self._program_count = None
         self.network = layout
@@ -896,7 +1151,10 @@ class Accelerator:
         Parameters
         ----------
         x : array, shape (samples, inputs) or (inputs,)
-            Float values (converted to float16 with numpy) or f16 codes as ``uint16``.
+            Float values (converted to float16 with numpy) or f16 codes as ``uint16``. A row
+            with a value that is NaN or ±Inf in float16 (also a float beyond ±65504) is refused
+            with a ValueError naming the row, before anything is sent (``docs/protocol.md``,
+            "Non-finite input").
 
         Returns
         -------
@@ -905,19 +1163,31 @@ class Accelerator:
             ``(samples, rows)``; ``outputs.values()`` are the floats.
         stats : dict
             ``samples``, ``runs`` (RUN commands), ``chunk`` (samples per RUN),
-            ``instructions`` and ``cycles`` (sums over the RUN replies; cycles are 0 from the
-            model) and ``seconds`` (host wall time).
+            ``instructions``, ``cycles`` and ``busy_cycles`` (sums over the RUN replies;
+            cycles are 0 from the model; busy cycles are the matrix engine's accepted beats,
+            :class:`lowbit.sim.program.RunResult`, ``None`` from a device that does not count
+            them) and ``seconds`` (host wall time).
         """
         if self.network is None:
             raise ValueError("No network is loaded (call load_network first)")
-        return self._run_words(self.network.input_words(x), stats=True)
+        x = np.asarray(x)
+        codes = x if x.dtype == np.uint16 else _to_f16(x)
+        codes = self.network.f16(codes)               # (samples, inputs); checks the shape
+        bad = (codes & 0x7C00) == 0x7C00              # exponent all ones: ±Inf or NaN
+        if bad.any():
+            row, col = (int(v) for v in np.argwhere(bad)[0])
+            value = (x if x.ndim == 2 else x[None])[row, col]
+            raise ValueError(f"Input row {row} is not finite in float16 (column {col}: "
+                             f"{_describe_f16(value)}); NaN and ±Inf inputs are refused")
+        return self._run_words(self.network.input_words(codes), stats=True)
 
     def _run_words(self, words, stats=False):
         lay = self.network
         t0 = time.perf_counter()
         n = words.shape[0]
         out = []
-        runs = instructions = cycles = 0
+        from lowbit.sim.program import NOT_COUNTED
+        runs = instructions = cycles = busy = 0
         for k in range(0, n, lay.chunk):
             part = words[k:k + lay.chunk]
             count = part.shape[0]
@@ -930,8 +1200,9 @@ class Accelerator:
             if res.executed != limit:
                 raise ReplyError(f"The network program ran {res.executed} instructions, "
                                  f"expected {limit}")
-            runs, instructions, cycles = runs + 1, instructions + res.executed, \
-                cycles + res.cycles
+            runs, instructions = runs + 1, instructions + res.executed
+            cycles = cycles + res.cycles
+            busy = None if busy is None or res.busy == NOT_COUNTED else busy + res.busy
             out.append(self.read_mem(2 * lay.out_addr, count * lay.out_words, np.uint16)
                        .reshape(count, lay.out_words)[:, :lay.rows])
         from lowbit.sim.network import unpack_elements
@@ -941,27 +1212,111 @@ class Accelerator:
         if not stats:
             return acts
         return acts, {"samples": n, "runs": runs, "chunk": lay.chunk,
-                      "instructions": instructions, "cycles": cycles,
+                      "instructions": instructions, "cycles": cycles, "busy_cycles": busy,
                       "seconds": time.perf_counter() - t0}
 
 
 def _check_int(name, value, lo, hi):
+    """``int(value)`` for an integer (Python or numpy, not a bool) in ``lo..hi`` (``hi=None``:
+    no upper bound); TypeError / ValueError naming ``name`` and the value otherwise."""
     if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be an integer, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value}")
+    if value < lo or (hi is not None and value > hi):
+        rule = f"between {lo} and {hi}" if hi is not None else f"of at least {lo}"
+        raise ValueError(f"{name} must be an integer {rule}, not {value}")
     return int(value)
+
+
+def _check_choice(name, value, choices):
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be one of {', '.join(map(repr, choices))}, not {value!r}")
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, not {value!r}")
+    return value
+
+
+def _bytes_like(name, value):
+    """``bytes(value)`` for bytes, bytearray or memoryview. Anything else is refused: ``bytes(5)``
+    would be five zero bytes, ``bytes([1, 300])`` an error deep inside."""
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{name} must be bytes-like (bytes, bytearray, memoryview), not "
+                        f"{type(value).__name__} {value!r:.60}")
+    return bytes(value)
+
+
+def _numeric_dtype(dtype):
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError, KeyError) as e:
+        raise TypeError(f"Not a numpy type: {dtype!r} ({e})") from None
+    if dt.kind not in "biufc" or dt.itemsize == 0:
+        raise TypeError(f"Element type must be a numeric numpy type, not {dt}")
+    return dt
+
+
+def _data_bytes(data):
+    """The bytes :meth:`Accelerator.write_mem` sends for ``data``: a numeric array's
+    little-endian bytes, or bytes-like data as it is."""
+    if isinstance(data, np.ndarray):
+        if data.dtype.kind not in "biufc":
+            raise TypeError(f"Data must be an array of numbers, not of {data.dtype} (an object "
+                            f"array would send host pointers)")
+        if data.ndim == 0:
+            raise ValueError(f"Data must be an array with at least one dimension, not the "
+                             f"0-d array {data!r}")
+        arr = np.ascontiguousarray(data)
+        return arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
+    return _bytes_like("Data (a numpy array or bytes-like)", data)
+
+
+def _int_values(name, value, ndim):
+    """``value`` as a numpy integer array of ``ndim`` dimensions (not converted: the caller
+    checks its range first). Floats, bools, strings and objects are refused with a
+    TypeError rather than truncated."""
+    a = np.asarray(value)
+    if a.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers, not an array of {a.dtype}")
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-d array, not of shape {a.shape}")
+    return a
+
+
+def _opcode_name(opcode):
+    return Opcode(opcode).name if opcode in Opcode._value2member_map_ else f"0x{opcode:02X}"
+
+
+def _port_name(port):
+    name = getattr(port, "port", None) or getattr(port, "name", None)
+    return repr(name) if isinstance(name, str) else type(port).__name__
+
+
+def _to_f16(x):
+    """f16 codes (uint16) of a float array; values beyond float16's range become ±Inf codes
+    (the caller refuses them) without numpy's overflow warning."""
+    if not np.issubdtype(x.dtype, np.floating):
+        raise TypeError(f"Input must be a float array (or f16 codes as uint16), not {x.dtype}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x.astype(np.float16).view(np.uint16)
+
+
+def _describe_f16(value):
+    if isinstance(value, np.uint16):
+        return f"f16 code 0x{int(value):04X}"
+    if np.isfinite(value):
+        return f"{float(value)!r} overflows float16"
+    return repr(float(value))
 
 
 def _f16_codes(x):
     x = np.asarray(x)
     if x.ndim != 1 or x.size == 0:
         raise ValueError(f"Input must be a non-empty 1-D array, not shape {x.shape}")
-    if x.dtype == np.uint16:
-        return x.copy()
-    if not np.issubdtype(x.dtype, np.floating):
-        raise TypeError(f"Input must be a float array (or f16 codes as uint16), not {x.dtype}")
-    return x.astype(np.float16).view(np.uint16)
+    codes = x.copy() if x.dtype == np.uint16 else _to_f16(x)
+    bad = np.flatnonzero((codes & 0x7C00) == 0x7C00)
+    if bad.size:
+        raise ValueError(f"Input element {bad[0]} is not finite in float16 "
+                         f"({_describe_f16(x[bad[0]])}); NaN and ±Inf inputs are refused")
+    return codes
 
 
 def _book_config(book):

@@ -57,7 +57,8 @@ __all__ = [
 
 SOF_REQUEST = 0xA5
 SOF_REPLY = 0x5A
-PROTOCOL_VERSION = 1
+#: Version 2: RUN replies carry the matrix engine's busy cycles (16 bytes, was 12).
+PROTOCOL_VERSION = 2
 #: (major, minor) of the gateware design; the driver refuses a different major version.
 #: Minor 2 added the identification registers ``ID_MATRIX`` and ``ID_ENGINE``.
 DESIGN_VERSION = (0, 2)
@@ -458,8 +459,7 @@ class DeviceModel:
             lut_tables=lut_tables, frac_bits=frac_bits, rand_bits=rand_bits,
             disc_acc_width=disc_acc_width, grand_modes=grand_modes,
             engines=frozenset(n for n, on in present.items() if on and n != "sequencer"),
-            bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
-            busy_count=busy_count)
+            bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor)
         self.identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, lanes, scratch_bytes,
                                  frame_bytes, engines, use_spram)
         self.code_bits = code_bits
@@ -473,7 +473,8 @@ class DeviceModel:
         self.scratch = bytearray(scratch_bytes)
         #: Byte tables of the LUT engine, ``luts[table][code]`` (power-on contents are 0).
         self.luts = [bytearray(256) for _ in range(lut_tables)]
-        self.machine = Machine(self.design, scratch=self.scratch, regs=self.regs, luts=self.luts)
+        self.machine = Machine(self.design, scratch=self.scratch, regs=self.regs, luts=self.luts,
+                               busy_count=busy_count)
         #: Outcome (:class:`lowbit.sim.program.RunResult`) of the last RUN that executed.
         self.last_run = None
         self.skipped = 0

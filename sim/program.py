@@ -293,9 +293,6 @@ class Design:
         The BFP column rounds stochastically / has the predicted exponent selector (default
         both). Without one, a MATVEC that needs it (``ROUNDING`` 2 / ``EXP_SELECT`` 2) fails
         with ``BAD_OPCODE``, as a missing engine does.
-    busy_count : bool
-        The device counts the matrix engine's busy cycles (RUN replies' ``busy``); without it
-        they read :data:`NOT_COUNTED`.
     """
     matrix_lanes: int = 8
     block: int = 16
@@ -311,7 +308,6 @@ class Design:
     grand_modes: tuple = None
     bfp_stochastic: bool = True
     bfp_predictor: bool = True
-    busy_count: bool = True
 
     def __post_init__(self):
         from .grand import MODES
@@ -443,9 +439,12 @@ class Machine:
         The register file (shared with the link model); default the reset values.
     luts : list of bytearray, optional
         The LUT engine's tables; default zeroed ones.
+    busy_count : bool
+        The device counts the matrix engine's busy cycles (RUN results' ``busy``); without
+        it they carry :data:`NOT_COUNTED`.
     """
 
-    def __init__(self, design=None, *, scratch=None, regs=None, luts=None):
+    def __init__(self, design=None, *, scratch=None, regs=None, luts=None, busy_count=True):
         from .prng import Xoroshiro128aox
         if design is None:
             design = Design()
@@ -464,8 +463,11 @@ class Machine:
         self.grand_prng = Xoroshiro128aox(0, design.lanes)
         self.grand_mode = "normal"
         self.grand_pending = []
-        #: Busy cycles (accepted beats) of the matrix engine in the current RUN.
+        #: Busy cycles (accepted beats) of the matrix engine in the current RUN, and whether the
+        #: device counts them (RUN replies from one that does not carry :data:`NOT_COUNTED`; it
+        #: is a reply field, not a design parameter programs depend on).
         self.busy = 0
+        self.busy_count = bool(busy_count)
         #: The rounding PRNG (one lane; reset state ``seed_lanes(0, 1)``).
         self.rng = Xoroshiro128aox(0, 1)
         self._column = design.column() if design.has("bfp") else None
@@ -568,7 +570,7 @@ class Machine:
         return RunResult(Status.LIMIT, 2 * self.pc, executed, busy=self._busy())
 
     def _busy(self):
-        return self.busy if self.design.busy_count else NOT_COUNTED
+        return self.busy if self.busy_count else NOT_COUNTED
 
     def _range(self, what, addr, count):
         if addr + count > self.design.words:

@@ -603,8 +603,7 @@ def _icebreaker_design():
     return Design(matrix_lanes=t["matrix_lanes"], block=t["block"], max_blocks=t["max_blocks"],
                   weight_depth=t["weight_depth"], scratch_bytes=t["scratch_bytes"],
                   lanes=t["lanes"], lut_tables=t["lut_tables"], engines={"bfp"},
-                  bfp_stochastic=t["bfp_stochastic"], bfp_predictor=t["bfp_predictor"],
-                  busy_count=t["busy_count"])
+                  bfp_stochastic=t["bfp_stochastic"], bfp_predictor=t["bfp_predictor"])
 
 
 @pytest.fixture(scope="module")
@@ -664,7 +663,7 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
     """One layer program (LOADW, MATVEC with bias and the max selector, LUT, MATVEC with a fixed
     exponent) on the iCEBreaker's top equals lowbit.sim.program.Machine word for word."""
     from lowbit.sim.program import Machine
-    dev, machine = icebreaker, Machine(_icebreaker_design())
+    dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=False)
     rng = np.random.default_rng(44)
     b, n = 16, 4
     l1 = BFPDense(w_m=rng.integers(-128, 128, (12, 32)), w_e=rng.integers(-8, -3, (12, 2)),
@@ -710,7 +709,7 @@ def test_icebreaker_rejects_what_it_lacks(icebreaker, regs, program):
     """A MATVEC needing a left-out option fails with BAD_OPCODE before anything happens (as the
     Machine says), even with a count that is also bad; ROUNDING 3 (nearest) still runs."""
     from lowbit.sim.program import Machine
-    dev, machine = icebreaker, Machine(_icebreaker_design())
+    dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=False)
     ins = {"matvec": I.matvec(3000, 3200, 0, 0, 1), "dmatvec": I.dmatvec(3000, 3200, 0, 4, 1),
            "quant": I.quant(3000, 3200, 16)}[program]
     before = dev.get(3200, 4).tolist()

@@ -1,0 +1,99 @@
+"""Level 7 (DESIGN §6): the routed iCEBreaker netlist answers host frames exactly like the model.
+
+``test_routed_icebreaker_netlist_answers_like_the_model`` (``slow``) builds the board with
+nextpnr's routed netlist, simulates that netlist in Icarus Verilog with Yosys's iCE40 cell
+models and a PLL stub, sends the host driver's frames on the UART rx pin at 1 Mbaud and checks
+every reply decoded from tx against :class:`lowbit.sim.link.DeviceModel` byte for byte
+(``tests/gatelevel.py``; ``docs/verification.md``, "Gate level"). The quick tests
+check the host sequence and the comparison on the model alone.
+
+Run: ``python -m pytest -m slow tests/test_gatelevel.py``.
+"""
+
+import dataclasses
+import os
+import sys
+
+import pytest
+
+from lowbit.boards.build import top_parameters
+from lowbit.boards.profiles import get_board
+from lowbit.sim.link import Status, decode_reply
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import gatelevel  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def session():
+    params = top_parameters(get_board(gatelevel.BOARD))[0]
+    return gatelevel.host_session(params)
+
+
+def test_host_session_covers_the_paths(session):
+    """The sequence reaches every path the gate-level run is meant to check, and fits the
+    simulator's budget (about 100k cycles of 1 Mbaud traffic at 18 MHz)."""
+    transactions, results = session
+    statuses = {decode_reply(t.reply)[0] for t in transactions if t.reply}
+    assert statuses == {Status.OK, Status.BAD_CRC, Status.READ_ONLY}
+    names = [t.name for t in transactions]
+    assert names.count("identify") == 3                   # IDENTIFY, ID_MATRIX, ID_ENGINE
+    assert [t.reply for t in transactions if t.name == "garbage between frames"] == [b""]
+    assert results["read LINK_SKIPPED"] == 5 and results["read LINK_ERRORS"] == 2
+    assert results["read MANT_WIDTH again"] == 7          # the bad frame wrote nothing
+    run, = (t for t in transactions if t.is_run)
+    assert decode_reply(run.reply)[0] == Status.OK
+    # Every row of the MATVEC carries information: no mantissa rounds to (near) zero at the
+    # tile's exponent, so a wrong accumulator bit in any lane has a chance to show.
+    y = results["read the MATVEC result"]
+    m = [((v & 0xFF) ^ 0x80) - 0x80 for v in y.tolist()]
+    assert min(abs(v) for v in m) >= 16, m
+    line_bytes = sum(len(t.request) + len(t.reply) for t in transactions)
+    assert line_bytes < 600
+
+
+def test_compare_finds_a_wrong_byte(session):
+    """The comparison is byte exact: one flipped reply byte (or a missing one) is reported with
+    its transaction; a RUN reply may differ in its cycles field only (the model says 0)."""
+    transactions, _ = session
+    replies = [t.reply for t in transactions]
+    run_index = next(i for i, t in enumerate(transactions) if t.is_run)
+    from lowbit.sim.link import encode_reply
+    status, body = decode_reply(replies[run_index])
+    replies[run_index] = encode_reply(status, body[:8] + (161).to_bytes(4, "little")
+                                      + body[12:])
+    good = gatelevel.GateResult(replies, [], 100, 1.0, 0.0)
+    assert gatelevel.compare(transactions, good) == []
+    assert gatelevel.run_cycles(transactions, good) == [161]
+    for index, change in ((4, lambda r: r[:-1] + bytes([r[-1] ^ 1])), (9, lambda r: r[:-1]),
+                          (run_index, lambda r: r[:5] + bytes([r[5] ^ 4]) + r[6:])):
+        bad = list(replies)
+        bad[index] = change(bad[index])
+        problems = gatelevel.compare(transactions, dataclasses.replace(good, replies=bad))
+        assert len(problems) == 1 and problems[0].startswith(f"#{index} "), problems
+    problems = gatelevel.compare(transactions, dataclasses.replace(
+        good, events=["X 120 x idle"]))
+    assert problems == ["X 120 x idle"]
+    # A reply that never completed stops the run: later transactions are not compared.
+    cut = replies[:3] + [replies[3][:2]] + [b""] * (len(replies) - 4)
+    problems = gatelevel.compare(transactions, dataclasses.replace(
+        good, replies=cut, events=["#3 ...: stopped"], stopped=3))
+    assert len(problems) == 2 and problems[1].startswith("#3 "), problems
+
+
+@pytest.mark.slow
+def test_routed_icebreaker_netlist_answers_like_the_model(tmp_path):
+    """Build, simulate the routed netlist, compare every reply with DeviceModel's."""
+    reason = gatelevel.missing_tools()
+    if reason:
+        pytest.skip(f"gate-level test skipped: {reason}")
+    # Always a fresh build: the point is the netlist that goes on the board now.
+    report = gatelevel.build_routed(tmp_path / "build")
+    outcome = gatelevel.check_routed(report["routed_netlist"], tmp_path / "sim")
+    info, result = outcome.info, outcome.result
+    assert info["pll_freq"] == 18e6 and info["cells"]["ICESTORM_PLL"] == 1
+    assert {"ICESTORM_DSP", "ICESTORM_SPRAM", "ICESTORM_RAM"} <= set(info["cells"])
+    assert not outcome.problems, "\n".join(outcome.problems)
+    assert len(result.replies) == len(outcome.transactions) and result.cycles > 90_000
+    assert len(outcome.run_cycles) == 1 and 0 < outcome.run_cycles[0] < 10_000

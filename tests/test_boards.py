@@ -1,9 +1,14 @@
 """Board profiles, board elaboration and real bitstream builds."""
 
+import importlib.metadata
 import json
+import os
+import shutil
 import zlib
+from pathlib import Path
 
 import pytest
+from amaranth.build.run import BuildPlan, LocalBuildProducts
 
 from lowbit.boards.build import _add_dfu_suffix, build_board, format_report, top_parameters
 from lowbit.boards.profiles import BOARDS, DEFAULT_BOARD, get_board
@@ -23,9 +28,11 @@ def test_unknown_board():
 
 def test_icebreaker_profiles():
     """Two profiles of one board: the default with the BFP MATVEC column (every area option,
-    no discrete unit, no quantiser), and one with the discrete unit (DMATVEC)."""
+    no discrete unit, no quantiser) at 18 MHz from the PLL, and one with the discrete unit
+    (DMATVEC) on the 12 MHz oscillator."""
     bfp, disc = get_board("icebreaker"), get_board("icebreaker-discrete")
-    assert (bfp.platform, bfp.device, bfp.clk_freq) == (disc.platform, disc.device, disc.clk_freq)
+    assert (bfp.platform, bfp.device) == (disc.platform, disc.device)
+    assert (bfp.clk_freq, bfp.pll_pad, disc.clk_freq) == (18e6, True, 12e6)
     assert bfp.top["bfp"] and not bfp.top["discrete"] and not bfp.top["quantiser"]
     assert disc.top["discrete"] and not disc.top["bfp"]
     assert {k: bfp.top[k] for k in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram",
@@ -45,7 +52,10 @@ def test_profile_fits_its_device(board):
         dev["part"].replace("iCE40", "").split("-")[0].lower()[:5])
 
 
-@pytest.mark.parametrize("board", list(BOARDS))
+@pytest.mark.parametrize("board", [
+    # The ULX3S top through its platform also elaborates in test_clocking (with the PLL); here
+    # it runs with -m slow.
+    pytest.param(b, marks=pytest.mark.slow) if b == "ulx3s" else b for b in BOARDS])
 def test_every_board_elaborates_without_toolchain(board, tmp_path):
     report = build_board(board, do_build=False, build_dir=tmp_path)
     assert report["board"] == board
@@ -87,14 +97,99 @@ def _check_report(report, tmp_path, board):
     assert "Fmax MHz" in table and str(res["lcs"]["used"]) in table
 
 
-def test_default_board_places_and_routes(tmp_path):
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _toolchain_installed_ns():
+    """When the YoWASP tools (yosys, nextpnr, icepack/ecppack, runtime) were last installed."""
+    times = [0]
+    for dist in importlib.metadata.distributions():
+        if (dist.metadata["Name"] or "").lower().startswith("yowasp"):
+            times += [dist.locate_file(f).stat().st_mtime_ns for f in dist.files or ()
+                      if f.name == "METADATA"]
+    return max(times)
+
+
+def _finished_run_of(plan, build_dir):
+    """Whether ``build_dir`` holds a finished toolchain run of exactly ``plan``: every file of
+    the plan (RTLIL, constraints, the build script with the seed and nextpnr's options) is
+    there byte for byte, and ``report.json``, which :func:`build_board` writes only after the
+    toolchain succeeded, is newer than all of them and than the installed YoWASP tools."""
+    report = build_dir / "report.json"
+    if not report.is_file():
+        return False
+    done = report.stat().st_mtime_ns
+    for name, content in plan.files.items():
+        path = build_dir / name
+        data = content.encode("utf-8") if isinstance(content, str) else content
+        if not path.is_file() or path.stat().st_mtime_ns > done or path.read_bytes() != data:
+            return False
+    return _toolchain_installed_ns() <= done
+
+
+@pytest.fixture
+def reuse_finished_build(monkeypatch):
+    """Let ``build_board(DEFAULT_BOARD)`` take the toolchain's products from a finished run of
+    the same build plan in ``build/<board>`` (where ``lowbit build`` writes them: the README's
+    first command and CI run it before the tests) instead of running yosys and nextpnr again
+    on identical inputs. Everything after the toolchain (reading nextpnr's report, the
+    resource and timing report, ``report.json``) still runs. Any difference, or no finished
+    run, builds from scratch as before. Yields the list of directories reused."""
+    execute_local = BuildPlan.execute_local
+    reused = []
+
+    def execute_or_reuse(plan, root="build", **kwargs):
+        for cached in dict.fromkeys(p.resolve() for p in (Path("build") / DEFAULT_BOARD,
+                                                          ROOT / "build" / DEFAULT_BOARD)):
+            if cached != Path(root).resolve() and _finished_run_of(plan, cached):
+                shutil.copytree(cached, root, dirs_exist_ok=True,
+                                ignore=shutil.ignore_patterns("report.json"))
+                reused.append(cached)
+                return LocalBuildProducts(str(root))
+        return execute_local(plan, root, **kwargs)
+
+    monkeypatch.setattr(BuildPlan, "execute_local", execute_or_reuse)
+    yield reused
+
+
+def test_reuse_needs_a_finished_run_of_the_same_plan(tmp_path):
+    """The reuse above is not blind: a changed input, an unfinished run (no ``report.json``, or
+    one older than the inputs) or a newer toolchain means building again."""
+    plan = BuildPlan("build_x")
+    plan.add_file("x.il", "module x")
+    plan.add_file("x.pcf", b"set_io a 1")
+    plan.extract(tmp_path)
+    assert not _finished_run_of(plan, tmp_path)                    # the toolchain never ran
+    (tmp_path / "report.json").write_text("{}")
+    assert _finished_run_of(plan, tmp_path)
+    changed = BuildPlan("build_x")
+    changed.add_file("x.il", "module y")
+    changed.add_file("x.pcf", b"set_io a 1")
+    assert not _finished_run_of(changed, tmp_path)
+    old = (tmp_path / "x.il").stat().st_mtime_ns - 10 ** 9
+    os.utime(tmp_path / "report.json", ns=(old, old))              # inputs rewritten since
+    assert not _finished_run_of(plan, tmp_path)
+    new = _toolchain_installed_ns() - 10 ** 9
+    os.utime(tmp_path / "x.il", ns=(new - 10 ** 9, new - 10 ** 9))
+    os.utime(tmp_path / "x.pcf", ns=(new - 10 ** 9, new - 10 ** 9))
+    os.utime(tmp_path / "report.json", ns=(new, new))              # tools installed since
+    assert not _finished_run_of(plan, tmp_path)
+
+
+def test_default_board_places_and_routes(tmp_path, reuse_finished_build):
+    """A real synthesis, place and route of the default board: this test's own, or that of
+    ``lowbit build`` (the README's first command) when it ran on the identical build plan."""
     report = build_board(DEFAULT_BOARD, build_dir=tmp_path, seed=1)
+    print("toolchain products:", f"reused from {reuse_finished_build[0]}"
+          if reuse_finished_build else "built here")
     _check_report(report, tmp_path, DEFAULT_BOARD)
     assert report["resources"]["spram"]["used"] >= 1
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("board", [b for b in BOARDS if b != DEFAULT_BOARD])
+@pytest.mark.parametrize("board", [
+    pytest.param(b, marks=pytest.mark.heavy) if b == "orangecrab" else b    # about 6 CPU-minutes
+    for b in BOARDS if b != DEFAULT_BOARD])
 def test_other_boards_place_and_route(board, tmp_path):
     report = build_board(board, build_dir=tmp_path, seed=1)
     _check_report(report, tmp_path, board)

@@ -835,6 +835,6 @@ def test_sim_random_programs_match_model(diff_acc):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [2, 3, 4])
+@pytest.mark.parametrize("seed", [2, *(pytest.param(s, marks=pytest.mark.heavy) for s in (3, 4))])
 def test_sim_random_programs_match_model_long(diff_acc, seed):
     _differential(diff_acc, seed, 15)

@@ -335,7 +335,7 @@ def test_hard_multiplier_netlists():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fmt", ["f16", "f32"])
+@pytest.mark.parametrize("fmt", [pytest.param("f16", marks=pytest.mark.heavy), "f32"])
 def test_rtl_long_run_16_lanes(fmt):
     f = FORMATS[fmt]
     rng = np.random.default_rng(11)

@@ -74,7 +74,8 @@ def test_rtl_equals_model(mode, lanes, reset_seed, ready):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("reset_seed", [10, 11, 12])
+@pytest.mark.parametrize("reset_seed", [
+    10, *(pytest.param(s, marks=pytest.mark.heavy) for s in (11, 12))])
 def test_rtl_equals_model_10k_slow(mode, reset_seed):
     lanes = 8 if mode == "normal144" else 4
     n = 10_000 // lanes

@@ -164,14 +164,22 @@ INT8_CASES = [
 ]
 
 
-@pytest.mark.parametrize("rounding,shift,mult,zero", INT8_CASES)
+@pytest.mark.parametrize("rounding,shift,mult,zero", [
+    # Stochastic rounding runs with the affine scale at its extremes by default; with a
+    # power-of-two scale in the slow run (as every case does on every code).
+    pytest.param(*case, marks=pytest.mark.slow) if case == ("stochastic", 3, 1, 12) else case
+    for case in INT8_CASES])
 def test_int8_f16_codes(rounding, shift, mult, zero):
     check(Quantiser(lanes=8, mult_bits=12), SOME_F16, target="int8", rounding=rounding,
           shift=shift, mult=mult, zero=zero)
 
 
+# The every-code runs take minutes each: CI's slow run ("slow and not heavy") takes one case
+# of each, the others are also marked heavy.
 @pytest.mark.slow
-@pytest.mark.parametrize("rounding,shift,mult,zero", INT8_CASES)
+@pytest.mark.parametrize("rounding,shift,mult,zero", [
+    case if case == ("zero", 9, 3001, -7) else pytest.param(*case, marks=pytest.mark.heavy)
+    for case in INT8_CASES])
 def test_int8_every_f16_code(rounding, shift, mult, zero):
     check(Quantiser(lanes=8, mult_bits=12), ALL_F16, target="int8", rounding=rounding,
           shift=shift, mult=mult, zero=zero)
@@ -200,16 +208,19 @@ def test_bfp_f16_codes(order, rounding, width, rule):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("order,rounding,width,rule", BFP_CASES)
+@pytest.mark.parametrize("order,rounding,width,rule", [
+    case if case == BFP_CASES[0] else pytest.param(*case, marks=pytest.mark.heavy)
+    for case in BFP_CASES])
 def test_bfp_every_f16_code(order, rounding, width, rule):
     check(Quantiser(lanes=8, block=16, mult_bits=0), _order(ALL_F16, order), rounding=rounding,
           width=width, rule=rule)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rounding", ["nearest", "zero", "stochastic"])
-@pytest.mark.parametrize("rule", ["floor", "ceil"])
-@pytest.mark.parametrize("width", [2, 7])
+@pytest.mark.parametrize("rounding", [pytest.param("nearest", marks=pytest.mark.heavy), "zero",
+                                      pytest.param("stochastic", marks=pytest.mark.heavy)])
+@pytest.mark.parametrize("rule", ["floor", pytest.param("ceil", marks=pytest.mark.heavy)])
+@pytest.mark.parametrize("width", [pytest.param(2, marks=pytest.mark.heavy), 7])
 def test_bfp_every_f16_code_all_modes(rounding, rule, width):
     codes = np.random.default_rng(width).permutation(ALL_F16)
     check(Quantiser(lanes=8, block=16, mult_bits=0), codes, rounding=rounding, width=width,
@@ -254,11 +265,12 @@ def test_other_generics(target, rounding, width, rule):
 # ---- fixed-point input (MAC accumulators) --------------------------------------------------
 
 @pytest.mark.parametrize("target,rounding,width,rule", [
-    ("bfp", "nearest", 8, "floor"),
+    # By default every target, rounding mode and rule once; the other pairings with -m slow.
+    pytest.param("bfp", "nearest", 8, "floor", marks=pytest.mark.slow),
     ("bfp", "stochastic", 4, "ceil"),
     ("bfp", "zero", 2, "floor"),
     ("int8", "nearest", 8, "floor"),
-    ("int8", "stochastic", 8, "floor"),
+    pytest.param("int8", "stochastic", 8, "floor", marks=pytest.mark.slow),
 ])
 def test_fixed_point_input(target, rounding, width, rule):
     dut = Quantiser(fmt="fixed", width=24, frac_bits=12, lanes=4, block=16, exp_bits=6,
@@ -364,7 +376,15 @@ def _book(n, which):
     return CodeBook.default(n) if which == "default" else random_book(n, which)
 
 
-@pytest.mark.parametrize("n,which,rounding", DISCRETE_CASES)
+#: DISCRETE_CASES outside the default run's sample, which keeps every book width with a
+#: nearest-code and a stochastic mode, default and random books, and the "zero" mode.
+_DISCRETE_SLOW = {(1, "default", "stochastic"), (2, "default", "nearest"),
+                  (3, "default", "nearest"), (2, 2, "nearest"), (3, 3, "stochastic")}
+
+
+@pytest.mark.parametrize("n,which,rounding", [
+    pytest.param(*case, marks=pytest.mark.slow) if case in _DISCRETE_SLOW else case
+    for case in DISCRETE_CASES])
 def test_discrete_f16_codes(n, which, rounding):
     """The strided f16 subset plus codes on, next to and between the book's values."""
     book = _book(n, which)
@@ -375,9 +395,10 @@ def test_discrete_f16_codes(n, which, rounding):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("n,which,rounding", [(2, "default", "nearest"),
-                                              (2, "default", "stochastic"),
-                                              (3, 6, "stochastic"), (1, "default", "nearest")])
+@pytest.mark.parametrize("n,which,rounding", [
+    (2, "default", "nearest"),
+    *(pytest.param(*case, marks=pytest.mark.heavy) for case in [
+        (2, "default", "stochastic"), (3, 6, "stochastic"), (1, "default", "nearest")])])
 def test_discrete_every_f16_code(n, which, rounding):
     check(Quantiser(lanes=8, mult_bits=0), ALL_F16, target="discrete", rounding=rounding,
           book=_book(n, which))
@@ -395,7 +416,9 @@ def test_discrete_books_in_sequence():
         check(dut, codes, target="discrete", rounding="stochastic", book=book, seed=k)
 
 
-@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+@pytest.mark.parametrize("rounding", [
+    # Nearest codes from fixed-point input with -m slow (by default from f16 input, above).
+    pytest.param("nearest", marks=pytest.mark.slow), "stochastic"])
 def test_discrete_fixed_point(rounding):
     """Fixed-point input with resolution finer than the stochastic threshold's, values
     spread over every magnitude, and the 2-bit code port."""

@@ -480,7 +480,7 @@ def random_instruction(rng, words, depth):
 
 
 @pytest.mark.parametrize("seed,trials", [
-    (2024, 2), pytest.param(1, 30, marks=pytest.mark.slow),
+    (2024, 2), pytest.param(1, 30, marks=[pytest.mark.slow, pytest.mark.heavy]),
     pytest.param(2, 30, marks=pytest.mark.slow),
 ])
 def test_random_programs_vs_device_model(seed, trials):

@@ -47,10 +47,19 @@ def missing_tools():
     return None
 
 
+#: Verilog text by block and parameters. A design converts to the same text every time, so a
+#: session runs Amaranth and Yosys once per design (several tests and each ``run_bench`` ask for
+#: the same one); the component returned is always a fresh one.
+_VERILOG = {}
+
+
 def generate_verilog(block, params):
     """``(component, verilog_text)`` of ``block`` built with keyword ``params``, as the CLI does."""
     component = build_block(block, **params)
-    return component, verilog.convert(component, name=f"lowbit_{block}")
+    key = (block, repr(sorted(params.items())))
+    if key not in _VERILOG:
+        _VERILOG[key] = verilog.convert(component, name=f"lowbit_{block}")
+    return component, _VERILOG[key]
 
 
 def _port_name(path):

@@ -423,6 +423,7 @@ def test_board_top_in_amaranth_own_cycles(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy                       # compiles every board's top in CXXRTL: minutes
 @pytest.mark.parametrize("variant", ["bfp", "discrete"])
 def test_bench_boards_cxxrtl(tmp_path, variant):
     """scripts/bench_demo.py on every board's own top in CXXRTL, 100 images each, bit for bit

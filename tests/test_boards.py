@@ -86,7 +86,8 @@ def test_dfu_suffix_is_what_dfu_suffix_writes(tmp_path):
 
 def _check_report(report, tmp_path, board):
     assert (tmp_path / "report.json").is_file()
-    assert json.loads((tmp_path / "report.json").read_text()) == report
+    # Compared in JSON form: a profile's tuples (hx8k's grand_modes=()) are lists in the file.
+    assert json.loads((tmp_path / "report.json").read_text()) == json.loads(json.dumps(report))
     bitstream = tmp_path / f"lowbit.{get_board(board).bitstream}"
     assert bitstream.is_file() and bitstream.stat().st_size > 1000
     res = report["resources"]

@@ -2,6 +2,8 @@ import importlib.util
 import os
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The tests import lowbit.hw, lowbit.sim and lowbit.boards. `pip install -e .` maps them onto
@@ -13,3 +15,40 @@ if importlib.util.find_spec("lowbit") is None:
     _lowbit = importlib.util.module_from_spec(_spec)
     sys.modules["lowbit"] = _lowbit
     _spec.loader.exec_module(_lowbit)
+
+
+# -- missing tools: skip here, fail in CI ------------------------------------------------------
+
+def in_ci():
+    """True under ``CI=true`` (``.ci/run``), where every tool the tests use is installed."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1")
+
+
+def missing_tool(reason):
+    """The one rule for a test whose external tool (Icarus, SymbiYosys, the SMT solver) is
+    missing: ``reason`` is ``None`` when the tools are there, else why not. Skips the test,
+    or fails it under ``CI=true``, where a skip would hide a broken installation (and every
+    regression the skipped test would have caught)."""
+    if reason is None:
+        return
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: a missing tool fails the run instead of skipping it)",
+                    pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def require_tool():
+    """:func:`missing_tool` for a test body: ``require_tool(module.missing_tools())``."""
+    return missing_tool
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "needs_tools(reason): reason is None when the external tools are there; "
+                   "else the test skips, or fails under CI=true (tests/conftest.py)")
+
+
+def pytest_runtest_setup(item):
+    for mark in item.iter_markers("needs_tools"):
+        missing_tool(mark.args[0] if mark.args else mark.kwargs.get("reason"))

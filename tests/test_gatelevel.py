@@ -83,11 +83,10 @@ def test_compare_finds_a_wrong_byte(session):
 
 
 @pytest.mark.slow
-def test_routed_icebreaker_netlist_answers_like_the_model(tmp_path):
+def test_routed_icebreaker_netlist_answers_like_the_model(tmp_path, require_tool):
     """Build, simulate the routed netlist, compare every reply with DeviceModel's."""
     reason = gatelevel.missing_tools()
-    if reason:
-        pytest.skip(f"gate-level test skipped: {reason}")
+    require_tool(reason and f"gate-level test cannot run: {reason}")
     # Always a fresh build: the point is the netlist that goes on the board now.
     report = gatelevel.build_routed(tmp_path / "build")
     outcome = gatelevel.check_routed(report["routed_netlist"], tmp_path / "sim")

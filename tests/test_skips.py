@@ -1,0 +1,69 @@
+"""The suite's rule for missing tools (tests/conftest.py): skip here, fail under ``CI=true``."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CONFTEST = Path(__file__).resolve().parent / "conftest.py"
+
+SAMPLE = '''
+import pytest
+
+@pytest.mark.needs_tools("frobnicator is not on PATH")
+def test_marked():
+    pass
+
+def test_body(require_tool):
+    require_tool("widget is not on PATH")
+
+@pytest.mark.needs_tools(None)
+def test_present(require_tool):
+    require_tool(None)
+'''
+
+
+def test_require_tool_skips_here_and_fails_in_ci(require_tool, monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    require_tool(None)                                   # the tool is there: nothing happens
+    with pytest.raises(pytest.skip.Exception, match="^iverilog is not on PATH$"):
+        require_tool("iverilog is not on PATH")
+    monkeypatch.setenv("CI", "true")
+    require_tool(None)
+    with pytest.raises(pytest.fail.Exception, match=r"iverilog is not on PATH \(CI=true: a "
+                                                    r"missing tool fails the run"):
+        require_tool("iverilog is not on PATH")
+
+
+def _outcomes(tmp_path, ci):
+    """Run SAMPLE under the suite's conftest in a child pytest; ``{test name: outcome}``."""
+    work = tmp_path / ("ci" if ci else "local")
+    work.mkdir()
+    shutil.copy(CONFTEST, work / "conftest.py")
+    (work / "test_sample.py").write_text(SAMPLE)
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if ci:
+        env["CI"] = "true"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+                        str(work)], capture_output=True, text=True, cwd=work, env=env,
+                       timeout=120)
+    found = dict(re.findall(r"::(test_\w+) (PASSED|SKIPPED|FAILED|ERROR)", r.stdout))
+    return found, r
+
+
+def test_marker_and_fixture_in_a_run(tmp_path):
+    """The ``needs_tools`` marker and the ``require_tool`` fixture in a real pytest run: both
+    skip without CI; under ``CI=true`` the marked test errors in setup, the other fails, and the
+    run's exit status is non-zero. A present tool runs the test in both."""
+    local, r = _outcomes(tmp_path, ci=False)
+    assert local == {"test_marked": "SKIPPED", "test_body": "SKIPPED",
+                     "test_present": "PASSED"}, r.stdout
+    assert r.returncode == 0
+    ci, r = _outcomes(tmp_path, ci=True)
+    assert ci == {"test_marked": "ERROR", "test_body": "FAILED", "test_present": "PASSED"}, \
+        r.stdout
+    assert r.returncode == 1 and "frobnicator is not on PATH (CI=true" in r.stdout

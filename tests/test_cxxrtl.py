@@ -373,36 +373,23 @@ def run_frames(port, frames):
 
 
 @pytest.fixture(scope="module")
-def full_port(request):
+def full_port():
     """The demo's top in CXXRTL (one library for the demo, the benchmarks and these tests).
 
-    Compiling it takes minutes, so in a run that excludes slow tests (the default) the tests
-    using it are skipped unless it is cached; ``-m slow`` compiles it (and
-    ``lowbit demo digits`` does too).
+    Compiling it takes minutes when it is not cached, so the tests using it are ``slow``: they
+    run (and compile) in every slow run, never depending on what an earlier run left behind.
     """
-    from lowbit.hw.top import Accelerator as Top
-    if "not slow" in (request.config.getoption("markexpr") or "") and \
-            cx.cached(Top(uart=False, simulation=True, **SIM_TOP)) is None:
-        pytest.skip("the demo's top is not compiled yet (minutes): run "
-                    "`python -m pytest tests/test_cxxrtl.py -m slow` once to compile it")
     port = SimulatedSerial(simulator="cxxrtl", **SIM_TOP)
     yield port
     port.close()
 
 
+@pytest.mark.slow
 def test_full_top_run_identical(full_port):
     """A RUN of a MATVEC + LUT program on the demo's top (sequencer, BFP column, quantiser,
     discrete unit, LUT, grand) gives the same reply bytes after the same cycle counts in both
     simulators, with the one-evaluation cycle, and the results equal the golden models."""
     check_full_top(full_port)
-
-
-@pytest.mark.slow
-def test_full_top_compiles_and_runs_identical():
-    """As above, compiling the demo's top if it is not cached (what the fast run skips)."""
-    port = SimulatedSerial(simulator="cxxrtl", **SIM_TOP)
-    check_full_top(port)
-    port.close()
 
 
 def check_full_top(full_port):
@@ -425,6 +412,7 @@ def check_full_top(full_port):
     assert words[ygap:].tolist() == table[words[:rows] & 0xFF].tolist()
 
 
+@pytest.mark.slow
 def test_exact_cycle_equals_single_eval(full_port):
     """The two-evaluation cycle (``exact=True``) of the same library gives the same replies at
     the same cycles as the default one-evaluation cycle on the full top."""

@@ -364,8 +364,7 @@ def test_board_fit(model, tuned, split):
 
 def _real_top(simulator):
     acc = Accelerator.simulated(simulator=simulator, **demo.SIM_TOP)
-    if not acc.has_engine("sequencer"):
-        pytest.skip("the simulated top has no sequencer (IDENTIFY engine bit 'sequencer')")
+    assert acc.has_engine("sequencer"), "IDENTIFY's engine bit 'sequencer' is clear"
     return acc
 
 
@@ -381,13 +380,11 @@ def test_real_top_amaranth(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["bfp", "discrete"])
-def test_real_top_cxxrtl(tmp_path, variant):
+def test_real_top_cxxrtl(tmp_path, variant, require_tool):
     """100 images through the compiled top (first run compiles it, ~2 min), bit for bit."""
-    from lowbit.sim.rtl.cxxrtl import CompilerNotFound
-    try:
-        acc = _real_top("cxxrtl")
-    except CompilerNotFound as e:
-        pytest.skip(f"no C++ compiler for CXXRTL: {e}")
+    from lowbit.boards.demo import cxxrtl_available
+    require_tool(None if cxxrtl_available() else "no C++ compiler for CXXRTL ($CXX or g++)")
+    acc = _real_top("cxxrtl")
     r = demo.run_digits(variant, simulator="cxxrtl", images=100, build_dir=str(tmp_path),
                         accelerator=acc)
     assert r.device_accuracy == r.golden_accuracy and r.cycles > 0
@@ -425,19 +422,15 @@ def test_board_top_in_amaranth_own_cycles(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.heavy                       # compiles every board's top in CXXRTL: minutes
 @pytest.mark.parametrize("variant", ["bfp", "discrete"])
-def test_bench_boards_cxxrtl(tmp_path, variant):
+def test_bench_boards_cxxrtl(tmp_path, variant, require_tool):
     """scripts/bench_demo.py on every board's own top in CXXRTL, 100 images each, bit for bit
     (bench_one raises on a mismatch); the first compile of each top takes 2-6 min."""
-    from lowbit.sim.rtl.cxxrtl import CompilerNotFound
+    require_tool(None if demo.cxxrtl_available() else "no C++ compiler for CXXRTL ($CXX or g++)")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     import bench_demo
     split = mlp.load_split()
-    try:
-        found = bench_demo.bench_boards(variant, boards=list(demo.BOARDS), images=100,
-                                        split=split, build_dir=str(tmp_path),
-                                        log=lambda msg: None)
-    except CompilerNotFound as e:
-        pytest.skip(f"no C++ compiler for CXXRTL: {e}")
+    found = bench_demo.bench_boards(variant, boards=list(demo.BOARDS), images=100, split=split,
+                                    build_dir=str(tmp_path), log=lambda msg: None)
     measured = {n for m in found for n in m["boards"]}
     fits = {"bfp": {"icebreaker", "ulx3s", "orangecrab"},
             "discrete": {"icebreaker-discrete", "hx8k", "ulx3s", "orangecrab"}}

@@ -291,12 +291,11 @@ int main() {
 """
 
 
-def test_tflite_arithmetic_equals_compiled_lut_populate(tmp_path):
+def test_tflite_arithmetic_equals_compiled_lut_populate(tmp_path, require_tool):
     """Entry for entry against the C++ of LUTPopulateInt8 compiled with the system compiler,
     over random scale pairs (many 2:1, where ties occur) and zero points."""
     cxx = shutil.which("g++") or shutil.which("c++")
-    if cxx is None:
-        pytest.skip("no C++ compiler")
+    require_tool(None if cxx else "no C++ compiler (g++ or c++)")
     (tmp_path / "lut.cc").write_text(TFLM_LUT_CPP)
     subprocess.run([cxx, "-O2", "-std=c++17", "-o", str(tmp_path / "lut"),
                     str(tmp_path / "lut.cc")], check=True, capture_output=True)

@@ -501,10 +501,6 @@ def test_device_backend_needs_the_product_api():
 
 def _model_accelerator():
     from lowbit.boards.driver import Accelerator
-    if not hasattr(Accelerator, "model") or not hasattr(Accelerator, "bfp_matvec"):
-        pytest.skip("lowbit.boards.driver.Accelerator.model() / bfp_matvec() not there yet "
-                    "(the host engineer's numpy API); DeviceBackend is checked on a reference "
-                    "device")
     return Accelerator.model(sequencer=True)
 
 
@@ -526,15 +522,11 @@ def test_model_transport_steps_equal_golden(variant, small):
 
 
 @pytest.mark.slow
-def test_simulated_top_step_equals_golden(small):
+def test_simulated_top_step_equals_golden(small, require_tool):
     """One stochastic BFP-4 training step (130 column products) on the compiled top."""
     from lowbit.boards.demo import connect, cxxrtl_available
-    from lowbit.boards.driver import Accelerator
-    if not hasattr(Accelerator, "bfp_matvec"):
-        pytest.skip("lowbit.boards.driver.Accelerator.bfp_matvec() not there yet")
-    if not cxxrtl_available():
-        pytest.skip("no C++ compiler for the CXXRTL top (Amaranth's simulator is too slow for "
-                    "a training step)")
+    require_tool(None if cxxrtl_available() else "no C++ compiler for the CXXRTL top "
+                 "(Amaranth's simulator is too slow for a training step)")
     accel, _ = connect(simulator="cxxrtl")
     dev_backend = DeviceBackend(accel)
     gold_backend = GoldenBackend(dev_backend.column, disc_lanes=dev_backend.disc_lanes,
@@ -571,9 +563,6 @@ def test_cli_golden(capsys):
 
 
 def test_cli_model_is_checked_against_golden(capsys):
-    from lowbit.boards.driver import Accelerator
-    if not hasattr(Accelerator, "model"):
-        pytest.skip("lowbit.boards.driver.Accelerator.model() not there yet")
     assert _cli(["train", "digits", "--backend", "model", "--variant", "mixed", "--epochs",
                  "2", "--steps", "1", "--hidden", "16", "--batch", "16"]) == 0
     err = capsys.readouterr().err

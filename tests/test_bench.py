@@ -193,3 +193,17 @@ def test_replace_section_inserts_then_replaces():
     twice = bc.replace_section(once, "table 2")
     assert twice.count(bc.ACCEL_BEGIN) == 1 and bc.section_of(twice) == "table 2"
     assert twice.replace("table 2", "table 1") == once
+
+
+def test_bench_grand_times_the_golden_models(capsys):
+    """``bench_grand.py --model``: the golden models' speed (the former wall-clock test of
+    Xoroshiro128aox.take), every model timed on the count asked for; nothing is built."""
+    import bench_grand
+    speed = bench_grand.model_speed(words=1200, runs=1, modes=("normal", "raw"))
+    assert set(speed) == {"prng", "grand-normal", "grand-raw"}
+    assert speed["prng"]["count"] == 1200 and speed["grand-normal"]["count"] == 200
+    assert all(r["seconds"] > 0 and r["per_s"] == r["count"] / r["seconds"]
+               for r in speed.values())
+    bench_grand.main(["--model", "--words", "120", "--runs", "1"])
+    out = capsys.readouterr().out
+    assert out.startswith("prng ") and "grand-normal144" in out and " M/s" in out

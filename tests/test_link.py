@@ -76,6 +76,35 @@ def test_crc_gateware_matches_model():
     assert _run_crc([b"123456789"])[0][-1] == 0x29B1
 
 
+def test_crc_clear_wins_over_en():
+    """``clear`` and ``en`` in the same cycle (the docstring: ``clear`` wins): the register
+    restarts at 0xFFFF and the byte offered in that cycle is not shifted in; ``en`` alone
+    continues from there."""
+    dut = CRC16()
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(dut.en, 1)
+        for byte in b"12":
+            ctx.set(dut.data, byte)
+            await ctx.tick()
+        seen.append(ctx.get(dut.crc))
+        ctx.set(dut.clear, 1)
+        ctx.set(dut.data, 0x33)
+        await ctx.tick()
+        seen.append(ctx.get(dut.crc))
+        ctx.set(dut.clear, 0)
+        ctx.set(dut.data, ord("9"))
+        await ctx.tick()
+        seen.append(ctx.get(dut.crc))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [L.crc16(b"12"), 0xFFFF, L.crc16(b"9")]
+
+
 # -- frame encode / decode ----------------------------------------------------------------------
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,6 +1,7 @@
 import importlib.util
 import os
 import sys
+import zlib
 
 import pytest
 
@@ -52,3 +53,20 @@ def pytest_configure(config):
 def pytest_runtest_setup(item):
     for mark in item.iter_markers("needs_tools"):
         missing_tool(mark.args[0] if mark.args else mark.kwargs.get("reason"))
+
+
+# -- reproducible random inputs ----------------------------------------------------------------
+
+def stable_seed(*key):
+    """A seed for ``key`` that is the same in every process: ``zlib.crc32`` of its ``repr``
+    (``hash()`` of a string is salted per process, so a failure could not be reproduced from its
+    test id). Printed, so a failing test's captured output names it."""
+    seed = zlib.crc32(repr(key).encode())
+    print(f"random seed {seed} = zlib.crc32(repr({key!r}).encode())")
+    return seed
+
+
+@pytest.fixture(name="stable_seed")
+def _stable_seed():
+    """:func:`stable_seed` for a test body: ``np.random.default_rng(stable_seed(a, b))``."""
+    return stable_seed

@@ -1,4 +1,5 @@
-"""The suite's rule for missing tools (tests/conftest.py): skip here, fail under ``CI=true``."""
+"""The suite's rules in tests/conftest.py: a missing tool skips here and fails under ``CI=true``;
+random inputs are seeded reproducibly."""
 
 import os
 import re
@@ -67,3 +68,12 @@ def test_marker_and_fixture_in_a_run(tmp_path):
     assert ci == {"test_marked": "ERROR", "test_body": "FAILED", "test_present": "PASSED"}, \
         r.stdout
     assert r.returncode == 1 and "frobnicator is not on PATH (CI=true" in r.stdout
+
+
+def test_stable_seed_is_the_same_in_every_process(stable_seed, capsys):
+    """Not ``hash()``, which Python salts per process for strings: the seed of a test id is a
+    constant, and it is printed (a failing test's captured output shows it)."""
+    assert stable_seed("gauss", "nearest") == 1317255236
+    assert stable_seed(True, "max", "stochastic") != stable_seed(False, "max", "stochastic")
+    out = capsys.readouterr().out
+    assert "random seed 1317255236 = zlib.crc32(repr(('gauss', 'nearest')).encode())" in out

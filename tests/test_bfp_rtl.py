@@ -504,6 +504,7 @@ def test_unpipelined_full_rate_and_edge_cases():
     jobs[2]["w_m"][:, :] = -128
     jobs[2]["x_m"][:] = -128
     jobs[3]["b_e"][2] = nan
+    jobs[4]["w_e"][1, 0] = nan          # one row of one block: a NaN weight exponent
     for width in (3, 8):
         check({**SMALL, **LITE}, jobs, bias=True, width=width)
     check({**SMALL, "pipelined": False}, jobs, bias=True, rounding="stochastic",

@@ -5,10 +5,11 @@ Each beat takes one weight column ``M[:, j]`` (``N`` mantissas and ``N`` row exp
 cycle. The products (``lowbit.hw.mult``, registered) are summed exactly per block; on the last
 beat of each block the ``N`` block sums and the exponent sums ``e3 = eM + ex`` (taken from that
 beat) move into a drain register, which is shifted out one lane per cycle into the combiner
-(:mod:`lowbit.hw.bfp.combiner`).
+(:mod:`lowbit.hw.bfp.combiner`). Unpipelined, the drain holds the row exponents ``eM`` and one
+copy of ``ex``, and ``e3`` and the NaN test are formed once, at the drain's head.
 """
 
-from amaranth.hdl import Module, Mux, Signal, signed
+from amaranth.hdl import Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -96,83 +97,68 @@ class BFPLanes(wiring.Component):
         if self._pipelined:
             self._elaborate_pipelined(m, fire, hold)
             return m
-        # Stage M: the multipliers' product registers, with the exponent adders beside them.
+        # Stage M: the multipliers' product registers, and beside them the operands' exponents:
+        # the row exponents per lane, the element's once. Their sum and NaN test are taken
+        # once, at the drain's head, not once per lane (about 12 LUTs a lane).
         beat = Signal(range(self._block))
         m_valid = Signal()
         m_last = Signal()
-        m_e3 = [Signal(signed(eb + 1), name=f"m_e3_{i}") for i in range(n)]
-        m_nan = [Signal(name=f"m_nan_{i}") for i in range(n)]
+        m_we = [Signal(signed(eb), name=f"m_we_{i}") for i in range(n)]
+        m_ex = Signal(signed(eb))
         with m.If(~hold):
             m.d.sync += [m_valid.eq(fire), m_last.eq(fire & (beat == self._block - 1))]
         with m.If(fire):
-            m.d.sync += beat.eq(Mux(beat == self._block - 1, 0, beat + 1))
-            x_nan = self.i_x.payload.e == nan_code
+            m.d.sync += [beat.eq(Mux(beat == self._block - 1, 0, beat + 1)),
+                         m_ex.eq(self.i_x.payload.e)]
             for i in range(n):
-                we = self.i_w.payload.e[i]
-                m.d.sync += [m_e3[i].eq(we + self.i_x.payload.e),
-                             m_nan[i].eq(x_nan | (we == nan_code))]
-        # Stage R: a fabric register after the hard multipliers (their outputs route slowly);
-        # without pipelining, stage M itself.
-        p_valid = Signal()
-        p_last = Signal()
-        prod = [Signal(signed(2 * self._width), name=f"prod{i}") for i in range(n)]
-        e3 = [Signal(signed(eb + 1), name=f"e3_{i}") for i in range(n)]
-        nan = [Signal(name=f"nan_{i}") for i in range(n)]
-        stage_r = [p_valid.eq(m_valid), p_last.eq(m_last)]
-        for i in range(n):
-            stage_r += [prod[i].eq(mult.p[i]), e3[i].eq(m_e3[i]), nan[i].eq(m_nan[i])]
-        if self._pipelined:
-            with m.If(~hold):
-                m.d.sync += stage_r
-        else:
-            m.d.comb += stage_r
+                m.d.sync += m_we[i].eq(self.i_w.payload.e[i])
+        prod = [mult.p[i] for i in range(n)]
 
-        # The drain: N lanes of (block sum, e3, nan), shifted out towards lane 0.
+        # The drain: N lanes of (block sum, row exponent), shifted out towards lane 0, and the
+        # element exponent of their block.
         d_p = [Signal(signed(pw), name=f"d_p{i}") for i in range(n)]
-        d_e = [Signal(signed(eb + 1), name=f"d_e{i}") for i in range(n)]
-        d_nan = [Signal(name=f"d_nan{i}") for i in range(n)]
-        acc = [Signal(signed(pw), name=f"acc{i}") for i in range(n)]
-        can_load = Signal()
+        d_e = [Signal(signed(eb), name=f"d_e{i}") for i in range(n)]
+        d_ex = Signal(signed(eb))
+        acc = [Signal(signed(pw), name=f"acc{i}", reset_less=True) for i in range(n)]
         m.d.comb += [
-            self.head.p.eq(d_p[0]), self.head.e.eq(d_e[0]), self.head.nan.eq(d_nan[0]),
+            self.head.p.eq(d_p[0]), self.head.e.eq(d_e[0] + d_ex),
+            self.head.nan.eq((d_e[0] == nan_code) | (d_ex == nan_code)),
         ]
         # A block may load while count <= 1 (count == 1 only happens mid-pass, when the last
         # lane is popped this cycle). Kept as a register: it gates the whole PE pipeline.
         low = Signal(init=1)
-        m.d.comb += can_load.eq(low)
-        # `hold` (= p_valid & p_last & ~low) is computed one cycle ahead into a register: it
+        # `hold` (= m_valid & m_last & ~low) is computed one cycle ahead into a register: it
         # fans out to every PE register's enable.
         hold_r = Signal()
         low_next = Signal()
+        pop = Signal()
+        load = Signal()
         m.d.comb += [
-            low_next.eq(low),
             hold.eq(hold_r),
+            pop.eq(self.pop & self.nonempty),
+            load.eq(m_valid & ~hold & m_last),
+            low_next.eq(Mux(load, n <= 1, Mux(pop, self.count <= 2, low))),
         ]
-        with m.If(self.pop & self.nonempty):
-            m.d.comb += low_next.eq(self.count <= 2)
-        with m.If(p_valid & ~hold & p_last):
-            m.d.comb += low_next.eq(n <= 1)
-        # Next cycle the last stage holds a block's last beat: it does now (held), or the stage
-        # before moves one in.
-        if self._pipelined:
-            m.d.sync += hold_r.eq((hold | (m_valid & m_last)) & ~low_next)
-        else:
-            m.d.sync += hold_r.eq((hold | (fire & (beat == self._block - 1))) & ~low_next)
-        with m.If(self.pop & self.nonempty):
+        m.d.sync += hold_r.eq((hold | (fire & (beat == self._block - 1))) & ~low_next)
+        with m.If(pop):
             m.d.sync += [self.count.eq(self.count - 1), self.nonempty.eq(self.count != 1),
                          low.eq(self.count <= 2)]
-            for i in range(n - 1):
-                m.d.sync += [d_p[i].eq(d_p[i + 1]), d_e[i].eq(d_e[i + 1]),
-                             d_nan[i].eq(d_nan[i + 1])]
-        with m.If(p_valid & ~hold):
-            with m.If(p_last):
-                m.d.sync += [self.count.eq(n), self.nonempty.eq(1), low.eq(n <= 1)]
-                for i in range(n):
-                    m.d.sync += [d_p[i].eq(acc[i] + prod[i]), d_e[i].eq(e3[i]),
-                                 d_nan[i].eq(nan[i]), acc[i].eq(0)]
-            with m.Else():
-                for i in range(n):
-                    m.d.sync += acc[i].eq(acc[i] + prod[i])
+        with m.If(load):
+            m.d.sync += [self.count.eq(n), self.nonempty.eq(1), low.eq(n <= 1), d_ex.eq(m_ex)]
+        # One enable and a two-way multiplexer per register bit. Written as a pop overridden
+        # by a load, or with the clear as a second reset beside the domain's, synthesis keeps
+        # the hold path (or the clear) in logic: one more LUT per bit.
+        with m.If(pop | load):
+            for i in range(n):
+                nxt = (d_p[i + 1], d_e[i + 1]) if i < n - 1 else (0, 0)
+                m.d.sync += [d_p[i].eq(Mux(load, acc[i] + prod[i], nxt[0])),
+                             d_e[i].eq(Mux(load, m_we[i], nxt[1]))]
+        # The accumulators restart at every block's last beat and at the domain's reset.
+        clear = Signal()
+        m.d.comb += clear.eq(load | ResetSignal(allow_reset_less=True))
+        with m.If(clear | (m_valid & ~hold)):
+            for i in range(n):
+                m.d.sync += acc[i].eq(Mux(clear, 0, acc[i] + prod[i]))
         return m
 
     def _elaborate_pipelined(self, m, fire, hold):

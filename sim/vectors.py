@@ -26,7 +26,8 @@ from lowbit.sim.link import (
 )
 
 __all__ = ["uart_vectors", "lut_vectors", "link_vectors", "top_vectors", "prng_vectors",
-           "grand_vectors", "GRAND_MODES", "bfp_vectors", "discrete_vectors", "quantiser_vectors",
+           "grand_vectors", "GRAND_MODES", "bfp_vectors", "bfp_tie_job", "TIE_KINDS",
+           "discrete_vectors", "quantiser_vectors",
            "F16_EDGES", "floatmac_vectors", "top_seq_vectors"]
 
 #: Bytes that exercise the UART's bit order and the link's framing bytes.
@@ -369,6 +370,97 @@ def _bfp_edge_jobs(rng, n, block, nb, *, width, exp_bits, rand_bits):
     for job in jobs:
         job["rand"] = rng.integers(0, 1 << rand_bits, n)
     return jobs
+
+
+#: Lane kinds of :func:`bfp_tie_job`, in the order lanes take them.
+TIE_KINDS = ("odd", "even", "zero", "above", "odd", "below", "even", "odd")
+
+
+def bfp_tie_job(rng, *, lanes, block, nb, e4, width, dropped, w_max=8, top="max", bias=False,
+                rand_bits=8, offset=0):
+    """One product whose output mantissas are exact ties: the bits the output shifter drops are
+    ``1 0…0`` (and, in some lanes, one unit above or below that).
+
+    Every lane ``i`` accumulates an integer ``T_i`` at exponent ``e4 - d_i`` (all its blocks and
+    its bias share that exponent, so the accumulation is exact), and the output shifter drops
+    ``d_i`` bits at the output exponent ``e4``: ``T_i = ±(k·2^d + 2^(d-1))`` with kept
+    magnitude ``k``. ``d_i`` is ``dropped[i % len(dropped)]``; the lane kinds cycle through
+    :data:`TIE_KINDS` from ``offset`` (the signs alternate, and swap on every pass, so each kind
+    comes with both): ``"odd"`` / ``"even"`` kept values (random, of that parity; 0 where
+    nothing larger fits), ``"zero"`` (±1/2), ``"above"`` / ``"below"`` (``|T| ± 1``: the sticky
+    or the fraction bits decide; only for ``d >= 2``, else an odd tie).
+
+    ``top`` makes lane 0 fix the max rule's exponent at ``e4`` for runtime width ``width``:
+    ``"max"`` a positive tie of kept ``2^(W-1) - 1`` (rounding up saturates) or ``2^(W-2)``;
+    ``"predicted"`` kept in ``[2^(W-3), 2^(W-2))``, so the max rule gives ``e4 - 1`` and a
+    predicted ``e4`` lies in its window; ``None`` (fixed exponent) a lane like the others.
+    Operands: the first two elements of every vector block are ``m = 2^(W_max-1) - 1`` and 1,
+    so a row's block product is ``m·a + b`` from its first two weights (the others are 0; the
+    remaining vector elements random); with ``bias`` a random bias mantissa at the lane's
+    exponent. Stochastic random numbers sit at and beside the half: ``2^(R-1)``,
+    ``2^(R-1) - 1``, 0, ``2^R - 1``.
+
+    Returns
+    -------
+    dict
+        A job for :meth:`lowbit.sim.bfp_column.ColumnModel.matvec` (``w_m``, ``w_e``, ``x_m``,
+        ``x_e``, ``rand``, with ``bias`` also ``b_m``, ``b_e``) plus ``acc``: ``[(T_i, d_i)]``.
+    """
+    m = (1 << (w_max - 1)) - 1
+    cap = nb * (m * m + m - 1) - (m if bias else 0)
+    half_r = 1 << (rand_bits - 1)
+    rand_cycle = [half_r, half_r - 1, 0, (1 << rand_bits) - 1]
+    acc, rand = [], []
+    for i in range(lanes):
+        d = int(dropped[i % len(dropped)])
+        if d < 1:
+            raise ValueError("Ties need at least one dropped bit")
+        kmax = min((1 << (width - 1)) - 1, max(0, (cap - (1 << (d - 1)) - 1) >> d))
+        j = i + offset
+        kind = TIE_KINDS[j % len(TIE_KINDS)]
+        sign = -1 if (j + j // len(TIE_KINDS)) % 2 else 1      # each kind with both signs
+        if i == 0 and top == "max":
+            k, kind, sign = int(rng.choice([kmax, 1 << (width - 2)])), "tie", 1
+            if kmax < 1 << (width - 2):
+                raise ValueError(f"Lane 0 cannot reach the top with {d} dropped bits")
+        elif i == 0 and top == "predicted":
+            k, kind, sign = int(rng.integers(1 << (width - 3), 1 << (width - 2))), "tie", 1
+        elif kind == "zero" or kmax == 0:
+            k = 0
+        else:
+            want = 1 if kind in ("odd", "above", "below") else 0
+            k = int(rng.integers(0, kmax + 1))
+            if k % 2 != want:
+                k = k - 1 if k > 0 else k + 1
+            k = min(k, kmax)
+        t = (k << d) + (1 << (d - 1))
+        if d >= 2 and kind == "above":
+            t += 1
+        elif d >= 2 and kind == "below":
+            t -= 1
+        acc.append((sign * t, d))
+        rand.append(rand_cycle[(i + offset) % len(rand_cycle)])
+    x_e = rng.integers(-3, 4, nb)
+    x_m = rng.integers(-m, m + 1, nb * block)
+    x_m[0::block], x_m[1::block] = m, 1
+    w_m = np.zeros((lanes, nb * block), dtype=np.int64)
+    w_e = np.zeros((lanes, nb), dtype=np.int64)
+    b_m = rng.integers(-m, m + 1, lanes) if bias else np.zeros(lanes, dtype=np.int64)
+    for i, (t, d) in enumerate(acc):
+        q, rem = divmod(t - int(b_m[i]), nb)
+        for k in range(nb):
+            part = q + (k < rem)
+            a = max(-m, min(m, round(part / m)))
+            b = part - m * a
+            if abs(b) > m:
+                raise ValueError(f"Lane {i}'s total {t} does not fit {nb} blocks")
+            w_m[i, k * block], w_m[i, k * block + 1] = a, b
+        w_e[i] = e4 - d - x_e
+    job = {"w_m": w_m, "w_e": w_e, "x_m": x_m, "x_e": x_e, "rand": np.array(rand),
+           "acc": acc}
+    if bias:
+        job["b_m"], job["b_e"] = b_m, np.array([e4 - d for _, d in acc])
+    return job
 
 
 def bfp_vectors(*, lanes=4, block=4, width=8, exp_bits=8, max_blocks=4, frac_bits=3,

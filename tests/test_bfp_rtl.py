@@ -1,5 +1,8 @@
 """BFPColumn gateware against the golden column model, bit for bit."""
 
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
 from amaranth.back import rtlil
@@ -12,6 +15,7 @@ from lowbit.hw.registry import build_block
 from lowbit.sim.bfp import nan_exponent, quantise
 from lowbit.sim.bfp_column import ColumnModel
 from lowbit.sim.rtl.harness import run_stream
+from lowbit.sim.vectors import bfp_tie_job
 
 ROUNDING = {name: member for member, name in ROUNDING_NAMES.items()}
 EXP_MODE = {"max": ExpMode.MAX, "fixed": ExpMode.FIXED, "predicted": ExpMode.PREDICTED}
@@ -88,10 +92,13 @@ def make_job(rng, n, nb, block, *, kind="gauss", width=8, exp_bits=8, bias=False
 
 
 def run_rtl(col, jobs, *, width=None, rounding="nearest", exp_mode="max", fixed_exp=0,
-            bias=False, seed=0, valid_prob=1.0, ready_prob=1.0, pred_k=3, pred_margin=2):
+            bias=False, seed=0, valid_prob=1.0, ready_prob=1.0, pred_k=3, pred_margin=2,
+            feed_rand=None):
     """Stream ``jobs`` (same block count) through ``col``; returns [(mantissas, exponent)].
 
     ``col`` may be a :class:`Scheduled` column, which sets the exponent selector itself.
+    ``feed_rand``: offer the jobs' random numbers on ``i_rand`` (default: in stochastic
+    rounding; a column built without it never takes them).
     """
     n, b = col.lanes, col.block
     ws, xs, bs, rs = [], [], [], []
@@ -106,7 +113,7 @@ def run_rtl(col, jobs, *, width=None, rounding="nearest", exp_mode="max", fixed_
         if bias:
             bs += [{"m": int(m), "e": int(e)} for m, e in zip(job["b_m"], job["b_e"],
                                                               strict=True)]
-        if rounding == "stochastic":
+        if rounding == "stochastic" if feed_rand is None else feed_rand:
             rs += [int(r) for r in job["rand"]]
 
     async def setup(ctx):
@@ -466,6 +473,123 @@ def test_default_size_predicted_sequence():
 def test_rounding_names_cover_enum():
     assert set(ROUNDING) == {"nearest", "zero", "stochastic"}
     assert ROUNDING["stochastic"] is Rounding.STOCHASTIC
+
+
+# -- exact ties: dropped bits 1 0…0 -----------------------------------------------------------
+
+#: The column configurations of the boards (lowbit.boards.profiles: ``bfp_pipelined``,
+#: ``bfp_predictor``, ``bfp_stochastic``, ``bfp_acc_block_ram``) and the options one at a time.
+TIE_COLUMNS = {
+    "ulx3s": {"mult": "mult18x18d"},               # every option on (ULX3S, OrangeCrab)
+    "icebreaker": {**LITE, "mult": "sb_mac16"},    # every option off
+    "unpipelined": {"pipelined": False},
+    "no-predictor": {"predictor": False},
+    "no-stochastic": {"stochastic": False},
+}
+
+#: Tie runs: exponent rule, runtime width, bias, output exponent, dropped bits per lane for each
+#: product (lane 0's first: in the max rule it sets the exponent). At W = 4 and with a fixed
+#: exponent more bits are dropped than the fraction field holds (up to 15: the coarse shifter's
+#: sticky bytes).
+TIE_RUNS = [
+    dict(exp_mode="max", width=8, bias=True, e4=3,
+         dropped=[[7, 1, 2, 3], [8, 2, 5, 1], [3, 4, 6, 8], [1, 3, 2, 4]]),
+    dict(exp_mode="max", width=4, bias=False, e4=-2,
+         dropped=[[12, 9, 10, 11], [10, 13, 14, 9], [9, 12, 11, 14]]),
+    dict(exp_mode="fixed", width=8, bias=True, e4=5,
+         dropped=[[1, 2, 9, 15], [8, 10, 3, 14], [13, 7, 11, 12]]),
+]
+
+
+def tie_expected(job, width, rounding, rand_bits=8):
+    """Output mantissas of a tie job from its lanes' exact values (Fractions, independent of the
+    model): half to even (Python's ``round``), toward zero, or ``floor(t + r / 2^R)``; then
+    symmetric saturation."""
+    mx = (1 << (width - 1)) - 1
+    out = []
+    for (t, d), r in zip(job["acc"], job["rand"], strict=True):
+        v = Fraction(t, 1 << d)
+        q = {"nearest": round(v), "zero": math.trunc(v),
+             "stochastic": math.floor(v + Fraction(int(r), 1 << rand_bits))}[rounding]
+        out.append(max(-mx, min(mx, q)))
+    return out
+
+
+def tie_kinds(jobs):
+    """What the lanes of ``jobs`` hold: ``("tie", kept parity, sign)`` for exact ties,
+    ``("near", ...)`` for one unit off, and ``("dropped>8",)`` when more than 8 bits go."""
+    kinds = set()
+    for job in jobs:
+        for t, d in job["acc"]:
+            rem = t % (1 << d)
+            if rem == 1 << (d - 1):
+                kinds.add(("tie", "odd" if (t >> d) % 2 else "even", "-" if t < 0 else "+"))
+            elif d >= 2 and abs(rem - (1 << (d - 1))) == 1:
+                kinds.add(("near", "above" if rem > 1 << (d - 1) else "below"))
+            if d > 8:
+                kinds.add(("dropped>8",))
+    return kinds
+
+
+def predicted_tie_jobs(rng, model, *, width, rounding, n=8):
+    """Tie jobs for the predicted exponent: each built at the exponent the model's predictor
+    will choose (lane 0 keeps the max rule one below it, inside the window), run on ``model``
+    to carry its state. Returns ``(jobs, exponents, events)``."""
+    jobs, exps, events = [], [], []
+    for j in range(n):
+        pred = model.predictor
+        e4, top = (pred.unit_exp, "predicted") if pred.usable else (2, "max")
+        job = bfp_tie_job(rng, lanes=model.lanes, block=model.block, nb=1, e4=e4, width=width,
+                          dropped=[[4, 1, 6, 3], [5, 2, 7, 1]][j % 2], top=top, offset=3 * j)
+        y, e = model.matvec(job["w_m"], job["w_e"], job["x_m"], job["x_e"], width=width,
+                            rounding=rounding, exp_mode="predicted", rand=job["rand"])
+        assert e == e4, (j, e, e4)
+        jobs.append(job)
+        exps.append(e4)
+        events.append(model.predictor.event)
+    return jobs, exps, events
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "zero", "stochastic"])
+@pytest.mark.parametrize("column", list(TIE_COLUMNS))
+def test_exact_ties(column, rounding):
+    """Products whose dropped bits are exactly ``1 0…0`` (odd and even kept values, both signs,
+    ±1/2, saturating ties) and one unit above or below, with 1 to 15 dropped bits, in the max
+    rule (W = 8 with bias, W = 4), with a fixed exponent and (with a predictor) the predicted
+    one, on every column configuration a board builds. The column equals the model, and both
+    equal rounding computed from the exact values. A column without stochastic rounding
+    rounds its code to nearest (no ``i_rand``: test_without_stochastic_rounding)."""
+    params = {**SMALL, **TIE_COLUMNS[column]}
+    has_stochastic = params.get("stochastic", True)
+    effective = "nearest" if rounding == "stochastic" and not has_stochastic else rounding
+    model_params = {k: v for k, v in params.items() if k not in HW_ONLY}
+    rng = np.random.default_rng(7)
+    seen = set()
+    for k, run in enumerate(TIE_RUNS):
+        width, bias, e4 = run["width"], run["bias"], run["e4"]
+        jobs = [bfp_tie_job(rng, lanes=4, block=4, nb=2, e4=e4, width=width, dropped=d,
+                            top="max" if run["exp_mode"] == "max" else None, bias=bias,
+                            offset=3 * j + k)
+                for j, d in enumerate(run["dropped"])]
+        seen |= tie_kinds(jobs)
+        got = run_rtl(BFPColumn(**params), jobs, width=width, rounding=rounding,
+                      exp_mode=run["exp_mode"], fixed_exp=e4, bias=bias, valid_prob=0.8,
+                      ready_prob=0.7, seed=k, feed_rand=effective == "stochastic")
+        want = run_model(ColumnModel(**model_params), jobs, width=width, rounding=effective,
+                         exp_mode=run["exp_mode"], fixed_exp=e4, bias=bias)
+        exact = [(tie_expected(job, width, effective), e4) for job in jobs]
+        assert want == exact, f"model, run {k}"
+        assert got == want, f"column, run {k}"
+    assert seen >= {("tie", p, s) for p in ("odd", "even") for s in "+-"} | \
+        {("near", "above"), ("near", "below"), ("dropped>8",)}
+    if params.get("predictor", True):
+        jobs, exps, events = predicted_tie_jobs(rng, ColumnModel(**model_params), width=8,
+                                                rounding=effective)
+        assert events == ["max"] + ["predicted"] * (len(jobs) - 1)
+        got = run_rtl(BFPColumn(**params), jobs, rounding=rounding, exp_mode="predicted",
+                      valid_prob=0.8, ready_prob=0.7, feed_rand=effective == "stochastic")
+        assert got == [(tie_expected(job, 8, effective), e) for job, e in
+                       zip(jobs, exps, strict=True)]
 
 
 # -- area options (the iCEBreaker's column) ----------------------------------------------------

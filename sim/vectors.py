@@ -474,7 +474,9 @@ def bfp_vectors(*, lanes=4, block=4, width=8, exp_bits=8, max_blocks=4, frac_bit
     "max" and "fixed" exponent mode, NaN weight / vector / bias blocks, and narrow run-time
     widths; and, when the model has the ``"predicted"`` exponent mode, a run of products whose
     output scale jumps up and down in that mode (its state carried from product to product,
-    after products in other modes). Expected outputs from
+    after products in other modes); last, exact ties (:func:`bfp_tie_job`) in every rounding
+    mode with bias, with a fixed exponent and at run-time width 4, when the exponent range
+    holds them (``exp_bits >= 6``). Expected outputs from
     :meth:`lowbit.sim.bfp_column.ColumnModel.matvec`, called in case order on one model.
 
     Returns
@@ -542,6 +544,9 @@ def bfp_vectors(*, lanes=4, block=4, width=8, exp_bits=8, max_blocks=4, frac_bit
         specs.insert(2, ("predicted-stochastic", pred[:8], {
             "rounding": "stochastic", "exp_mode": "predicted", "pred_k": 2, "pred_margin": 0}))
 
+    if exp_bits >= 6:
+        specs += _bfp_tie_specs(rng, n, b, nb_b, width=width, rand_bits=rand_bits)
+
     cases = []
     for name, jobs, cfg in specs:
         config = {"width": width, "rounding": "nearest", "exp_mode": "max", "fixed_exp": 0,
@@ -576,6 +581,37 @@ def bfp_vectors(*, lanes=4, block=4, width=8, exp_bits=8, max_blocks=4, frac_bit
             inputs["i_rand"] = i_rand
         cases.append({"name": name, "config": config, "inputs": inputs, "outputs": {"o": out}})
     return {"cases": cases}
+
+
+def _bfp_tie_specs(rng, n, block, nb, *, width, rand_bits):
+    """Cases of exact-tie products: the max rule at ``W_max`` with bias (nearest, toward zero,
+    stochastic), a fixed exponent (up to the most bits a lane can drop), and run-time width 4."""
+    m = (1 << (width - 1)) - 1
+
+    def jobs(count, *, w, e4, top, bias):
+        cap = nb * (m * m + m - 1) - (m if bias else 0)
+        dmax = max(d for d in range(1, 40) if (1 << (d - 1)) < cap)
+        dtop = max(d for d in range(1, dmax + 1)
+                   if (cap - (1 << (d - 1)) - 1) >> d >= 1 << (w - 2))
+        out = []
+        for j in range(count):
+            dropped = [int(d) for d in rng.integers(1, dmax + 1, n)]
+            if top == "max":
+                dropped[0] = int(rng.integers(1, dtop + 1))
+            out.append(bfp_tie_job(rng, lanes=n, block=block, nb=nb, e4=e4, width=w,
+                                   w_max=width, dropped=dropped, top=top, bias=bias,
+                                   rand_bits=rand_bits, offset=3 * j))
+        return out
+
+    ties = jobs(4, w=width, e4=3, top="max", bias=True)
+    specs = [(f"ties-{r}", ties, {"rounding": r, "bias": True})
+             for r in ("nearest", "zero", "stochastic")]
+    specs.append(("ties-fixed", jobs(3, w=width, e4=5, top=None, bias=False),
+                  {"rounding": "nearest", "exp_mode": "fixed", "fixed_exp": 5}))
+    if width >= 4:
+        specs.append(("ties-width4", jobs(3, w=4, e4=-2, top="max", bias=False),
+                      {"rounding": "nearest", "width": 4}))
+    return specs
 
 
 # --- Discrete shift/XOR unit ----------------------------------------------------------------------

@@ -206,6 +206,9 @@ from lowbit.hw.quantiser import QuantTarget  # noqa: E402
 
 ROUNDING_CODES = {name: member.value for member, name in ROUNDING_NAMES.items()}
 BFP_PARAMS = {"lanes": 4, "block": 4, "max_blocks": 4}
+#: The lean column the iCEBreaker builds (lowbit.boards.profiles: every area option off).
+BFP_LITE_PARAMS = {**BFP_PARAMS, "stochastic": False, "predictor": False, "acc_block_ram": True,
+                   "pipelined": False}
 DISCRETE_PARAMS = {}                                       # the block's defaults
 QUANT_PARAMS = {"lanes": 4}
 QUANT_FIXED_PARAMS = {"fmt": "fixed", "width": 24, "frac_bits": 12, "lanes": 4, "exp_bits": 6,
@@ -285,12 +288,25 @@ def quantiser_phases(component, vec):
     return phases
 
 
+def _bfp_vectors(c, seed):
+    return vectors.bfp_vectors(lanes=c.lanes, block=c.block, width=c.width, exp_bits=c.exp_bits,
+                               max_blocks=c.max_blocks, frac_bits=c.frac_bits,
+                               rand_bits=c.rand_bits, stat_shift=getattr(c, "stat_shift", None),
+                               jobs=6, seed=seed)
+
+
+def _lean_bfp_vectors(c, seed):
+    """The shared column vectors without the cases the lean column cannot run (stochastic
+    rounding, the predicted exponent); the others never depend on them."""
+    vec = _bfp_vectors(c, seed)
+    return dict(vec, cases=[case for case in vec["cases"]
+                            if case["config"]["rounding"] != "stochastic"
+                            and case["config"]["exp_mode"] != "predicted"])
+
+
 ARITH = {
-    "bfp": (BFP_PARAMS, lambda c, s: vectors.bfp_vectors(
-        lanes=c.lanes, block=c.block, width=c.width, exp_bits=c.exp_bits,
-        max_blocks=c.max_blocks, frac_bits=c.frac_bits, rand_bits=c.rand_bits,
-        stat_shift=getattr(c, "stat_shift", None), jobs=6, seed=s),
-        bfp_phases, "tb_bfp"),
+    "bfp": (BFP_PARAMS, _bfp_vectors, bfp_phases, "tb_bfp"),
+    "bfp-lite": (BFP_LITE_PARAMS, _lean_bfp_vectors, bfp_phases, "tb_bfp"),
     "discrete": (DISCRETE_PARAMS, lambda c, s: vectors.discrete_vectors(
         lanes=c.lanes, width=c.width, code_bits=c.code_bits, acc_width=c.acc_width, seed=s),
         discrete_phases, "tb_discrete"),
@@ -321,7 +337,8 @@ def arith_job(name, seed, params=None):
 
 
 @needs_sim
-@pytest.mark.parametrize("name", ["bfp", "discrete", "quantiser", "quantiser-fixed"])
+@pytest.mark.parametrize("name", ["bfp", "discrete", "quantiser", "quantiser-fixed",
+                                  pytest.param("bfp-lite", marks=pytest.mark.slow)])
 def test_arith_verilog(tmp_path, name):
     _, _, job, params, bench = arith_job(name, 0)
     cr.run_bench(name.split("-")[0], params, bench, job, tmp_path)
@@ -357,7 +374,7 @@ def _arith_in_amaranth(component, phases, *, seed=0):
 
 
 @pytest.mark.parametrize("name,every", [
-    ("bfp", 2), ("discrete", 1), ("quantiser", 4),
+    ("bfp", 2), ("bfp-lite", 1), ("discrete", 1), ("quantiser", 4),
     pytest.param("bfp", 1, marks=pytest.mark.slow),
     pytest.param("quantiser", 1, marks=[pytest.mark.slow, pytest.mark.heavy]),
     pytest.param("quantiser-fixed", 1, marks=pytest.mark.slow),

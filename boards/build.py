@@ -3,6 +3,7 @@
 Importing this module (through :mod:`lowbit.boards.toolchain`) sets the YoWASP tool variables.
 """
 
+import dataclasses
 import inspect
 import json
 import os
@@ -21,8 +22,9 @@ from amaranth.lib import io
 from .profiles import get_board
 from .toolchain import DEVICES, ToolchainError, parse_nextpnr_report, setup_toolchain_env
 
-__all__ = ["BoardTop", "top_parameters", "build_board", "flash_board", "format_report",
-           "check_bitstream", "FlashError", "BITSTREAM_NAME", "LC_WARN_FRACTION"]
+__all__ = ["BoardTop", "top_parameters", "board_profile", "board_plan", "build_board",
+           "flash_board", "format_report", "check_bitstream", "FlashError", "BITSTREAM_NAME",
+           "LC_WARN_FRACTION"]
 
 BITSTREAM_NAME = "lowbit"
 
@@ -158,8 +160,50 @@ class _Ticker:
         self._thread.join()
 
 
+def board_profile(board, top=None):
+    """The profile of ``board``, with the top parameters ``top`` (a dict) in place of the
+    profile's own where given (``clk_freq`` replaces the profile's clock).
+
+    Raises
+    ------
+    ValueError
+        Unknown board, or ``top`` not a dict.
+    """
+    profile = get_board(board)
+    if top is None:
+        return profile
+    if not isinstance(top, dict):
+        raise ValueError(f"Top parameters must be a dict, not {top!r}")
+    top = dict(top)
+    clk_freq = top.pop("clk_freq", profile.clk_freq)
+    return dataclasses.replace(profile, clk_freq=clk_freq, top={**profile.top, **top})
+
+
+def _nextpnr_opts(seed, routed_netlist):
+    opts = f"--seed {seed} --report {BITSTREAM_NAME}.report.json --timing-allow-fail"
+    if routed_netlist:
+        opts += f" --write {BITSTREAM_NAME}.routed.json"
+    return opts
+
+
+def board_plan(board, *, seed=1, top=None, routed_netlist=False):
+    """The Amaranth build plan of :func:`build_board` (elaborated, not run): its ``files`` are
+    the design, the constraints, the Yosys script and the build script with the nextpnr
+    options (:func:`lowbit.boards.buildcache.board_digest` hashes them).
+
+    Parameters are those of :func:`build_board`.
+
+    Returns
+    -------
+    amaranth.build.run.BuildPlan
+    """
+    profile = board_profile(board, top)
+    return _platform(profile).prepare(BoardTop(profile), name=BITSTREAM_NAME,
+                                      nextpnr_opts=_nextpnr_opts(seed, routed_netlist))
+
+
 def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, progress=None,
-                routed_netlist=False):
+                routed_netlist=False, top=None):
     """Build the accelerator for ``board``: bitstream plus resource and timing report.
 
     Parameters
@@ -178,6 +222,9 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
         Also write nextpnr's routed design (``--write``) as ``<build_dir>/lowbit.routed.json``
         (its path is the report's ``routed_netlist``), for gate-level simulation
         (``docs/verification.md``, "Gate level"). The bitstream is the same either way.
+    top : dict, optional
+        Parameters of :class:`lowbit.hw.top.Accelerator` that replace the profile's
+        (:func:`board_profile`; ``lowbit explore top --board B`` sweeps them).
 
     Returns
     -------
@@ -192,7 +239,7 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
     ToolchainError
         A toolchain step failed.
     """
-    profile = get_board(board)
+    profile = board_profile(board, top)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"Seed must be a non-negative integer, not {seed!r}")
     say = progress or (lambda msg: None)
@@ -206,10 +253,8 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
               "profile_not_used_yet": top.unused}
     say(f"lowbit: elaborating the accelerator for {profile.title}")
     t0 = time.monotonic()
-    nextpnr_opts = f"--seed {seed} --report {BITSTREAM_NAME}.report.json --timing-allow-fail"
-    if routed_netlist:
-        nextpnr_opts += f" --write {BITSTREAM_NAME}.routed.json"
-    plan = platform.prepare(top, name=BITSTREAM_NAME, nextpnr_opts=nextpnr_opts)
+    plan = platform.prepare(top, name=BITSTREAM_NAME,
+                            nextpnr_opts=_nextpnr_opts(seed, routed_netlist))
     if not do_build:
         report["files"] = sorted(plan.files)
         return report

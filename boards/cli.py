@@ -14,6 +14,10 @@ Commands
     The digits MLP end to end: accuracy, bit-exactness against the golden model, throughput.
 ``lowbit train digits [--variant V] [--epochs N] [--backend B] [--port P]``
     Train the digits MLP with the accelerator's arithmetic (see ``docs/training.md``).
+``lowbit explore BLOCK [--device D | --board B] [--param k=v1,v2 ...] [--seeds N ...]``
+    Build every combination of a block's (or a board top's) parameters, in parallel on Dask
+    distributed, and tabulate resources, Fmax, throughput, fit and clock
+    (:mod:`lowbit.boards.explore`, ``docs/explore.md``).
 
 Every failure exits with a non-zero status and a one-line reason on stderr: status 2 for a bad
 option or parameter (checked before anything runs: argparse types, and the block parameters of
@@ -307,6 +311,8 @@ def _parser():
 
     from .train import add_parser as add_train_parser
     add_train_parser(sub)
+    from .explore import add_parser as add_explore_parser
+    add_explore_parser(sub)
     return parser
 
 
@@ -324,6 +330,7 @@ def main(argv=None):
     """Entry point of the ``lowbit`` console script; returns the exit status."""
     setup_toolchain_env()
     args = _parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)   # the command, for reports
     try:
         status = args.func(args)
         sys.stdout.flush()            # a closed pipe shows here, not at interpreter exit

@@ -33,9 +33,8 @@ gives the device a ceiling for that kind of result, the table gives the ratio to
 """
 
 import argparse
-import inspect
+import contextlib
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -57,138 +56,93 @@ from benchcommon import (  # noqa: E402
     replace_section,
 )
 
-from lowbit.boards.profiles import BOARDS  # noqa: E402
-from lowbit.boards.toolchain import ABC9_FALLBACK, DEVICES, ToolchainError, implement  # noqa: E402
-from lowbit.hw.registry import BLOCKS, available_blocks, block_class  # noqa: E402
+from lowbit.boards.explore import (  # noqa: E402
+    CEILINGS,
+    RATES,
+    Config,
+    ExploreError,
+    SweepInterrupted,
+    boards_on,
+    dask_client,
+    run_sweep,
+    throughput,
+)
+from lowbit.boards.explore import device_params as block_params  # noqa: E402
+from lowbit.boards.toolchain import DEVICES, ToolchainError, implement  # noqa: E402
+from lowbit.hw.registry import BLOCKS, available_blocks  # noqa: E402
+
+# Shared with the tests and the other scripts (bench.RATES, bench.ToolchainError, ...).
+__all__ = ["CEILINGS", "RATES", "ToolchainError", "boards_on", "block_params", "throughput",
+           "netlist_key", "netlist_digest", "RunCache", "bench_config", "bench_rows",
+           "bench_row", "bench_one", "render_markdown", "render_float", "main"]
 
 
-def boards_on(device):
-    """Names of the board profiles on ``device``, in :data:`lowbit.boards.profiles.BOARDS` order."""
-    return [name for name, p in BOARDS.items() if p.device == device]
+def bench_config(name, device, board=None):
+    """The out-of-context build of ``name`` on ``device`` with its benchmark parameters
+    (:func:`block_params`; for the top, ``board``'s profile): a :class:`Config` of the engine
+    that ``lowbit explore`` runs, so both reach the same run cache entries."""
+    params = block_params(name, device, board)
+    # LUT multipliers mean LUT logic: keep synthesis from mapping them to DSPs.
+    return Config(name, params, device, dsp=params.get("mult", params.get("multiplier")) != "lut")
 
 
-def block_params(name, device, board=None):
-    """Parameters of block ``name`` on ``device``, taken from the device's board profile (the
-    first on the device, or ``board``)."""
-    if board is not None and BOARDS[board].device != device:
-        raise ValueError(f"Board {board!r} is not a {device} board")
-    profile = BOARDS[board] if board is not None else \
-        next((p for p in BOARDS.values() if p.device == device), None)
-    accepted = inspect.signature(block_class(name).__init__).parameters
-    params = {}
-    if profile is None:
-        return params
-    if name == "top":
-        params = {k: v for k, v in profile.top.items() if k in accepted}
-        if "clk_freq" in accepted:
-            params["clk_freq"] = profile.clk_freq
-    else:
-        for key in ("multiplier", "mult"):
-            if key in accepted:
-                params[key] = profile.top["multiplier"]
-        if "sim_model" in accepted:
-            # Vendor primitives (SB_MAC16, MULT18X18D) instead of behavioural models.
-            params["sim_model"] = False
-    return params
+def bench_rows(targets, seeds, say, cache=None, cached_only=False, client=None):
+    """Table rows of ``targets`` (``(block, device, board)`` each), built with each placement
+    seed through ``cache`` by :func:`lowbit.boards.explore.run_sweep`: one after another in
+    this process, or on the Dask ``client`` (a client, or a callable making one when the first
+    build the cache lacks comes up)."""
+    configs, rows = [], [None] * len(targets)
+    for k, (name, device, board) in enumerate(targets):
+        config = bench_config(name, device, board)
+        try:
+            config.component()._MustUse__silence = True
+        except (TypeError, ValueError) as e:
+            say(f"  {name} on {device}: not buildable with this profile: {e}")
+            rows[k] = {"block": name, "device": device, "board": board, "error": str(e)}
+            continue
+        configs.append((k, config))
+
+    def on_build(config, r):
+        head = f"  {config.block:<10} {config.device:<9} seed {r['seed']}:"
+        if "error" in r:
+            say(f"{head} {r['error']}{' (cached)' if r['cached'] else ''}")
+        else:
+            say(f"{head} {r['lcs']} LC, {r['fmax_mhz']} MHz "
+                f"({'cached' if r['cached'] else str(r['seconds']) + ' s'})")
+
+    # `implement` is looked up here, so that a test can replace this module's.
+    done = run_sweep([c for _, c in configs], seeds, cache=cache, client=client,
+                     cached_only=cached_only, implement=implement, on_build=on_build)
+    for (k, config), row in zip(configs, done, strict=True):
+        rows[k] = bench_row(config, row, targets[k][2])
+    return rows
 
 
-#: Results per cycle of a block, from its parameters: (unit, function of the parameters).
-RATES = {
-    "bfp": ("MAC", lambda p: p.get("lanes", 16)),
-    "floatmac": ("MAC", lambda p: p.get("lanes", 16)),
-    "grand": ("sample", lambda p: p.get("lanes", 2)),
-    "prng": ("64-bit word", lambda p: p.get("lanes", 1)),
-    "lut": ("lookup", lambda p: p.get("lanes", 4)),
-    "quantiser": ("element", lambda p: p.get("lanes", 2)),
-    "discrete": ("lane op", lambda p: p.get("lanes", 4)),
-}
-
-#: DESIGN §7 ceilings per (device, unit): (results per second, description). ECP5 has no
-#: published anchor; its MAC ceiling is every MULT18X18D at the block's own Fmax (None).
-CEILINGS = {
-    ("up5k", "MAC"): (16 * 86e6, "8 SB_MAC16 dual 8x8 = 16 MAC/cycle at 86 MHz"),
-    ("hx8k", "MAC"): (16 * 82e6, "16 LUT lanes at 82 MHz"),
-    ("ecp5-25f", "MAC"): (None, "28 MULT18X18D at the block's Fmax"),
-    ("ecp5-85f", "MAC"): (None, "156 MULT18X18D at the block's Fmax"),
-    ("up5k", "sample"): (4 * 59e6, "4-lane generator at 59 MHz"),
-}
-
-_ECP5_DSPS = {"ecp5-25f": 28, "ecp5-85f": 156}
-
-
-def throughput(name, device, params, fmax_mhz):
-    """``{"unit", "per_cycle", "per_second", "ceiling", "ceiling_ratio"}`` or None."""
-    if name not in RATES or not fmax_mhz:
-        return None
-    unit, per_cycle = RATES[name][0], RATES[name][1](params)
-    rate = per_cycle * fmax_mhz * 1e6
-    out = {"unit": unit, "per_cycle": per_cycle, "per_second": rate}
-    if (device, unit) in CEILINGS:
-        ceiling, what = CEILINGS[device, unit]
-        if ceiling is None:
-            ceiling = _ECP5_DSPS[device] * fmax_mhz * 1e6
-        out.update(ceiling=ceiling, ceiling_what=what, ceiling_ratio=round(rate / ceiling, 3))
-    return out
+def bench_row(config, row, board=None):
+    """The table row of :func:`lowbit.boards.explore.make_row`'s ``row`` of ``config``."""
+    name, device, params = config.block, config.device, config.params
+    base = {"block": name, "device": device, "board": board, "params": params}
+    if row.get("pending"):
+        return {**base, "pending": True}
+    if "error" in row:
+        return {**base, "error": row["error"]}
+    fmax = row["fmax_mhz"]
+    return {
+        **base, "seeds": [s["seed"] for s in row["seeds"]],
+        **{k: row[k] for k in ("lcs", "lcs_block", "wrapper_lcs", "ffs", "dsps", "rams", "spram")},
+        "fmax_mhz_median": fmax,
+        "fmax_mhz_all": row["fmax_mhz_all"],
+        # Seeds whose ECP5 synthesis fell back to the classic ABC mapping (abc9 failed).
+        "classic_abc_seeds": row["classic_abc_seeds"],
+        "throughput": throughput(name, device, params, fmax),
+        "lcs_pct": row["lcs_pct"], "dsps_pct": row["dsps_pct"],
+    }
 
 
 def bench_one(name, device, seeds, say, cache=None, cached_only=False, board=None):
     """One table row: ``name`` on ``device`` (with ``board``'s profile, for the top) built with
-    each placement seed, through ``cache``."""
-    runs = []
-    params = block_params(name, device, board)
-    # LUT multipliers mean LUT logic: keep synthesis from mapping them to DSPs.
-    dsp = params.get("mult", params.get("multiplier")) != "lut"
-    digest = None
-    for seed in seeds:
-        comp = block_class(name)(**params)
-        if cache is not None and digest is None:
-            digest = netlist_digest(comp)
-        key = netlist_key(comp, device, seed, dsp, digest=digest) if cache is not None else None
-        cached = cache.get(key) if cache is not None else None
-        if cached is not None and "error" in cached:
-            say(f"  {name} on {device} seed {seed}: {cached['error']} (cached)")
-            return {"block": name, "device": device, "board": board, "params": params,
-                    "error": cached["error"]}
-        if cached is not None:
-            runs.append(cached)
-            say(f"  {name:<10} {device:<9} seed {seed}: {cached['lcs']} LC, "
-                f"{cached['fmax_mhz']} MHz (cached)")
-            continue
-        if cached_only:
-            continue
-        try:
-            runs.append(implement(comp, device, seed=seed, name=name, dsp=dsp))
-        except ToolchainError as e:
-            say(f"  {name} on {device} seed {seed}: {e}")
-            if cache is not None:
-                # A netlist that does not fit is a result too (it fails the same way again).
-                cache.put(key, {"error": str(e), "seed": seed})
-            return {"block": name, "device": device, "board": board, "params": params,
-                    "error": str(e)}
-        if cache is not None:
-            cache.put(key, runs[-1])
-        say(f"  {name:<10} {device:<9} seed {seed}: {runs[-1]['lcs']} LC, "
-            f"{runs[-1]['fmax_mhz']} MHz ({runs[-1]['seconds']} s)")
-    if not runs:
-        return {"block": name, "device": device, "board": board, "params": params,
-                "pending": True}
-    seeds = [r["seed"] for r in runs]
-    fmaxes = [r["fmax_mhz"] for r in runs if r["fmax_mhz"]]
-    fmax = round(statistics.median(fmaxes), 2) if fmaxes else None
-    dev = DEVICES[device]
-    r0 = runs[0]
-    return {
-        "block": name, "device": device, "board": board, "params": params, "seeds": seeds,
-        "lcs": r0["lcs"], "lcs_block": r0["lcs_block"], "wrapper_lcs": r0["wrapper_lcs"],
-        "ffs": r0.get("ffs"), "dsps": r0["dsps"], "rams": r0["rams"], "spram": r0["spram"],
-        "fmax_mhz_median": fmax,
-        "fmax_mhz_all": fmaxes,
-        # Seeds whose ECP5 synthesis fell back to the classic ABC mapping (abc9 failed).
-        "classic_abc_seeds": [r["seed"] for r in runs if ABC9_FALLBACK in r.get("synth", "")],
-        "throughput": throughput(name, device, params, fmax),
-        "lcs_pct": round(100 * r0["lcs_block"] / dev["lcs"], 1),
-        "dsps_pct": round(100 * r0["dsps"] / dev["dsps"], 1) if dev["dsps"] else None,
-    }
+    each placement seed, through ``cache``, in this process (:func:`bench_rows`)."""
+    return bench_rows([(name, device, board)], seeds, say, cache, cached_only)[0]
 
 
 def render_float(float_rows, ratio_rows, commands):
@@ -286,6 +240,12 @@ def main(argv=None):
     ap.add_argument("--cached-only", action="store_true",
                     help="build nothing: write the tables from the cached builds of the "
                          "current netlists (implies --resume; rows without one are pending)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="builds at a time: 1 (default) one after another in this process, N > 1 "
+                         "on an embedded Dask cluster of N workers (lowbit explore's engine)")
+    ap.add_argument("--scheduler", metavar="ADDRESS",
+                    help="run the builds on the Dask cluster of this scheduler, tcp://HOST:PORT "
+                         "(docs/explore.md)")
     ap.add_argument("--json", default=str(ROOT / "docs" / "bench" / "all.json"))
     ap.add_argument("--markdown", default=str(ROOT / "docs" / "PERFORMANCE.md"))
     args = ap.parse_args(argv)
@@ -308,17 +268,23 @@ def main(argv=None):
             rows, block_command = kept.get("rows", []), kept.get("command", command)
     else:
         cache = RunCache(args.cache, args.resume or args.cached_only)
-        for device in args.devices:
-            for name in blocks:
-                # The top once per board profile on the device (they differ in engines).
-                for board in boards_on(device) if name == "top" else [None]:
-                    try:
-                        rows.append(bench_one(name, device, args.seeds, say, cache,
-                                              cached_only=args.cached_only, board=board))
-                    except (TypeError, ValueError) as e:
-                        say(f"  {name} on {device}: not buildable with this profile: {e}")
-                        rows.append({"block": name, "device": device, "board": board,
-                                     "error": str(e)})
+        # The top once per board profile on the device (they differ in engines).
+        targets = [(name, device, board) for device in args.devices for name in blocks
+                   for board in (boards_on(device) if name == "top" else [None])]
+        with contextlib.ExitStack() as stack:
+            client = None
+            if args.scheduler or args.workers > 1:
+                def client():
+                    return stack.enter_context(dask_client(args.workers, args.scheduler,
+                                                           say=say))
+            try:
+                rows = bench_rows(targets, args.seeds, say, cache, args.cached_only, client)
+            except SweepInterrupted as e:
+                say(f"bench: {e}; the finished builds are in {args.cache} (--resume goes on)")
+                return 130
+            except ExploreError as e:
+                say(f"bench: {e}")
+                return 1
     float_rows, ratio_rows, float_commands = [], [], [command]
     if not args.no_float:
         # The BFP side of the ratios, newest netlist last: docs/bench/bfp.json, the columns a

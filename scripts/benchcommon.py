@@ -2,7 +2,8 @@
 import this module and never each other.
 
 - The run cache (``docs/bench/runs.json``): :func:`netlist_digest`, :func:`netlist_key`,
-  :class:`RunCache` (``bench.py``, ``bench_bfp.py``; ``netlist_digests.py`` records the digests).
+  :class:`RunCache` (``bench.py``, ``bench_bfp.py``; ``netlist_digests.py`` records the digests),
+  imported from :mod:`lowbit.boards.buildcache`, where ``lowbit explore`` shares them.
 - The BFP column's device profiles and their builds: :data:`BFP_PROFILES`,
   :func:`bfp_column_row` (``bench_bfp.py``, and ``bench_float.py --with-bfp``).
 - The IEEE float MAC baseline (issue #10) and its ratios to the BFP column:
@@ -10,13 +11,15 @@ import this module and never each other.
   :func:`ratio_markdown` and helpers (``bench_float.py``, and the float section of ``bench.py``).
 """
 
-import hashlib
 import json
 import re
 import statistics
 import tempfile
 from pathlib import Path
 
+# Re-exported: bench.py, bench_bfp.py and netlist_digests.py take the run cache from here.
+from lowbit.boards.buildcache import RunCache, netlist_digest, netlist_key  # noqa: F401
+from lowbit.boards.explore import does_not_fit
 from lowbit.boards.toolchain import (
     DEVICES,
     OOCWrapper,
@@ -31,50 +34,9 @@ from lowbit.hw.floatmac import FloatMAC
 ROOT = Path(__file__).resolve().parent.parent
 
 
-# == Run cache ===================================================================================
-
-def netlist_digest(component):
-    """SHA-256 (32 hex digits) of the wrapped block's RTLIL without ``src`` attributes: the
-    part of :func:`netlist_key` that costs an elaboration, the same for every seed."""
-    from amaranth.back import rtlil
-
-    from lowbit.boards.toolchain import OOCWrapper
-    text = rtlil.convert(OOCWrapper(component), name="top")
-    text = re.sub(r"^\s*attribute \\src .*\n", "", text, flags=re.M)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def netlist_key(component, device, seed, dsp, freq_mhz=None, pnr_args=(), *, digest=None):
-    """Cache key of one build: the wrapped block's RTLIL without ``src`` attributes, the
-    device, the placement seed, the DSP mapping and, when they are not ``implement``'s
-    defaults, the clock target given to nextpnr (``freq_mhz``) and extra nextpnr options.
-    ``digest``, if given, is :func:`netlist_digest` of ``component`` (not computed again)."""
-    if digest is None:
-        digest = netlist_digest(component)
-    key = f"{digest}:{device}:{seed}:{int(dsp)}"
-    if freq_mhz is not None:
-        key += f":{freq_mhz}MHz"
-    if pnr_args:
-        key += ":" + " ".join(pnr_args)
-    return key
-
-
-class RunCache:
-    """Finished builds by :func:`netlist_key`, saved to ``path`` after every build."""
-
-    def __init__(self, path, use):
-        self.path, self.use = Path(path), use
-        self.runs = json.loads(self.path.read_text()) if self.path.exists() else {}
-
-    def get(self, key):
-        return self.runs.get(key) if self.use else None
-
-    def put(self, key, result):
-        self.runs[key] = result
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.runs, indent=1, sort_keys=True) + "\n")
-        tmp.replace(self.path)
+# == Run cache ==================================================================================
+# In the package (lowbit.boards.buildcache), so that `lowbit explore` shares it; imported here
+# for the scripts: netlist_digest, netlist_key, RunCache.
 
 # == BFP column ==================================================================================
 
@@ -150,15 +112,6 @@ FLOAT_PROFILES = {
     "ecp5-85f": {"mult": "mult18x18d", "bfp_lanes": 64, "freq": 100},
 }
 
-#: Patterns of nextpnr / Yosys messages that mean "the design does not fit the device".
-_NO_FIT = re.compile(r"(only has|Unable to place|not enough|exceed|too many|No Bel|"
-                     r"Failed to place|insufficient)", re.I)
-
-
-def _fit_error(msg):
-    return bool(_NO_FIT.search(msg))
-
-
 def synth_demand(stat_path):
     """Cells the synthesised netlist asks for (from Yosys ``stat``), to report a misfit.
 
@@ -225,7 +178,7 @@ def float_config(device, fmt, lanes, seeds, *, mult=None, build_dir=None, progre
                 mac._MustUse__silence = True
                 tail = log.read_text(errors="replace").strip().splitlines()[-5:]
                 msg = f"nextpnr failed (resumed from {log}): " + " | ".join(tail)
-                row.update(fits=not _fit_error(msg), error=msg,
+                row.update(fits=not does_not_fit(msg), error=msg,
                            demand=synth_demand(Path(bd) / "floatmac.stat"))
                 progress(f"  {device} {fmt} x{lanes} seed {seed}: resumed failure: {msg[-120:]}")
                 return row
@@ -235,7 +188,7 @@ def float_config(device, fmt, lanes, seeds, *, mult=None, build_dir=None, progre
                                 dsp=mult != "lut")
             except ToolchainError as e:
                 msg = str(e)
-                row.update(fits=not _fit_error(msg), error=msg,
+                row.update(fits=not does_not_fit(msg), error=msg,
                            demand=synth_demand(Path(bd) / "floatmac.stat"))
                 progress(f"  {device} {fmt} x{lanes} seed {seed}: FAILED: {msg[:200]} "
                          f"(netlist: {row['demand']})")

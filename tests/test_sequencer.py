@@ -402,6 +402,103 @@ def test_errors_change_nothing(dev):
     assert scratch_image(dev) == before
 
 
+def _boundary_cases():
+    """``(program, status)``: each range the sequencer checks at its last valid value and one
+    past it (W words of scratchpad, D weight entries, N lanes, B-element blocks)."""
+    W, D, OK, ADDR, LEN = WORDS, BASE["weight_depth"], L.Status.OK, L.Status.BAD_ADDRESS, \
+        L.Status.BAD_LENGTH
+    lut0 = I.config(REG["LUT_SELECT"], 0)
+    pairs = [
+        # MOVE: source, destination, and both through the offsets.
+        (I.move(W - 4, 600, 4), I.move(W - 3, 600, 4)),
+        (I.move(610, W - 4, 4), I.move(610, W - 3, 4)),
+        ([I.setofs(W - 1, 0), I.move(0, 620, 1, flags=1)],
+         [I.setofs(W, 0), I.move(0, 620, 1, flags=1)]),
+        ([I.setofs(0, W - 1), I.move(630, 0, 1, flags=2)],
+         [I.setofs(0, W), I.move(630, 0, 1, flags=2)]),
+        # LOADW: count·N source words, count weight entries.
+        (I.loadw(W - 3 * N, 0, 3), I.loadw(W - 3 * N + 1, 0, 3)),
+        (I.loadw(640, D - 5, 5), I.loadw(640, D - 4, 5)),
+        # QUANT (int8): source and destination.
+        (I.quant(W - 6, 660, 6), I.quant(W - 5, 660, 6)),
+        (I.quant(670, W - 6, 6), I.quant(670, W - 5, 6)),
+        # MATVEC: K = nb·B input words, T·N outputs, T·N bias words, entry + T·K entries,
+        # nb <= max_blocks.
+        (I.matvec(W - 2 * B, 700, 0, 2, 1), I.matvec(W - 2 * B + 1, 700, 0, 2, 1)),
+        (I.matvec(680, W - 2 * N, 0, 1, 2), I.matvec(680, W - 2 * N + 1, 0, 1, 2)),
+        (I.matvec(680, 700, 0, 1, 2, bias=W - 2 * N),
+         I.matvec(680, 700, 0, 1, 2, bias=W - 2 * N + 1)),
+        (I.matvec(680, 700, D - 2 * B, 2, 1), I.matvec(680, 700, D - 2 * B + 1, 2, 1)),
+        (I.matvec(680, 700, 0, 4, 4), I.matvec(680, 700, 1, 4, 4)),
+        (I.matvec(680, 700, 0, BASE["max_blocks"], 1),
+         (I.matvec(680, 700, 0, BASE["max_blocks"] + 1, 1), LEN)),
+        # LUT: source, destination, table LUT_SELECT < lut_tables.
+        ([lut0, I.lut(W - 5, 720, 5)], [lut0, I.lut(W - 4, 720, 5)]),
+        ([lut0, I.lut(730, W - 5, 5)], [lut0, I.lut(730, W - 4, 5)]),
+        ([I.config(REG["LUT_SELECT"], BASE["lut_tables"] - 1), I.lut(740, 750, 3)],
+         [I.config(REG["LUT_SELECT"], BASE["lut_tables"]), I.lut(740, 750, 3)]),
+        # DMATVEC (K = 5 columns: 2 entries per row): input, output, bias, weight entries.
+        (I.dmatvec(W - 5, 760, 0, 5, 2), I.dmatvec(W - 4, 760, 0, 5, 2)),
+        (I.dmatvec(770, W - 3, 0, 5, 3), I.dmatvec(770, W - 2, 0, 5, 3)),
+        (I.dmatvec(770, 780, 0, 5, 3, bias=W - 3), I.dmatvec(770, 780, 0, 5, 3, bias=W - 2)),
+        (I.dmatvec(770, 780, D - 6, 5, 3), I.dmatvec(770, 780, D - 5, 5, 3)),
+        # GRAND: destination.
+        (I.grand(W - 2, 2), I.grand(W - 1, 2)),
+    ]
+    cases = []
+    for good, bad in pairs:
+        bad, status = bad if isinstance(bad, tuple) else (bad, ADDR)
+        cases += [(good if isinstance(good, list) else [good], OK),
+                  (bad if isinstance(bad, list) else [bad], status)]
+    return cases
+
+
+def test_range_boundaries(dev):
+    """Every range the sequencer checks (MOVE, LOADW, QUANT, MATVEC, LUT, DMATVEC, GRAND;
+    scratchpad words, weight entries, block count, LUT table): the last valid value runs (OK),
+    one past it fails with the documented status at that instruction. Each RUN's reply fields
+    and, at the end, the whole scratchpad (random data, so every write shows) equal
+    lowbit.sim.link.DeviceModel's, which was given the same state first."""
+    model = L.DeviceModel(**dev.params)
+    rng = np.random.default_rng(25)
+
+    def both(opcode, payload=b""):
+        want = L.decode_reply(model.feed(L.encode_request(opcode, payload)))
+        got = dev.send(opcode, payload)
+        if opcode == L.Opcode.RUN:     # the cycle count (bytes 8..11) is the hardware's
+            assert (got[0], got[1][:8], got[1][12:]) == (want[0], want[1][:8], want[1][12:])
+        else:
+            assert got == want
+        return got
+
+    image = rng.integers(0, 256, BASE["scratch_bytes"]).astype(np.uint8).tobytes()
+    step = BASE["frame_bytes"] - 4
+    for k in range(0, len(image), step):
+        both(L.Opcode.MEM_WRITE, L.mem_write_payload(k, image[k:k + step]))
+    for t in range(BASE["lut_tables"]):
+        both(L.Opcode.LUT_WRITE, bytes([t, 0]) + rng.integers(0, 256, 256).astype(np.uint8)
+             .tobytes())
+    both(L.Opcode.GRAND_SEED, rng.integers(1, 256, 32).astype(np.uint8).tobytes())
+    for name, value in [("MANT_WIDTH", 8), ("ROUNDING", 0), ("EXP_SELECT", 0), ("FIXED_EXP", 3),
+                        ("QUANT_FORMAT", 1), ("QUANT_RULE", 0), ("QUANT_SHIFT", 0),
+                        ("LUT_SELECT", 0), ("LUT_EXP", 0), ("DISC_SHIFT", 2), ("CODE_WIDTH", 2),
+                        ("CODE_BOOK0", 0x12_0B_01_10), ("CODE_BOOK1", 0x03_14_0A_02)]:
+        both(L.Opcode.REG_WRITE, L.reg_write_payload(REG[name], value))
+    prog = 200
+    both(L.Opcode.MEM_WRITE, L.mem_write_payload(2 * prog, assemble(
+        [I.loadw(300, 0, BASE["weight_depth"]), I.halt()])))
+    assert both(L.Opcode.RUN, struct.pack("<II", 2 * prog, 10))[0] == L.Status.OK
+    for program, status in _boundary_cases():
+        both(L.Opcode.MEM_WRITE, L.mem_write_payload(2 * prog, assemble(program + [I.halt()])))
+        got = both(L.Opcode.RUN, struct.pack("<II", 2 * prog, 10))
+        pc, executed = struct.unpack("<II", got[1][:8])
+        # pc: the failing instruction (executed: those before it), or the HALT (counted).
+        last = len(program) - 1 if status != L.Status.OK else len(program)
+        assert (got[0], pc, executed) == (status, 2 * prog + 16 * last,
+                                          last + (status == L.Status.OK)), program
+    assert dev.read(0, BASE["scratch_bytes"]) == bytes(model.scratch)
+
+
 def test_limit_and_run_payload(dev):
     P = 200
     # An endless loop ends at the instruction limit; pc is the instruction that would run next.

@@ -165,6 +165,71 @@ def test_every_opcode_matches_model():
     assert port.in_waiting == 0
 
 
+def _boundary_requests(model):
+    """``(request, status)``: each length and range the link and its handlers check, at the
+    last valid value and one past it (documented statuses, docs/protocol.md)."""
+    import struct
+    rq, S = L.encode_request, L.Status
+    tables, lanes = model.design.lut_tables, model.identity.lanes
+    data = bytes(range(7, 7 + FRAME - 4))
+    last_reg = max(r.index for r in L.REGISTERS)
+    return [
+        # MEM_WRITE: a full frame ending on the last byte; one byte further; the address.
+        (rq(L.Opcode.MEM_WRITE, L.mem_write_payload(SCRATCH - len(data), data)), S.OK),
+        (rq(L.Opcode.MEM_WRITE, L.mem_write_payload(SCRATCH - len(data) + 1, data)),
+         S.BAD_LENGTH),
+        (rq(L.Opcode.MEM_WRITE, L.mem_write_payload(SCRATCH - 1, b"\x5c")), S.OK),
+        (rq(L.Opcode.MEM_WRITE, L.mem_write_payload(SCRATCH, b"\x5c")), S.BAD_ADDRESS),
+        (rq(L.Opcode.MEM_WRITE, L.mem_write_payload(SCRATCH - 1, b"")), S.OK),
+        (rq(L.Opcode.MEM_WRITE, L.mem_write_payload(SCRATCH, b"")), S.BAD_ADDRESS),
+        (rq(L.Opcode.MEM_WRITE, b"\x00\x00\x00"), S.BAD_LENGTH),
+        (rq(L.Opcode.MEM_WRITE, L.mem_write_payload(0, data + b"!")), S.BAD_LENGTH),
+        # MEM_READ: the last byte, one past it, a whole frame at the end, one byte more.
+        (rq(L.Opcode.MEM_READ, L.mem_read_payload(SCRATCH - 1, 1)), S.OK),
+        (rq(L.Opcode.MEM_READ, L.mem_read_payload(SCRATCH - 1, 2)), S.BAD_LENGTH),
+        (rq(L.Opcode.MEM_READ, L.mem_read_payload(SCRATCH, 0)), S.BAD_ADDRESS),
+        (rq(L.Opcode.MEM_READ, L.mem_read_payload(SCRATCH - FRAME, FRAME)), S.OK),
+        (rq(L.Opcode.MEM_READ, L.mem_read_payload(0, FRAME + 1)), S.BAD_LENGTH),
+        # PING: the frame buffer's size, then one byte more (drained).
+        (rq(L.Opcode.PING, data + bytes(4)), S.OK),
+        (rq(L.Opcode.PING, data + bytes(5)), S.BAD_LENGTH),
+        # Registers: the last index, one past it; REG_WRITE's length.
+        (rq(L.Opcode.REG_READ, L.reg_read_payload(last_reg)), S.OK),
+        (rq(L.Opcode.REG_READ, L.reg_read_payload(last_reg + 1)), S.BAD_ADDRESS),
+        (rq(L.Opcode.REG_WRITE, L.reg_write_payload(last_reg, 9)[:6]), S.OK),
+        (rq(L.Opcode.REG_WRITE, L.reg_write_payload(last_reg, 9) + b"\x00"), S.BAD_LENGTH),
+        # LUT_WRITE: the last table, the last entries; LUT_APPLY's table.
+        (rq(L.Opcode.LUT_WRITE, bytes([tables - 1, 200]) + bytes(range(56))), S.OK),
+        (rq(L.Opcode.LUT_WRITE, bytes([tables - 1, 201]) + bytes(range(56))), S.BAD_LENGTH),
+        (rq(L.Opcode.LUT_WRITE, bytes([tables, 0]) + bytes(4)), S.BAD_ADDRESS),
+        (rq(L.Opcode.LUT_APPLY, bytes([tables - 1, 255, 200, 0])), S.OK),
+        (rq(L.Opcode.LUT_APPLY, bytes([tables, 255])), S.BAD_ADDRESS),
+        # GRAND: a reply of exactly the frame buffer (f16, f32), one sample more; the format;
+        # the seed's length.
+        (rq(L.Opcode.GRAND_SAMPLES, struct.pack("<HB", FRAME // 2, 0)), S.OK),
+        (rq(L.Opcode.GRAND_SAMPLES, struct.pack("<HB", FRAME // 2 + 1, 0)), S.BAD_LENGTH),
+        (rq(L.Opcode.GRAND_SAMPLES, struct.pack("<HB", FRAME // 4, 1)), S.OK),
+        (rq(L.Opcode.GRAND_SAMPLES, struct.pack("<HB", FRAME // 4 + 1, 1)), S.BAD_LENGTH),
+        (rq(L.Opcode.GRAND_SAMPLES, struct.pack("<HB", 1, 2)), S.BAD_ADDRESS),
+        (rq(L.Opcode.GRAND_SEED, bytes(range(1, 16 * lanes + 1))), S.OK),
+        (rq(L.Opcode.GRAND_SEED, bytes(range(1, 16 * lanes + 2))), S.BAD_LENGTH),
+    ]
+
+
+def test_boundaries_match_model():
+    """Every length and range the link checks, at its last valid value and one past it: the
+    documented status, the model's reply byte for byte, and afterwards the model's whole
+    scratchpad (the failures wrote nothing)."""
+    port, model = make()
+    for request, status in _boundary_requests(model):
+        got = exchange(port, model, request)
+        if model.in_frame:                      # not expected: every request is whole
+            truncate(port, model, b"")
+        assert L.decode_reply(got)[0] == status, request.hex()
+    assert whole_scratchpad(port, SCRATCH) == bytes(model.scratch)
+    assert model.scratch[SCRATCH - 1] == 0x5C
+
+
 # -- identification registers -------------------------------------------------------------------
 
 @pytest.mark.parametrize("board", ["icebreaker", "ulx3s"])

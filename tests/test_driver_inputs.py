@@ -704,6 +704,56 @@ def test_a_one_frame_request_is_judged_by_the_device():
     assert acc.port.sent > 0 and model.errors == 2 and model.scratch == bytes(256)
 
 
+def test_boundaries_last_valid_and_one_past():
+    """Each range the driver checks, or leaves to the device, at its last valid value (done, as
+    the model says) and one past it (the documented exception; nothing sent when the driver
+    checks it): scratchpad writes and reads of several frames and of one, programs and RUN at
+    the scratchpad's end, weight entries up to the depth, the last LUT table."""
+    acc, model = counted(**FULL)
+    size, depth, n = FULL["scratch_bytes"], FULL["weight_depth"], FULL["matrix_lanes"]
+    data = bytes(range(1, 101))                         # several frames of 28 bytes
+    acc.write_mem(size - 100, data)
+    assert model.scratch[-100:] == data
+    sent = acc.port.sent
+    with pytest.raises(BadLength, match="nothing was sent"):
+        acc.write_mem(size - 99, data)
+    with pytest.raises(BadLength, match="nothing was sent"):
+        acc.read_mem(size - 99, 100)
+    assert acc.port.sent == sent
+    acc.write_mem(size - 1, b"\x77")                    # one frame: the device judges
+    with pytest.raises(BadLength, match="MEM_WRITE failed with status BAD_LENGTH"):
+        acc.write_mem(size - 1, b"\x78\x79")
+    with pytest.raises(BadAddress, match="MEM_WRITE failed with status BAD_ADDRESS"):
+        acc.write_mem(size, b"\x78")
+    assert acc.read_mem(size - 100, 100).tobytes() == data[:-1] + b"\x77" == \
+        model.scratch[-100:]
+    assert acc.read_mem(size - 1, 1).tolist() == [0x77]
+    with pytest.raises(BadLength, match="MEM_READ failed with status BAD_LENGTH"):
+        acc.read_mem(size - 1, 2)
+    with pytest.raises(BadAddress, match="MEM_READ failed with status BAD_ADDRESS"):
+        acc.read_mem(size, 1)
+    program = [Instruction.nop(), Instruction.halt()]
+    assert acc.load_program(program, size - 32) == 32
+    with pytest.raises(ValueError, match="does not fit the scratchpad"):
+        acc.load_program(program, size - 30)
+    result = acc.run(size - 32, 10)
+    assert (result.pc, result.executed) == (size - 16, 2)
+    with pytest.raises(BadAddress):
+        acc.run(size - 14, 10)
+    words = np.arange(3 * n).reshape(3, n) + 0x100
+    acc.load_weights(depth - 3, words)
+    assert model.machine.banks[:, depth - 3:].T.tolist() == words.tolist()
+    with pytest.raises(ValueError, match="exceed the weight depth"):
+        acc.load_weights(depth - 2, words)
+    table = np.arange(256) - 128
+    acc.lut_load(FULL["lut_tables"] - 1, table)
+    assert list(model.luts[FULL["lut_tables"] - 1]) == [int(v) & 0xFF for v in table]
+    sent = acc.port.sent
+    with pytest.raises(BadAddress, match="nothing was sent"):
+        acc.lut_load(FULL["lut_tables"], table)
+    assert acc.port.sent == sent
+
+
 def test_every_multi_frame_call_is_checked_before_the_first_frame():
     acc, model = counted(**FULL)
     luts = [bytes(t) for t in model.luts]

@@ -1,3 +1,4 @@
+import datetime
 import importlib.util
 import os
 import sys
@@ -48,6 +49,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "needs_tools(reason): reason is None when the external tools are there; "
                    "else the test skips, or fails under CI=true (tests/conftest.py)")
+    config.addinivalue_line(
+        "markers", "rotate: of this test's heavy cases, one a day (rotation_day()) is not heavy, "
+                   "so -m 'slow and not heavy' runs it (tests/conftest.py)")
 
 
 def pytest_runtest_setup(item):
@@ -70,3 +74,53 @@ def stable_seed(*key):
 def _stable_seed():
     """:func:`stable_seed` for a test body: ``np.random.default_rng(stable_seed(a, b))``."""
     return stable_seed
+
+
+# -- the daily rotation of heavy cases ---------------------------------------------------------
+
+#: Set to a day number to run that day's rotating cases (the run prints its day).
+ROTATION_ENV = "LOWBIT_ROTATION"
+
+
+def rotation_day():
+    """The rotation's day number: ``$LOWBIT_ROTATION`` if set, else today's proleptic
+    Gregorian ordinal (UTC)."""
+    value = os.environ.get(ROTATION_ENV, "").strip()
+    if value:
+        return int(value)
+    return datetime.datetime.now(datetime.UTC).date().toordinal()
+
+
+def rotate(items, day):
+    """Of every test function marked ``rotate``, its heavy case number ``day % count`` (in
+    collection order) loses ``heavy``; returns those items. The choice depends only on the day
+    and the test's parametrization, not on the selection."""
+    groups = {}
+    for item in items:
+        if item.get_closest_marker("rotate") and item.get_closest_marker("heavy"):
+            groups.setdefault((str(item.path), item.originalname), []).append(item)
+    chosen = []
+    for group in groups.values():
+        item = group[day % len(group)]
+        item.own_markers = [m for m in item.own_markers if m.name != "heavy"]
+        chosen.append(item)
+    return chosen
+
+
+_ROTATED = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    # Before the -m selection (tryfirst), so a rotated case counts as not heavy there.
+    day = rotation_day()
+    config.stash[_ROTATED] = [(day, item) for item in rotate(items, day)]
+
+
+def pytest_collection_finish(session):
+    selected = set(session.items)
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    for day, item in session.config.stash.get(_ROTATED, []):
+        if item in selected and reporter is not None:
+            reporter.write_line(f"rotation day {day} (set {ROTATION_ENV}={day} to repeat): "
+                                f"{item.nodeid} runs as not heavy")

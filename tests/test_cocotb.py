@@ -181,6 +181,7 @@ def test_grand_verilog(tmp_path, mode):
 
 @needs_sim
 @pytest.mark.slow
+@pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("seed", [1, *(pytest.param(s, marks=pytest.mark.heavy) for s in (2, 3))])
 def test_lut_link_verilog_more_seeds(tmp_path, seed):
     test_lut_verilog(tmp_path / "lut", seed)
@@ -189,6 +190,7 @@ def test_lut_link_verilog_more_seeds(tmp_path, seed):
 
 @needs_sim
 @pytest.mark.slow
+@pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.heavy)])
 def test_top_uart_verilog_spram(tmp_path, seed):
     cr.run_bench("top", TOP_SPRAM_PARAMS, "tb_top", top_job(TOP_SPRAM_PARAMS, seed, 40), tmp_path)
@@ -373,6 +375,7 @@ def _arith_in_amaranth(component, phases, *, seed=0):
     return results
 
 
+@pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("name,every", [
     ("bfp", 2), ("bfp-lite", 1), ("discrete", 1), ("quantiser", 4),
     pytest.param("bfp", 1, marks=pytest.mark.slow),
@@ -424,6 +427,7 @@ def test_discrete_op_switch_verilog(tmp_path):
 
 @needs_sim
 @pytest.mark.slow
+@pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.heavy)])
 @pytest.mark.parametrize("name", ["bfp", "discrete", "quantiser", "quantiser-fixed"])
 def test_arith_verilog_more_seeds(tmp_path, name, seed):

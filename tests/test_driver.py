@@ -830,6 +830,7 @@ def test_sim_random_programs_match_model(diff_acc):
 
 
 @pytest.mark.slow
+@pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("seed", [2, *(pytest.param(s, marks=pytest.mark.heavy) for s in (3, 4))])
 def test_sim_random_programs_match_model_long(diff_acc, seed):
     _differential(diff_acc, seed, 15)

@@ -335,6 +335,7 @@ def test_hard_multiplier_netlists():
 
 
 @pytest.mark.slow
+@pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("fmt", [pytest.param("f16", marks=pytest.mark.heavy), "f32"])
 def test_rtl_long_run_16_lanes(fmt):
     f = FORMATS[fmt]

@@ -73,6 +73,7 @@ def test_rtl_equals_model(mode, lanes, reset_seed, ready):
 
 
 @pytest.mark.slow
+@pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("reset_seed", [
     10, *(pytest.param(s, marks=pytest.mark.heavy) for s in (11, 12))])

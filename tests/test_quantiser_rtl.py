@@ -177,6 +177,7 @@ def test_int8_f16_codes(rounding, shift, mult, zero):
 # The every-code runs take minutes each: CI's slow run ("slow and not heavy") takes one case
 # of each, the others are also marked heavy.
 @pytest.mark.slow
+@pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("rounding,shift,mult,zero", [
     case if case == ("zero", 9, 3001, -7) else pytest.param(*case, marks=pytest.mark.heavy)
     for case in INT8_CASES])
@@ -208,6 +209,7 @@ def test_bfp_f16_codes(order, rounding, width, rule):
 
 
 @pytest.mark.slow
+@pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("order,rounding,width,rule", [
     case if case == BFP_CASES[0] else pytest.param(*case, marks=pytest.mark.heavy)
     for case in BFP_CASES])
@@ -217,6 +219,7 @@ def test_bfp_every_f16_code(order, rounding, width, rule):
 
 
 @pytest.mark.slow
+@pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("rounding", [pytest.param("nearest", marks=pytest.mark.heavy), "zero",
                                       pytest.param("stochastic", marks=pytest.mark.heavy)])
 @pytest.mark.parametrize("rule", ["floor", pytest.param("ceil", marks=pytest.mark.heavy)])
@@ -395,6 +398,7 @@ def test_discrete_f16_codes(n, which, rounding):
 
 
 @pytest.mark.slow
+@pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("n,which,rounding", [
     (2, "default", "nearest"),
     *(pytest.param(*case, marks=pytest.mark.heavy) for case in [

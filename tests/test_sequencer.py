@@ -576,6 +576,7 @@ def random_instruction(rng, words, depth):
     return I.move(addr(n), addr(n), n)
 
 
+@pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("seed,trials", [
     (2024, 2), pytest.param(1, 30, marks=[pytest.mark.slow, pytest.mark.heavy]),
     pytest.param(2, 30, marks=pytest.mark.slow),

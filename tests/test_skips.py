@@ -1,5 +1,5 @@
 """The suite's rules in tests/conftest.py: a missing tool skips here and fails under ``CI=true``;
-random inputs are seeded reproducibly."""
+random inputs are seeded reproducibly; heavy cases of a ``rotate`` test take turns in CI."""
 
 import os
 import re
@@ -77,3 +77,40 @@ def test_stable_seed_is_the_same_in_every_process(stable_seed, capsys):
     assert stable_seed(True, "max", "stochastic") != stable_seed(False, "max", "stochastic")
     out = capsys.readouterr().out
     assert "random seed 1317255236 = zlib.crc32(repr(('gauss', 'nearest')).encode())" in out
+
+
+ROTATING = '''
+import pytest
+
+@pytest.mark.slow
+@pytest.mark.rotate
+@pytest.mark.parametrize("case", ["cheap", *(pytest.param(c, marks=pytest.mark.heavy)
+                                            for c in ("h0", "h1", "h2"))])
+def test_sweep(case):
+    pass
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["cheap", pytest.param("h0", marks=pytest.mark.heavy)])
+def test_fixed(case):
+    pass
+'''
+
+
+@pytest.mark.parametrize("day, heavy", [(6, "h0"), (7, "h1")])
+def test_rotation_runs_one_heavy_case_a_day(tmp_path, day, heavy):
+    """``-m 'slow and not heavy'`` with the rotation: the cheap cases, and of a ``rotate`` test
+    the heavy case ``day % 3`` (named in the output with the day that repeats it); a test
+    without ``rotate`` keeps its heavy cases out."""
+    work = tmp_path / "rot"
+    work.mkdir()
+    shutil.copy(CONFTEST, work / "conftest.py")
+    (work / "test_rot.py").write_text(ROTATING)
+    env = dict(os.environ, LOWBIT_ROTATION=str(day))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-m",
+                        "slow and not heavy", str(work)], capture_output=True, text=True,
+                       cwd=work, env=env, timeout=120)
+    ran = re.findall(r"::(test_\w+\[\w+\]) PASSED", r.stdout)
+    assert sorted(ran) == sorted(["test_sweep[cheap]", f"test_sweep[{heavy}]",
+                                  "test_fixed[cheap]"]), r.stdout
+    assert f"rotation day {day} (set LOWBIT_ROTATION={day} to repeat): " \
+           f"test_rot.py::test_sweep[{heavy}] runs as not heavy" in r.stdout

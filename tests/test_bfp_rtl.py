@@ -293,6 +293,23 @@ def test_nan_operands():
     assert got[3][1] != nan
 
 
+@pytest.mark.parametrize("options", [{}, LITE], ids=["pipelined", "lite"])
+def test_tiny_products(options):
+    """Every lane's ``bitlen(|A|) + ea`` below zero (exponent sums near -100): the max rule's
+    running maximum must start below all of them, not at 0."""
+    rng = np.random.default_rng(61)
+    jobs = [make_job(rng, 4, 2, 4, kind=kind) for kind in ("gauss", "heavy", "uniform")]
+    for k, job in enumerate(jobs):
+        job["w_e"][:] = rng.integers(-60, -50, job["w_e"].shape)
+        job["x_e"][:] = -45 - 3 * k
+    got = check({**SMALL, **options}, jobs, valid_prob=0.9, ready_prob=0.8)
+    assert all(-127 < e < -80 for _, e in got)
+    model = ColumnModel(**SMALL)
+    for job in jobs:
+        acc, ea, _ = model.accumulate(job["w_m"], job["w_e"], job["x_m"], job["x_e"])
+        assert max(abs(a).bit_length() + e for a, e in zip(acc, ea, strict=True)) < 0
+
+
 @pytest.mark.parametrize("width", [2, 3, 5])
 def test_runtime_width(width):
     rng = np.random.default_rng(width)

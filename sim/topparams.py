@@ -13,17 +13,21 @@ like "Lane count must be an integer between 1 and 32, not 33" (``docs/protocol.m
 and parameters").
 """
 
+import fractions
 import numbers
 
 __all__ = ["TOP_DEFAULTS", "SPRAM_BYTES", "MIN_DIVISOR", "MULTIPLIERS", "check_int",
            "check_bool", "check_pow2", "check_scratch_bytes", "check_grand_modes",
-           "check_multiplier", "uart_divisor", "check_top_params"]
+           "check_multiplier", "uart_period", "uart_divisor", "MAX_PERIOD_DENOMINATOR",
+           "check_top_params"]
 
 #: Bytes in one iCE40 UP5K SB_SPRAM256KA (16384 words of 16 bits).
 SPRAM_BYTES = 32768
 #: Smallest UART bit period in cycles (mid-bit sampling needs a few cycles per bit); the same
 #: as :data:`lowbit.hw.uart.MIN_DIVISOR`.
-MIN_DIVISOR = 4
+MIN_DIVISOR = 3
+#: Largest denominator of a fractional UART bit period (:func:`uart_period`).
+MAX_PERIOD_DENOMINATOR = 64
 #: Multiplier styles of the BFP column (the keys of :data:`lowbit.hw.mult.MULT_STYLES`).
 MULTIPLIERS = ("lut", "sb_mac16", "mult18x18d")
 
@@ -113,15 +117,20 @@ def check_scratch_bytes(size, use_spram):
     return size
 
 
-def uart_divisor(clk_freq, baud):
-    """Bit period in cycles, ``round(clk_freq / baud)``, with argument validation.
+def uart_period(clk_freq, baud):
+    """UART bit period in clock cycles, ``clk_freq / baud`` as a :class:`fractions.Fraction`
+    (denominator at most :data:`MAX_PERIOD_DENOMINATOR`), with argument validation.
+
+    The UART times its bits with this exact ratio (a fractional bit period: e.g. 25/3 cycles
+    for 3 Mbaud on a 25 MHz clock alternates bits of 8, 8 and 9 cycles), so any rate with at
+    least :data:`MIN_DIVISOR` cycles per bit is made without a rounding error of the rate.
 
     Raises
     ------
     TypeError
         If ``clk_freq`` is not a real number or ``baud`` is not an integer (bools rejected).
     ValueError
-        If either is not positive, or the divisor is below :data:`MIN_DIVISOR`.
+        If either is not positive, or the period is below :data:`MIN_DIVISOR` cycles.
     """
     if not isinstance(clk_freq, numbers.Real) or isinstance(clk_freq, bool):
         raise TypeError(f"Clock frequency must be a number, not {clk_freq!r}")
@@ -131,17 +140,26 @@ def uart_divisor(clk_freq, baud):
         raise TypeError(f"Baud rate must be an integer, not {baud!r}")
     if baud <= 0:
         raise ValueError(f"Baud rate must be a positive integer, not {baud}")
-    divisor = round(clk_freq / baud)
-    if divisor < MIN_DIVISOR:
+    period = (fractions.Fraction(clk_freq).limit_denominator(1 << 20) / baud)
+    period = period.limit_denominator(MAX_PERIOD_DENOMINATOR)
+    if period < MIN_DIVISOR:
         raise ValueError(f"Baud rate {baud} is too fast for a {clk_freq / 1e6:g} MHz clock: "
-                         f"divisor {divisor} is below {MIN_DIVISOR}")
-    return divisor
+                         f"divisor {float(period):g} is below {MIN_DIVISOR} cycles per bit")
+    return period
+
+
+def uart_divisor(clk_freq, baud):
+    """The UART bit period rounded to whole cycles, ``round(clk_freq / baud)`` (validated by
+    :func:`uart_period`; the UART itself keeps the exact fraction). The inter-byte timeout
+    counts ``timeout_bits`` periods of this many cycles."""
+    return round(uart_period(clk_freq, baud))
 
 
 def check_top_params(**params):
     """Check the top's parameters; returns them with the defaults of :data:`TOP_DEFAULTS`
     filled in, ``scratch_bytes`` resolved, ``grand_modes`` a tuple (or ``None``) and
-    ``divisor`` (the UART bit period) added.
+    ``bit_period`` (the UART bit period in cycles, a Fraction) and ``divisor`` (it rounded)
+    added.
 
     Checked in this order (the first bad parameter raises): ``clk_freq`` / ``baud``,
     ``lanes``, ``use_spram``, ``scratch_bytes``, ``frame_bytes``, ``timeout_bits``, ``uart``,
@@ -162,7 +180,8 @@ def check_top_params(**params):
     if unknown:
         raise TypeError(f"Unknown top parameters: {', '.join(sorted(unknown))}")
     p = {**TOP_DEFAULTS, **params}
-    p["divisor"] = uart_divisor(p["clk_freq"], p["baud"])
+    p["bit_period"] = uart_period(p["clk_freq"], p["baud"])
+    p["divisor"] = round(p["bit_period"])
     check_int("Lane count", p["lanes"], 1, 32)
     check_bool("use_spram", p["use_spram"])
     if p["scratch_bytes"] is None:

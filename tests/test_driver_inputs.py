@@ -1047,7 +1047,7 @@ def test_a_silent_port_names_the_command_and_the_causes():
 
 _TOP_CASES = [dict(scratch_bytes=100), dict(frame_bytes=3), dict(frame_bytes=4097),
               dict(scratch_bytes=4096.0), dict(use_spram=True, scratch_bytes=4096),
-              dict(lanes=0), dict(lanes=True), dict(baud=0), dict(baud=4_000_000),
+              dict(lanes=0), dict(lanes=True), dict(baud=0), dict(baud=5_000_000),
               dict(clk_freq="12e6"), dict(timeout_bits=9), dict(uart=0), dict(grand=1),
               dict(grand_modes="normal"), dict(grand_modes=("gauss",)), dict(matrix_lanes=6),
               dict(matrix_lanes=64), dict(block=3), dict(weight_depth=8), dict(max_blocks=0),

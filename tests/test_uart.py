@@ -1,6 +1,7 @@
 """8N1 UART receiver and transmitter in Amaranth's simulator."""
 
 import random
+from fractions import Fraction
 
 import pytest
 from amaranth.hdl import Module
@@ -9,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from lowbit.hw.registry import build_block
-from lowbit.hw.uart import UART, UARTReceiver, UARTTransmitter, uart_divisor
+from lowbit.hw.uart import UART, UARTReceiver, UARTTransmitter, uart_divisor, uart_period
 from lowbit.sim.rtl.harness import run_stream
 
 
@@ -20,7 +21,9 @@ from lowbit.sim.rtl.harness import run_stream
     (("12e6", 9600), TypeError, "Clock frequency must be a number"),
     ((True, 9600), TypeError, "Clock frequency must be a number"),
     ((-1, 9600), ValueError, "Clock frequency must be positive"),
-    ((12e6, 4_000_000), ValueError, "divisor 3 is below 4"),
+    ((12e6, 5_000_000), ValueError, "divisor 2.4 is below 3"),
+    ((18e6, 8_000_000), ValueError, "divisor 2.25 is below 3 cycles per bit"),
+    ((25e6, 12_000_000), ValueError, "too fast for a 25 MHz clock"),
 ])
 def test_divisor_validation(args, exc, msg):
     with pytest.raises(exc, match=msg):
@@ -29,12 +32,20 @@ def test_divisor_validation(args, exc, msg):
 
 @pytest.mark.parametrize("cls", [UARTReceiver, UARTTransmitter])
 def test_component_divisor_validation(cls):
-    with pytest.raises(TypeError, match="Divisor must be an integer, not 12.0"):
+    with pytest.raises(TypeError, match="Divisor must be an integer or a fractions.Fraction, "
+                                        "not 12.0"):
         cls(12.0)
     with pytest.raises(TypeError, match="Divisor must be an integer"):
         cls(True)
-    with pytest.raises(ValueError, match="Divisor must be an integer of at least 4, not 3"):
-        cls(3)
+    with pytest.raises(ValueError, match="Divisor must be at least 3 cycles per bit, not 2"):
+        cls(2)
+    with pytest.raises(ValueError, match="not 5/2"):
+        cls(Fraction(5, 2))
+    with pytest.raises(ValueError, match="denominator of at most 64, not 1001/100"):
+        cls(Fraction(1001, 100))
+    dut = cls(Fraction(25, 3))
+    dut._MustUse__silence = True
+    assert (dut.period, dut.divisor) == (Fraction(25, 3), 8)
 
 
 def test_divisor_rounding():
@@ -47,13 +58,27 @@ def test_divisor_rounding():
     assert (uart.divisor, uart.baud, uart.clk_freq) == (6, 2_000_000, 12e6)
 
 
+def test_exact_periods():
+    """The UART keeps clk_freq / baud exactly: the boards' rates."""
+    assert uart_period(18e6, 3_000_000) == 6
+    assert uart_period(18e6, 4_000_000) == Fraction(9, 2)
+    assert uart_period(25e6, 3_000_000) == Fraction(25, 3)
+    assert uart_period(48e6, 12_000_000) == 4
+    assert uart_period(36e6, 12_000_000) == 3 and uart_period(36e6, 8_000_000) == Fraction(9, 2)
+    assert uart_period(12e6, 115200) == Fraction(625, 6)
+    assert uart_period(1e6 / 3, 9600).denominator <= 64
+    uart = build_block("uart", clk_freq=25e6, baud=3_000_000)
+    uart._MustUse__silence = True
+    assert (uart.period, uart.divisor) == (Fraction(25, 3), 8)
+
+
 class Loopback(wiring.Component):
     """A UART whose tx drives its own rx."""
     i: In(stream.Signature(8))
     o: Out(stream.Signature(8))
 
-    def __init__(self, baud):
-        self.uart = UART(clk_freq=12e6, baud=baud)
+    def __init__(self, baud, clk_freq=12e6):
+        self.uart = UART(clk_freq=clk_freq, baud=baud)
         super().__init__()
 
     def elaborate(self, platform):
@@ -75,9 +100,19 @@ def test_loopback(baud):
     assert out["o"] == data
 
 
-def _levels(data, bit, stop_bits=None):
-    """Line levels per cycle for bytes ``data`` at a (fractional) bit period, back to back."""
-    levels, t = [], 0.0
+@pytest.mark.parametrize("clk, baud", [(18e6, 4_000_000), (25e6, 3_000_000)])  # 9/2, 25/3
+def test_loopback_fractional(clk, baud):
+    rng = random.Random(baud)
+    data = [0x00, 0xFF, 0x55, 0xAA] + [rng.randrange(256) for _ in range(8)]
+    out = run_stream(Loopback(baud, clk), {"i": data}, {"o": len(data)}, valid_prob=1.0,
+                     ready_prob=1.0, seed=1, max_cycles=12 * 10 * len(data))
+    assert out["o"] == data
+
+
+def _levels(data, bit, stop_bits=None, phase=0.0):
+    """Line levels per cycle for bytes ``data`` at a (fractional) bit period, back to back,
+    the first edge ``phase`` cycles into the first cycle."""
+    levels, t = [1] * 4, 4.0 + phase
     for k, byte in enumerate(data):
         stop = 1 if stop_bits is None else stop_bits[k]
         for lv in [0] + [byte >> j & 1 for j in range(8)] + [stop]:
@@ -87,6 +122,8 @@ def _levels(data, bit, stop_bits=None):
 
 
 def _run_rx(levels, divisor=12, ready=True):
+    """Feed ``levels`` to a receiver with bit period ``divisor``; returns (bytes, framing
+    errors, overruns)."""
     dut = UARTReceiver(divisor)
     got, framing, overrun = [], [0], [0]
 
@@ -119,6 +156,32 @@ def test_rx_baud_mismatch(error):
     assert (got, framing, overrun) == (data, 0, 0)
 
 
+# The boards' periods: 3 (12 Mbaud at 36 MHz), 4 (3 Mbaud at 12 MHz, 12 Mbaud at 48 MHz),
+# 9/2 (4 Mbaud at 18 MHz), 25/3 (3 Mbaud at 25 MHz).
+PERIODS = [Fraction(3), Fraction(4), Fraction(9, 2), Fraction(25, 3)]
+
+
+@pytest.mark.parametrize("period", PERIODS, ids=str)
+@pytest.mark.parametrize("error", [-0.02, 0.02])
+def test_rx_fast_rates_baud_mismatch(period, error):
+    """At the fast rates a sender 2 % fast or slow, 24 bytes back to back with no idle gap,
+    at several phases of the first edge within a cycle."""
+    rng = random.Random(str(period) + str(error))
+    data = [0x00, 0xFF, 0x7F, 0xFE, 0x55, 0xAA] + [rng.randrange(256) for _ in range(18)]
+    for phase in (0.0, 0.3, 0.7):
+        got = _run_rx(_levels(data, float(period) * (1 + error), phase=phase), period)
+        assert got == (data, 0, 0), phase
+
+
+@pytest.mark.parametrize("period", [Fraction(3), Fraction(9, 2)], ids=str)
+@pytest.mark.parametrize("error", [-0.06, 0.06])
+def test_rx_fails_beyond_its_tolerance(period, error):
+    """A sender 6 % off is not received cleanly: the sweep above is not vacuous."""
+    data = [0x00, 0xFF, 0x0F, 0xF0] * 3
+    got = _run_rx(_levels(data, float(period) * (1 + error)), period)
+    assert got != (data, 0, 0)
+
+
 def test_rx_framing_error_glitch_and_recovery():
     # A byte with a low stop bit is dropped and flagged; once the line has been idle the next
     # byte arrives (back to back, the start bit after a low stop bit is ambiguous).
@@ -139,13 +202,16 @@ def test_rx_overrun():
     assert (got, framing, overrun) == ([0x11], 0, 2)
 
 
+@pytest.mark.parametrize("period", [Fraction(12), Fraction(3), Fraction(9, 2), Fraction(25, 3)],
+                         ids=str)
 @pytest.mark.parametrize("error", [-0.02, 0.02])
-def test_tx_against_mismatched_receiver(error):
-    """The transmitter's frames decode at a receiver whose clock is 2 % off."""
+def test_tx_against_mismatched_receiver(error, period):
+    """The transmitter's frames, back to back, decode at a receiver whose clock is 2 % off
+    (an ideal mid-bit sampler; the fractional periods alternate bit lengths)."""
     rng = random.Random(3)
     data = [0x00, 0xFF] + [rng.randrange(256) for _ in range(10)]
-    dut = UARTTransmitter(12)
-    bit = 12 * (1 + error)
+    dut = UARTTransmitter(period)
+    bit = float(period) * (1 + error)
     samples = [int((k + 0.5) * bit) for k in range(10)]
     got = []
 
@@ -158,7 +224,7 @@ def test_tx_against_mismatched_receiver(error):
 
     async def receiver(ctx):
         line = []
-        for _ in range(len(data) * 10 * 12 + 100):
+        for _ in range(int(len(data) * 10 * period) + 100):
             _, _, tx = await ctx.tick().sample(dut.tx)
             line.append(tx)
         t = 0
@@ -177,3 +243,33 @@ def test_tx_against_mismatched_receiver(error):
     sim.add_testbench(receiver)
     sim.run()
     assert got == data
+
+
+@pytest.mark.parametrize("period", [Fraction(12), Fraction(3), Fraction(9, 2), Fraction(25, 3)],
+                         ids=str)
+def test_tx_back_to_back_at_full_line_rate(period):
+    """Bytes offered without a gap leave with no idle cycle: start edges exactly 10 periods
+    apart (within a cycle each, exactly on average)."""
+    dut = UARTTransmitter(period)
+    n = 8
+    edges = []
+
+    async def bench(ctx):
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.i.payload, 0xFE)                 # start bit then a low bit 0: one edge
+        prev, t = 1, 0
+        while len(edges) < n:
+            _, _, tx = await ctx.tick().sample(dut.tx)
+            t += 1
+            if prev and not tx:
+                edges.append(t)
+            prev = tx
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    gaps = [b - a for a, b in zip(edges, edges[1:])]
+    assert all(abs(g - 10 * period) < 1 for g in gaps), gaps
+    assert edges[-1] - edges[0] == round(10 * period * (n - 1)) or \
+        abs(edges[-1] - edges[0] - 10 * period * (n - 1)) < 1

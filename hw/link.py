@@ -135,7 +135,10 @@ class HostLink(wiring.Component):
         m.d.comb += take.eq(self.i.valid & self.i.ready)
 
         opcode = Signal(8)
-        length = Signal(16)      # request payload length
+        # Request payload length: at most frame_bytes once the frame is accepted (a longer one
+        # is drained), so it has fewer bits than the header's field, and so do the command's
+        # length and the handlers' copies (synthesis sees the upper bits are zero).
+        length = Signal(self._frame_bytes.bit_length())
         # Bytes still to come: payload, drain, or reply payload (down-counter, so that the
         # tests against it are compares with constants).
         remaining = Signal(range(MAX_LENGTH + 3))
@@ -200,11 +203,11 @@ class HostLink(wiring.Component):
                             m.d.sync += opcode.eq(byte)
                             m.next = "LEN_LO"
                         elif state == "LEN_LO":
-                            m.d.sync += length[:8].eq(byte)
+                            m.d.sync += crc_lo.eq(byte)      # free until CRC_LO
                             m.next = "LEN_HI"
                         elif state == "LEN_HI":
-                            new_length = Cat(length[:8], byte)
-                            m.d.sync += [length[8:].eq(byte), remaining.eq(new_length)]
+                            new_length = Cat(crc_lo, byte)
+                            m.d.sync += [length.eq(new_length), remaining.eq(new_length)]
                             with m.If(new_length > self._frame_bytes):
                                 m.d.sync += remaining.eq(new_length + 2)
                                 m.next = "DRAIN"

@@ -31,6 +31,7 @@ from lowbit.sim.link import (
     ENGINE_BITS,
     IDENTITY_BYTES,
     MAGIC,
+    PACKED_TRANSFERS,
     PROTOCOL_VERSION,
     REGISTER_BY_NAME,
     REGISTERS,
@@ -429,22 +430,36 @@ class RegisterHandler(wiring.Component):
 
 
 class MemoryHandler(wiring.Component):
-    """MEM_READ / MEM_WRITE of the scratchpad, one byte per cycle.
+    """MEM_READ / MEM_WRITE and the packed transfers of the scratchpad, one byte per cycle.
 
     MEM_WRITE payload: byte address u32, then the data. MEM_READ payload: byte address u32,
-    count u16; the reply carries ``count`` bytes. Checks, in order: payload length (MEM_READ
-    exactly 6, MEM_WRITE at least 4) -> ``BAD_LENGTH``; address at or past the end ->
-    ``BAD_ADDRESS``; range past the end or a read longer than ``frame_bytes`` ->
+    count u16; the reply carries ``count`` bytes. The packed transfers
+    (:data:`lowbit.sim.link.PACKED_TRANSFERS`) move one byte lane of the words: MEM_WRITE_LOW
+    writes each data byte to the low byte of the next word, MEM_FILL_HIGH each to the high
+    bytes of the next ``block`` words, MEM_READ_LOW returns the low bytes of ``count`` words,
+    MEM_READ_HIGH the high byte of every ``tile``-th word. Checks, in order: payload length
+    (reads exactly 6, writes at least 4) -> ``BAD_LENGTH``; address at or past the end (or
+    odd, for a packed transfer) -> ``BAD_ADDRESS``; range past the end (a packed transfer's
+    bytes span ``2·span`` scratchpad bytes each) or a read longer than ``frame_bytes`` ->
     ``BAD_LENGTH``. Nothing is written unless all checks pass.
+
+    The opcodes' low bits decode the transfer: bit 0 write, bit 1 low lane, bit 2 high lane
+    (MEM_READ 0x20 .. MEM_FILL_HIGH 0x25). A packed transfer walks the words with the byte
+    pointer on the lane (odd for the high byte, so the byte enables are MEM_WRITE's) in steps
+    of two; a span of several words repeats a written byte or skips words read, one word per
+    cycle.
 
     Parameters
     ----------
     size : int
         Scratchpad bytes.
     frame_bytes : int
-        Largest reply payload of a MEM_READ.
+        Largest reply payload of a read.
     addr_width : int
         Word address width of the scratchpad port.
+    block, tile : int
+        Words per byte of MEM_FILL_HIGH and MEM_READ_HIGH (powers of two: the top's ``block``
+        and ``matrix_lanes``).
 
     Members
     -------
@@ -453,9 +468,11 @@ class MemoryHandler(wiring.Component):
     """
 
     @quiet_on_error
-    def __init__(self, *, size, frame_bytes, addr_width):
+    def __init__(self, *, size, frame_bytes, addr_width, block=16, tile=8):
         self._size = size
         self._frame_bytes = frame_bytes
+        self._block = block
+        self._tile = tile
         super().__init__({"command": In(CommandSignature()),
                           "mem": Out(ScratchPortSignature(addr_width))})
 
@@ -465,29 +482,58 @@ class MemoryHandler(wiring.Component):
         p = self.mem
         args = _Collector(m, c.arg, 6, "mem")
         writing = Signal()
-        length = Signal(16)
+        packed = Signal()        # a packed transfer: one lane, the pointer steps by 2
+        high = Signal()          # MEM_READ_HIGH / MEM_FILL_HIGH: spans of several words
+        length = Signal(self._frame_bytes.bit_length())   # a frame's payload length
         status = Signal(8)
         # Checks against the 32-bit address happen once, in CHECK; afterwards only the low bits
         # that address the scratchpad are kept.
         aw = self._size.bit_length()
         addr = args.value[0:32]
-        count = Signal(16)
+        # A count above frame_bytes is refused (BAD_LENGTH); below it, it has ``fb`` bits.
+        fb = self._frame_bytes.bit_length()
+        count = Signal(fb)
+        too_long = Signal()
         ptr = Signal(aw)
         ptr_next = Signal(aw)
         left = Signal(range(self._frame_bytes + 1))
+        lb, lt = self._block.bit_length() - 1, self._tile.bit_length() - 1
+        rep = Signal(max(lb, lt, 1))            # word within a span
+        last = Signal(max(lb, lt, 1))           # span - 1
+        # Scratchpad bytes the request covers: count << (0 | 1 | 1 + log2 span).
+        extent = Signal(fb + max(lb, lt) + 1)
+        with m.If(~packed):
+            m.d.comb += extent.eq(count)
+        with m.Elif(~high):
+            m.d.comb += extent.eq(count << 1)
+        with m.Elif(writing):
+            m.d.comb += extent.eq(count << (1 + lb))
+        with m.Else():
+            m.d.comb += extent.eq(count << (1 + lt))
+        # In a span: a written byte is consumed at its last word, a read one sent at its first.
+        span_end = Signal()
+        m.d.comb += span_end.eq(rep == Mux(writing, last, 0))
 
         m.d.comb += [ptr_next.eq(ptr), p.addr.eq(ptr_next[1:]),
                      p.wdata.eq(Cat(c.arg.payload, c.arg.payload)),
                      p.wmask.eq(Mux(ptr[0], 0b10, 0b01))]
         m.d.sync += ptr.eq(ptr_next)
 
+        def advance():
+            m.d.comb += ptr_next.eq(ptr + Mux(packed, 2, 1))
+            m.d.sync += rep.eq(Mux(rep == last, 0, rep + 1))
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += c.cmd.ready.eq(1)
                 with m.If(c.cmd.valid):
-                    is_write = c.cmd.payload.opcode == Opcode.MEM_WRITE
+                    op = c.cmd.payload.opcode
+                    is_write = op[0]
                     n = c.cmd.payload.length
-                    m.d.sync += [writing.eq(is_write), length.eq(n), args.count.eq(0)]
+                    m.d.sync += [writing.eq(is_write), packed.eq(op[1] | op[2]), high.eq(op[2]),
+                                 length.eq(n), args.count.eq(0), rep.eq(0),
+                                 last.eq(Mux(op[2], Mux(is_write, self._block - 1,
+                                                         self._tile - 1), 0))]
                     with m.If(Mux(is_write, n >= 4, n == 6)):
                         m.next = "ARGS"
                     with m.Else():
@@ -496,15 +542,17 @@ class MemoryHandler(wiring.Component):
             with m.State("ARGS"):
                 done = args.collect(Mux(writing, 4, 6))
                 with m.If(done):
-                    m.d.sync += count.eq(Mux(writing, length - 4, args.value[32:48]))
+                    m.d.sync += [count.eq(Mux(writing, length - 4, args.value[32:32 + fb])),
+                                 too_long.eq(~writing & (args.value[32:48] > self._frame_bytes))]
                     m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.sync += [ptr.eq(addr[:aw]), left.eq(count), status.eq(Status.OK)]
+                m.d.sync += [ptr.eq(Cat(addr[0] | high, addr[1:aw])), left.eq(count),
+                             status.eq(Status.OK)]
                 m.next = "RESP"
-                with m.If(addr >= self._size):
+                with m.If((addr >= self._size) | (packed & addr[0])):
                     m.d.sync += status.eq(Status.BAD_ADDRESS)
                 # Only reached with addr < size, so its low ``aw`` bits are the whole address.
-                with m.Elif((addr[:aw] + count > self._size) | (count > self._frame_bytes)):
+                with m.Elif((addr[:aw] + extent > self._size) | too_long):
                     m.d.sync += status.eq(Status.BAD_LENGTH)
                 with m.Elif(writing):
                     m.next = "WRITE"
@@ -512,10 +560,12 @@ class MemoryHandler(wiring.Component):
                 with m.If(left == 0):
                     m.next = "RESP"
                 with m.Else():
-                    m.d.comb += [c.arg.ready.eq(1), p.we.eq(c.arg.valid), p.addr.eq(ptr[1:])]
+                    m.d.comb += [c.arg.ready.eq(span_end), p.we.eq(c.arg.valid),
+                                 p.addr.eq(ptr[1:])]
                     with m.If(c.arg.valid):
-                        m.d.comb += ptr_next.eq(ptr + 1)
-                        m.d.sync += left.eq(left - 1)
+                        advance()
+                        with m.If(span_end):
+                            m.d.sync += left.eq(left - 1)
             with m.State("RESP"):
                 reading = (status == Status.OK) & ~writing
                 m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
@@ -526,10 +576,11 @@ class MemoryHandler(wiring.Component):
                         m.next = "READ"
             with m.State("READ"):
                 # rdata holds the word at ``ptr`` because the address runs on ptr_next.
-                m.d.comb += [c.data.valid.eq(1),
+                m.d.comb += [c.data.valid.eq(span_end),
                              c.data.payload.eq(Mux(ptr[0], p.rdata[8:], p.rdata[:8]))]
-                with m.If(c.data.ready):
-                    m.d.comb += ptr_next.eq(ptr + 1)
+                with m.If(c.data.ready | ~span_end):
+                    advance()
+                with m.If(c.data.ready & span_end):
                     m.d.sync += left.eq(left - 1)
                     with m.If(left == 1):
                         m.next = "IDLE"
@@ -544,8 +595,9 @@ class Accelerator(wiring.Component):
     clk_freq : int or float
         Clock frequency in Hz (default 12 MHz, iCEBreaker).
     baud : int
-        UART baud rate (default 1 Mbaud; the bit period ``round(clk_freq / baud)`` must be at
-        least 4 cycles).
+        UART baud rate (default 1 Mbaud). The UART keeps the exact bit period
+        ``clk_freq / baud`` (a fraction, :func:`lowbit.hw.uart.uart_period`), which must be at
+        least 4 cycles; IDENTIFY reports the rate and the clock.
     lanes : int
         Engine lanes, 1 to 32 (reported by IDENTIFY; engines are attached later).
     scratch_bytes : int, optional
@@ -595,7 +647,7 @@ class Accelerator(wiring.Component):
         With ``True`` (default) the ports are ``rx`` / ``tx``. With ``False`` the UART is left
         out and the link's byte streams are the ports ``i`` / ``o`` (the simulation shortcut:
         one byte per cycle instead of 10 bit times; the timeout still counts
-        ``timeout_bits * divisor`` cycles).
+        ``timeout_bits * divisor`` cycles, ``divisor`` the bit period rounded).
     simulation : bool
         Use behavioural models of vendor primitives (SPRAM) so Amaranth's simulator runs it.
 
@@ -637,6 +689,7 @@ class Accelerator(wiring.Component):
             bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined)
         self._divisor = p["divisor"]
+        self._period = p["bit_period"]
         self._clk_freq = clk_freq
         self._baud = baud
         self._lanes = lanes
@@ -665,7 +718,7 @@ class Accelerator(wiring.Component):
                     self._engines |= 1 << ENGINE_BITS[name]
         self._identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, self._lanes,
                                   self._scratch_bytes, self._frame_bytes, self._engines,
-                                  self._use_spram)
+                                  self._use_spram, baud, round(clk_freq))
         if uart:
             members = {"rx": In(1, init=1), "tx": Out(1, init=1)}
         else:
@@ -676,6 +729,8 @@ class Accelerator(wiring.Component):
     clk_freq = property(lambda self: self._clk_freq)
     baud = property(lambda self: self._baud)
     divisor = property(lambda self: self._divisor)
+    #: UART bit period in cycles (:class:`fractions.Fraction`, ``clk_freq / baud``).
+    bit_period = property(lambda self: self._period)
     lanes = property(lambda self: self._lanes)
     scratch_bytes = property(lambda self: self._scratch_bytes)
     use_spram = property(lambda self: self._use_spram)
@@ -727,7 +782,7 @@ class Accelerator(wiring.Component):
     def dispatch_table(self):
         """Rows of the dispatcher: opcode groups, one handler each (engines append rows)."""
         table = [(Opcode.PING,), (Opcode.IDENTIFY,), (Opcode.REG_READ, Opcode.REG_WRITE),
-                 (Opcode.MEM_READ, Opcode.MEM_WRITE)]
+                 (Opcode.MEM_READ, Opcode.MEM_WRITE, *PACKED_TRANSFERS)]
         if self._lut_tables:
             table.append((Opcode.LUT_WRITE, Opcode.LUT_APPLY))
         if self._grand:
@@ -749,9 +804,10 @@ class Accelerator(wiring.Component):
         scratch = Scratchpad(size=self._scratch_bytes, use_spram=self._use_spram,
                              simulation=self._simulation)
         m.submodules.scratch = scratch
-        m.submodules.memory = mem = MemoryHandler(size=self._scratch_bytes,
-                                                  frame_bytes=self._frame_bytes,
-                                                  addr_width=scratch.addr_width)
+        m.submodules.memory = mem = MemoryHandler(
+            size=self._scratch_bytes, frame_bytes=self._frame_bytes,
+            addr_width=scratch.addr_width, block=self._seq_params["block"],
+            tile=self._seq_params["lanes"])
         handlers = [ping, ident, regs, mem]
         if self._lut_tables:
             m.submodules.lut = lut = LUTHandler(lanes=self._lanes, tables=self._lut_tables)
@@ -797,8 +853,8 @@ class Accelerator(wiring.Component):
         overrun = Signal(8)
         rx_byte = Signal()
         if self._uart:
-            m.submodules.uart_rx = urx = UARTReceiver(self._divisor)
-            m.submodules.uart_tx = utx = UARTTransmitter(self._divisor)
+            m.submodules.uart_rx = urx = UARTReceiver(self._period)
+            m.submodules.uart_tx = utx = UARTTransmitter(self._period)
             m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
             wiring.connect(m, urx.o, link.i)
             wiring.connect(m, link.o, utx.i)

@@ -48,7 +48,8 @@ from .topparams import check_top_params
 
 __all__ = [
     "SOF_REQUEST", "SOF_REPLY", "PROTOCOL_VERSION", "DESIGN_VERSION", "MAGIC", "Opcode", "Status",
-    "ENGINE_OPCODES", "Register", "REGISTERS", "REGISTER_BY_NAME", "ENGINE_BITS", "Identity",
+    "ENGINE_OPCODES", "PACKED_TRANSFERS", "Register", "REGISTERS", "REGISTER_BY_NAME",
+    "ENGINE_BITS", "Identity",
     "crc16", "encode_request", "encode_reply", "decode_request", "decode_reply", "FrameError",
     "ReplyParser", "DeviceModel", "reg_read_payload", "reg_write_payload", "mem_read_payload",
     "mem_write_payload", "identity_registers", "DESIGN_PARAMS", "design_registers",
@@ -57,14 +58,16 @@ __all__ = [
 
 SOF_REQUEST = 0xA5
 SOF_REPLY = 0x5A
+#: Version 3: the packed scratchpad transfers (MEM_READ_LOW, MEM_WRITE_LOW, MEM_READ_HIGH,
+#: MEM_FILL_HIGH) and the link parameters (baud rate, clock) in the 24-byte IDENTIFY record.
 #: Version 2: RUN replies carry the matrix engine's busy cycles (16 bytes, was 12).
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 #: (major, minor) of the gateware design; the driver refuses a different major version.
 #: Minor 2 added the identification registers ``ID_MATRIX`` and ``ID_ENGINE``.
 DESIGN_VERSION = (0, 2)
 MAGIC = b"LOWB"
 #: Length of the IDENTIFY reply payload.
-IDENTITY_BYTES = 16
+IDENTITY_BYTES = 24
 #: Largest payload length a frame header can carry.
 MAX_LENGTH = 0xFFFF
 
@@ -77,6 +80,15 @@ class Opcode(enum.IntEnum):
     REG_WRITE = 0x11  #: payload: index u16, value u32; reply: empty
     MEM_READ = 0x20   #: payload: byte address u32, count u16; reply: count bytes
     MEM_WRITE = 0x21  #: payload: byte address u32, data; reply: empty
+    #: payload: even byte address u32, count u16; reply: the low bytes of ``count`` words
+    MEM_READ_LOW = 0x22
+    #: payload: even byte address u32, data; each byte to the low byte of the next word
+    MEM_WRITE_LOW = 0x23
+    #: payload: even byte address u32, count u16; reply: the high byte of every
+    #: ``matrix_lanes``-th word, ``count`` bytes
+    MEM_READ_HIGH = 0x24
+    #: payload: even byte address u32, data; each byte to the high bytes of ``block`` words
+    MEM_FILL_HIGH = 0x25
     GRAND_SEED = 0x40  #: payload: 16*lanes bytes of generator state; reply: empty
     GRAND_SAMPLES = 0x41  #: payload: count u16, format u8 (0 f16, 1 f32); reply: samples
     LUT_WRITE = 0x48  #: payload: table u8, start u8, entries; reply: empty
@@ -87,6 +99,16 @@ class Opcode(enum.IntEnum):
 #: Opcodes reserved for engine commands (answered BAD_OPCODE until an engine claims them).
 ENGINE_OPCODES = range(0x40, 0x80)
 
+#: The packed scratchpad transfers: opcode -> (writes, lane: 0 low byte / 1 high byte, span:
+#: "word" one word per byte, "block" ``block`` words per byte, "tile" ``matrix_lanes`` words
+#: per byte). A span's bytes cover ``2 * span`` scratchpad bytes from an even address.
+PACKED_TRANSFERS = {
+    Opcode.MEM_READ_LOW: (False, 0, "word"),
+    Opcode.MEM_WRITE_LOW: (True, 0, "word"),
+    Opcode.MEM_READ_HIGH: (False, 1, "tile"),
+    Opcode.MEM_FILL_HIGH: (True, 1, "block"),
+}
+
 
 #: Engine name -> bit of the IDENTIFY / ID_PARAMS engine bitmask.
 ENGINE_BITS = {"grand": 0, "bfp": 1, "discrete": 2, "quantiser": 3, "lut": 4, "sequencer": 5}
@@ -94,11 +116,13 @@ ENGINE_BITS = {"grand": 0, "bfp": 1, "discrete": 2, "quantiser": 3, "lut": 4, "s
 
 @dataclasses.dataclass(frozen=True)
 class Identity:
-    """The IDENTIFY record (16 bytes, little-endian).
+    """The IDENTIFY record (24 bytes, little-endian).
 
     Layout: ``magic[4], protocol u8, design_major u8, design_minor u8, lanes u8,
-    scratch_bytes u32, frame_bytes u16, engines u8, flags u8`` (flags bit 0: scratchpad in
-    SPRAM).
+    scratch_bytes u32, frame_bytes u16, engines u8, flags u8, baud u32, clk_hz u32`` (flags
+    bit 0: scratchpad in SPRAM; ``baud``: the UART's rate (a top built with ``uart=False``
+    reports the rate its timeout is counted in); ``clk_hz``: the clock, Hz, rounded to an
+    integer).
     """
     magic: bytes
     protocol: int
@@ -108,12 +132,15 @@ class Identity:
     frame_bytes: int
     engines: int
     use_spram: bool
+    baud: int = 0
+    clk_hz: int = 0
 
     def to_bytes(self):
         return (self.magic + bytes([self.protocol, self.design[0], self.design[1], self.lanes])
                 + self.scratch_bytes.to_bytes(4, "little")
                 + self.frame_bytes.to_bytes(2, "little")
-                + bytes([self.engines, int(self.use_spram)]))
+                + bytes([self.engines, int(self.use_spram)])
+                + self.baud.to_bytes(4, "little") + self.clk_hz.to_bytes(4, "little"))
 
     @classmethod
     def from_bytes(cls, data):
@@ -123,7 +150,8 @@ class Identity:
         return cls(magic=data[0:4], protocol=data[4], design=(data[5], data[6]), lanes=data[7],
                    scratch_bytes=int.from_bytes(data[8:12], "little"),
                    frame_bytes=int.from_bytes(data[12:14], "little"), engines=data[14],
-                   use_spram=bool(data[15] & 1))
+                   use_spram=bool(data[15] & 1), baud=int.from_bytes(data[16:20], "little"),
+                   clk_hz=int.from_bytes(data[20:24], "little"))
 
     @property
     def engine_names(self):
@@ -403,6 +431,8 @@ class DeviceModel:
     busy_count : bool
         The device counts the matrix engine's busy cycles; without it RUN replies carry
         ``busy = 0xFFFFFFFF`` (:data:`lowbit.sim.program.NOT_COUNTED`).
+    clk_freq, baud : int or float, int
+        Clock (Hz) and UART rate, reported by IDENTIFY (``clk_hz`` rounded).
     engines : int, optional
         Engine bitmask of the identity record; default: derived from the parameters.
     **hardware
@@ -418,15 +448,15 @@ class DeviceModel:
     """
 
     #: Top parameters without effect on the protocol.
-    HARDWARE_ONLY = frozenset({"clk_freq", "baud", "timeout_bits", "uart", "simulation",
-                               "multiplier", "bfp_acc_block_ram", "bfp_pipelined"})
+    HARDWARE_ONLY = frozenset({"timeout_bits", "uart", "simulation", "multiplier",
+                               "bfp_acc_block_ram", "bfp_pipelined"})
 
     def __init__(self, *, lanes=2, scratch_bytes=None, frame_bytes=512, use_spram=False,
                  lut_tables=4, grand=True, grand_modes=None, engines=None, sequencer=False,
                  matrix_lanes=8, block=16, max_blocks=16, weight_depth=512, bfp=True,
                  quantiser=True, discrete=True, frac_bits=3, rand_bits=8, disc_acc_width=16,
                  code_bits=3, bfp_stochastic=True, bfp_predictor=True, busy_count=True,
-                 **hardware):
+                 clk_freq=12e6, baud=1_000_000, **hardware):
         unknown = set(hardware) - self.HARDWARE_ONLY
         if unknown:
             raise TypeError(f"Unknown DeviceModel parameters: {', '.join(sorted(unknown))}")
@@ -437,7 +467,7 @@ class DeviceModel:
             sequencer=sequencer, matrix_lanes=matrix_lanes, block=block, max_blocks=max_blocks,
             weight_depth=weight_depth, bfp=bfp, quantiser=quantiser, discrete=discrete,
             code_bits=code_bits, bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
-            **hardware)
+            clk_freq=clk_freq, baud=baud, **hardware)
         scratch_bytes = top["scratch_bytes"]
         if engines is not None and (not isinstance(engines, int) or isinstance(engines, bool)
                                     or not 0 <= engines < 1 << len(ENGINE_BITS)):
@@ -453,6 +483,8 @@ class DeviceModel:
         self.sequencer = sequencer
         self.frame_bytes = frame_bytes
         self.lut_tables = lut_tables
+        #: Words per byte of the packed transfers' spans (PACKED_TRANSFERS).
+        self.spans = {"word": 1, "block": block, "tile": matrix_lanes}
         self.design = Design(
             matrix_lanes=matrix_lanes, block=block, max_blocks=max_blocks,
             weight_depth=weight_depth, scratch_bytes=scratch_bytes, lanes=lanes,
@@ -461,7 +493,7 @@ class DeviceModel:
             engines=frozenset(n for n, on in present.items() if on and n != "sequencer"),
             bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor)
         self.identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, lanes, scratch_bytes,
-                                 frame_bytes, engines, use_spram)
+                                 frame_bytes, engines, use_spram, baud, round(clk_freq))
         self.code_bits = code_bits
         ids = identity_registers(self.identity, matrix_lanes=matrix_lanes, block=block,
                                  max_blocks=max_blocks, weight_depth=weight_depth,
@@ -573,6 +605,8 @@ class DeviceModel:
                 return self._reply(Status.OK, bytes(self.scratch[addr:addr + count]))
             self.scratch[addr:addr + count] = payload[4:]
             return self._reply(Status.OK)
+        if opcode in PACKED_TRANSFERS:
+            return self._execute_packed(opcode, payload)
         if opcode in (Opcode.GRAND_SEED, Opcode.GRAND_SAMPLES) and self.grand:
             return self._execute_grand(opcode, payload)
         if opcode in (Opcode.LUT_WRITE, Opcode.LUT_APPLY) and self.lut_tables:
@@ -580,6 +614,31 @@ class DeviceModel:
         if opcode == Opcode.RUN and self.sequencer:
             return self._execute_run(payload)
         return self._reply(Status.BAD_OPCODE)
+
+    def _execute_packed(self, opcode, payload):
+        """MEM_READ_LOW / MEM_WRITE_LOW / MEM_READ_HIGH / MEM_FILL_HIGH: checked like
+        MEM_READ / MEM_WRITE (length; address at or past the end, or odd; the spans past the
+        end or a reply longer than ``frame_bytes``), then byte ``k`` of the data is lane
+        ``lane`` of words ``span·k`` .. ``span·k + span - 1`` after ``addr`` (written to all of
+        them; read from the first)."""
+        writes, lane, span = PACKED_TRANSFERS[opcode]
+        span = self.spans[span]
+        n = len(payload)
+        if (n < 4) if writes else (n != 6):
+            return self._reply(Status.BAD_LENGTH)
+        addr = int.from_bytes(payload[0:4], "little")
+        count = n - 4 if writes else int.from_bytes(payload[4:6], "little")
+        if addr >= len(self.scratch) or addr & 1:
+            return self._reply(Status.BAD_ADDRESS)
+        if addr + 2 * span * count > len(self.scratch) or count > self.frame_bytes:
+            return self._reply(Status.BAD_LENGTH)
+        first = addr + lane
+        if not writes:
+            return self._reply(Status.OK, bytes(self.scratch[first:first + 2 * span * count:
+                                                             2 * span]))
+        for k, byte in enumerate(payload[4:]):
+            self.scratch[first + 2 * span * k:first + 2 * span * (k + 1):2] = bytes([byte]) * span
+        return self._reply(Status.OK)
 
     def _execute_run(self, payload):
         if len(payload) != 8:

@@ -187,18 +187,22 @@ def link_vectors(*, frame_bytes=16, n=24, seed=0):
     return {"events": events, "skipped": model.skipped, "errors": model.errors}
 
 
-def top_vectors(*, lanes=2, scratch_bytes=256, frame_bytes=64, use_spram=False, n=12, seed=0):
+def top_vectors(*, lanes=2, scratch_bytes=256, frame_bytes=64, use_spram=False, n=12, seed=0,
+                clk_freq=12e6, baud=1_000_000, block=16, matrix_lanes=8):
     """Request events and expected replies of :class:`lowbit.hw.top.Accelerator` (the host link).
 
     Starts with PING, IDENTIFY, a read of every register and a write/read-back of the
-    scratchpad, then ``n`` random commands: register writes and reads (read-only and unknown
-    ones included), memory writes and reads (past the end too), unknown opcodes, corrupted
-    frames, garbage bytes and truncated frames. Expected replies are
+    scratchpad, packed transfers, then ``n`` random commands: register writes and reads
+    (read-only and unknown ones included), memory writes and reads and packed transfers (past
+    the end and at odd addresses too), unknown opcodes, corrupted frames, garbage bytes and
+    truncated frames. ``clk_freq`` / ``baud`` (reported by IDENTIFY), ``block`` and
+    ``matrix_lanes`` (spans of the packed transfers) are the top's. Expected replies are
     :class:`lowbit.sim.link.DeviceModel`'s; the events have the form of :func:`link_vectors`.
     """
     rng = np.random.default_rng(seed)
     model = DeviceModel(lanes=lanes, scratch_bytes=scratch_bytes, frame_bytes=frame_bytes,
-                        use_spram=use_spram)
+                        use_spram=use_spram, clk_freq=clk_freq, baud=baud, block=block,
+                        matrix_lanes=matrix_lanes)
     events = []
 
     def send(data):
@@ -257,6 +261,23 @@ def top_vectors(*, lanes=2, scratch_bytes=256, frame_bytes=64, use_spram=False, 
         else:                                         # oversized length, drained
             head = bytes([0xA5, Opcode.PING]) + (frame_bytes + 1).to_bytes(2, "little")
             send(head + bytes(frame_bytes + 3))
+    # Packed transfers (their own random stream, so the commands above stay as they were).
+    prng = np.random.default_rng(seed + 1000)
+    send(encode_request(Opcode.MEM_FILL_HIGH, mem_write_payload(2 * block, b"\x81\x7f")))
+    send(encode_request(Opcode.MEM_WRITE_LOW, mem_write_payload(2 * block, bytes(range(20)))))
+    send(encode_request(Opcode.MEM_READ_HIGH, mem_read_payload(0, 3)))
+    send(encode_request(Opcode.MEM_READ_LOW, mem_read_payload(2 * block - 2, 24)))
+    packed = [Opcode.MEM_READ_LOW, Opcode.MEM_WRITE_LOW, Opcode.MEM_READ_HIGH,
+              Opcode.MEM_FILL_HIGH]
+    for _ in range(max(n // 2, 2)):                   # some refused: odd, past the end
+        code = packed[int(prng.integers(0, 4))]
+        addr = int(prng.integers(0, scratch_bytes + 4)) & ~int(prng.random() < 0.8)
+        if code in (Opcode.MEM_WRITE_LOW, Opcode.MEM_FILL_HIGH):
+            payload = mem_write_payload(addr, prng.integers(0, 256, int(prng.integers(0, 12)),
+                                                            dtype=np.uint8).tobytes())
+        else:
+            payload = mem_read_payload(addr, int(prng.integers(0, 40)))
+        send(encode_request(code, payload))
     for reg in ("LINK_SKIPPED", "LINK_ERRORS"):
         index = next(r.index for r in REGISTERS if r.name == reg)
         send(encode_request(Opcode.REG_READ, reg_read_payload(index)))

@@ -86,12 +86,14 @@ def test_link_verilog(tmp_path, seed):
     cr.run_bench("link", LINK_PARAMS, "tb_link", job, tmp_path)
 
 
-def top_job(params, seed, n):
+def top_job(params, seed, n, baud_error=0.0):
     component, _ = cr.generate_verilog("top", params)
     vec = vectors.top_vectors(lanes=component.lanes, scratch_bytes=component.scratch_bytes,
                               frame_bytes=component.frame_bytes, use_spram=component.use_spram,
-                              n=n, seed=seed)
-    return dict(vec, divisor=component.divisor, timeout_bits=component.timeout_bits, seed=seed)
+                              n=n, seed=seed, clk_freq=component.clk_freq, baud=component.baud,
+                              block=component.block, matrix_lanes=component.matrix_lanes)
+    return dict(vec, divisor=component.divisor, period=float(component.bit_period),
+                timeout_bits=component.timeout_bits, seed=seed, baud_error=baud_error)
 
 
 @needs_sim
@@ -100,12 +102,35 @@ def test_top_uart_verilog(tmp_path):
 
 
 @needs_sim
-def test_uart_verilog(tmp_path):
-    params = {"clk_freq": 12_000_000, "baud": 1_000_000}
+@pytest.mark.parametrize("clk_freq, baud, baud_error", [
+    (12_000_000, 1_000_000, 0.0),
+    (25_000_000, 3_000_000, 0.02),           # the ULX3S: 25/3 cycles per bit
+    (18_000_000, 4_000_000, -0.02),          # the iCEBreaker: 9/2
+])
+def test_uart_verilog(tmp_path, clk_freq, baud, baud_error):
+    params = {"clk_freq": clk_freq, "baud": baud}
     component, _ = cr.generate_verilog("uart", params)
-    job = dict(vectors.uart_vectors(n=40, seed=3), divisor=component.divisor, valid_prob=0.3,
+    job = dict(vectors.uart_vectors(n=40, seed=3), divisor=component.divisor,
+               period=float(component.period), baud_error=baud_error, valid_prob=0.3,
                ready_prob=0.5, seed=3)
     cr.run_bench("uart", params, "tb_uart", job, tmp_path)
+
+
+# The boards' fast rates, the host 2 % off, requests back to back at full line rate (the next
+# request right after the reply), through the generated Verilog of the whole top.
+FAST_TOPS = [
+    pytest.param(dict(TOP_PARAMS, clk_freq=18_000_000, baud=4_000_000), -0.02, id="9/2-2%"),
+    pytest.param(dict(TOP_PARAMS, clk_freq=25_000_000, baud=3_000_000), 0.02, id="25/3+2%",
+                 marks=pytest.mark.slow),
+    pytest.param(dict(TOP_PARAMS, clk_freq=12_000_000, baud=4_000_000), 0.02, id="3+2%",
+                 marks=pytest.mark.slow),
+]
+
+
+@needs_sim
+@pytest.mark.parametrize("params, baud_error", FAST_TOPS)
+def test_top_uart_verilog_fast_rates(tmp_path, params, baud_error):
+    cr.run_bench("top", params, "tb_top", top_job(params, 1, 12, baud_error), tmp_path)
 
 
 @needs_sim

@@ -3,6 +3,7 @@
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 from amaranth.back import rtlil
 from amaranth.sim import Simulator
@@ -161,7 +162,7 @@ def test_decode_errors():
 def test_tables_are_consistent():
     assert len({s.value for s in L.Status}) == len(L.Status)
     core = {L.Opcode.PING, L.Opcode.IDENTIFY, L.Opcode.REG_READ, L.Opcode.REG_WRITE,
-            L.Opcode.MEM_READ, L.Opcode.MEM_WRITE}
+            L.Opcode.MEM_READ, L.Opcode.MEM_WRITE, *L.PACKED_TRANSFERS}
     assert not core & set(L.ENGINE_OPCODES)
     assert set(L.Opcode) - core <= set(L.ENGINE_OPCODES)
     indices = [r.index for r in L.REGISTERS]
@@ -169,6 +170,11 @@ def test_tables_are_consistent():
     assert all(r.reset < 1 << r.width for r in L.REGISTERS)
     ident = L.Identity(L.MAGIC, 1, (0, 1), 4, 65536, 512, 0b10011, True)
     assert L.Identity.from_bytes(ident.to_bytes()) == ident
+    fast = L.Identity(L.MAGIC, 3, (0, 2), 1, 32768, 512, 0b110010, True, 3_000_000, 18_000_000)
+    assert len(fast.to_bytes()) == L.IDENTITY_BYTES == 24
+    assert L.Identity.from_bytes(fast.to_bytes()) == fast
+    assert fast.to_bytes()[16:] == (3_000_000).to_bytes(4, "little") + \
+        (18_000_000).to_bytes(4, "little")
     assert ident.engine_names == ["grand", "bfp", "lut"]
     assert L.identity_registers(ident)["ID_MAGIC"] == 0x42574F4C
     assert set(L.identity_registers(ident)) == {r.name for r in L.REGISTERS
@@ -265,6 +271,98 @@ def test_device_model_rules():
     assert model.feed(b"\xA5\x01") == b"" and model.timeout() == L.encode_reply(L.Status.TRUNCATED)
     assert model.timeout() == b""
     assert model.scratch[60:] == b"abcd" and model.errors == 6
+
+
+def test_device_model_identity_reports_the_link():
+    model = L.DeviceModel(clk_freq=18e6, baud=3_000_000)
+    status, body = L.decode_reply(model.feed(L.encode_request(L.Opcode.IDENTIFY)))
+    ident = L.Identity.from_bytes(body)
+    assert (status, ident.protocol, ident.baud, ident.clk_hz) == (0, 3, 3_000_000, 18_000_000)
+    with pytest.raises(ValueError, match="divisor 2.25 is below 3"):
+        L.DeviceModel(clk_freq=18e6, baud=8_000_000)
+
+
+def _words(model):
+    return np.frombuffer(bytes(model.scratch), dtype="<u2")
+
+
+def test_device_model_packed_transfers():
+    """MEM_WRITE_LOW / MEM_FILL_HIGH / MEM_READ_LOW / MEM_READ_HIGH: lanes, spans, the checks
+    in order, nothing written by a refused request."""
+    rq, ok = L.encode_request, L.encode_reply(L.Status.OK)
+    op = L.Opcode
+    model = L.DeviceModel(scratch_bytes=128, frame_bytes=32, block=4, matrix_lanes=8)
+    assert model.feed(rq(op.MEM_FILL_HIGH, L.mem_write_payload(4, b"\x81\x7f"))) == ok
+    assert model.feed(rq(op.MEM_WRITE_LOW, L.mem_write_payload(6, bytes(range(1, 11))))) == ok
+    words = _words(model)
+    assert list(words[2:10] >> 8) == [0x81] * 4 + [0x7F] * 4
+    assert list(words[3:13] & 0xFF) == list(range(1, 11)) and words[2] == 0x8100
+    assert words[13] == 0 and not words[:2].any()
+    status, body = L.decode_reply(model.feed(rq(op.MEM_READ_LOW, L.mem_read_payload(4, 5))))
+    assert (status, body) == (0, bytes([0, 1, 2, 3, 4]))
+    # MEM_READ_HIGH: every matrix_lanes-th (8th) word's high byte.
+    model.scratch[17] = 0x11
+    model.scratch[33] = 0x22
+    status, body = L.decode_reply(model.feed(rq(op.MEM_READ_HIGH, L.mem_read_payload(0, 3))))
+    assert (status, body) == (0, b"\x00\x11\x22")
+    # Spans that end exactly at the end are accepted.
+    assert model.feed(rq(op.MEM_FILL_HIGH, L.mem_write_payload(112, b"\x05\x06"))) == ok
+    assert model.feed(rq(op.MEM_READ_HIGH, L.mem_read_payload(112, 1))) == \
+        L.encode_reply(0, b"\x05")
+    assert model.feed(rq(op.MEM_WRITE_LOW, L.mem_write_payload(126, b"\x09"))) == ok
+    assert model.feed(rq(op.MEM_READ_LOW, L.mem_read_payload(96, 16))) == \
+        L.encode_reply(0, bytes(15) + b"\x09")
+    before = bytes(model.scratch)
+    errors = model.errors
+    refused = [
+        (op.MEM_WRITE_LOW, b"\x00\x00\x00", L.Status.BAD_LENGTH),         # no address
+        (op.MEM_READ_LOW, L.mem_read_payload(0, 1) + b"\x00", L.Status.BAD_LENGTH),
+        (op.MEM_READ_HIGH, b"", L.Status.BAD_LENGTH),
+        (op.MEM_WRITE_LOW, L.mem_write_payload(128, b"\x01"), L.Status.BAD_ADDRESS),
+        (op.MEM_FILL_HIGH, L.mem_write_payload(3, b"\x01"), L.Status.BAD_ADDRESS),  # odd
+        (op.MEM_READ_LOW, L.mem_read_payload(1, 1), L.Status.BAD_ADDRESS),
+        (op.MEM_READ_HIGH, L.mem_read_payload(1 << 31, 1), L.Status.BAD_ADDRESS),
+        (op.MEM_WRITE_LOW, L.mem_write_payload(120, bytes(5)), L.Status.BAD_LENGTH),
+        (op.MEM_FILL_HIGH, L.mem_write_payload(122, b"\x01"), L.Status.BAD_LENGTH),
+        (op.MEM_FILL_HIGH, L.mem_write_payload(0, bytes(17)), L.Status.BAD_LENGTH),
+        (op.MEM_READ_HIGH, L.mem_read_payload(114, 1), L.Status.BAD_LENGTH),
+        (op.MEM_READ_LOW, L.mem_read_payload(0, 33), L.Status.BAD_LENGTH),     # > frame
+        (op.MEM_READ_LOW, L.mem_read_payload(100, 15), L.Status.BAD_LENGTH),
+    ]
+    for code, payload, status in refused:
+        assert model.feed(rq(code, payload)) == L.encode_reply(status), (code, payload)
+    assert bytes(model.scratch) == before and model.errors == errors + len(refused)
+    # Zero counts at a valid address are OK and do nothing.
+    assert model.feed(rq(op.MEM_FILL_HIGH, L.mem_write_payload(0, b""))) == ok
+    assert model.feed(rq(op.MEM_READ_HIGH, L.mem_read_payload(0, 0))) == ok
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_packed_transfers_are_views_of_the_words(data):
+    """Against numpy views: a block-exponent fill and low-lane write give the words
+    ``m | e << 8``; the low / high reads return the words' bytes at the spans."""
+    block = data.draw(st.sampled_from([2, 4, 16]))
+    lanes = data.draw(st.sampled_from([4, 8, 16]))
+    model = L.DeviceModel(scratch_bytes=1024, frame_bytes=256, block=block, matrix_lanes=lanes)
+    blocks = data.draw(st.integers(0, 8))
+    start = 2 * block * data.draw(st.integers(0, 8))
+    m = data.draw(st.binary(min_size=blocks * block, max_size=blocks * block))
+    e = data.draw(st.binary(min_size=blocks, max_size=blocks))
+    rq = L.encode_request
+    model.feed(rq(L.Opcode.MEM_FILL_HIGH, L.mem_write_payload(start, e)))
+    model.feed(rq(L.Opcode.MEM_WRITE_LOW, L.mem_write_payload(start, m)))
+    w = _words(model)[start // 2:start // 2 + blocks * block]
+    assert np.array_equal(w, np.frombuffer(m, np.uint8).astype(np.uint16)
+                          | np.repeat(np.frombuffer(e, np.uint8).astype(np.uint16) << 8, block))
+    count = data.draw(st.integers(0, 1024 // (2 * lanes)))
+    status, hi = L.decode_reply(model.feed(rq(L.Opcode.MEM_READ_HIGH,
+                                              L.mem_read_payload(0, count))))
+    assert status == 0 and \
+        hi == (_words(model)[:count * lanes:lanes] >> 8).astype(np.uint8).tobytes()
+    status, lo = L.decode_reply(model.feed(rq(L.Opcode.MEM_READ_LOW,
+                                              L.mem_read_payload(start, len(m)))))
+    assert status == 0 and lo == m
 
 
 def _run_payload(start, limit):

@@ -5,9 +5,11 @@ Most tests drive the link at the byte-stream level (``Accelerator(uart=False)`` 
 """
 
 import random
+from fractions import Fraction
 
 import pytest
 from amaranth.back import rtlil
+from amaranth.sim import Simulator
 
 from lowbit.hw.registry import build_block
 from lowbit.hw.top import Accelerator, RegisterHandler, Scratchpad
@@ -79,7 +81,8 @@ def whole_scratchpad(port, size):
     (dict(clk_freq=0), ValueError, "Clock frequency must be positive"),
     (dict(baud=1e6), TypeError, "Baud rate must be an integer"),
     (dict(baud=0), ValueError, "Baud rate must be a positive integer"),
-    (dict(baud=4_000_000), ValueError, "too fast"),
+    (dict(baud=5_000_000), ValueError, "too fast"),
+    (dict(clk_freq=18e6, baud=6_500_000), ValueError, "divisor 2.76923 is below 3"),
     (dict(scratch_bytes=4096.0), TypeError, "Scratchpad size must be an integer"),
     (dict(scratch_bytes=1000), ValueError, "power of two between 64 and 65536, not 1000"),
     (dict(scratch_bytes=32), ValueError, "power of two"),
@@ -107,6 +110,9 @@ def _unused(component):
 def test_defaults_and_properties():
     top = _unused(build_block("top"))
     assert (top.divisor, top.lanes, top.scratch_bytes, top.frame_bytes) == (12, 2, 4096, 512)
+    fast = _unused(Accelerator(clk_freq=25e6, baud=3_000_000))
+    assert (fast.bit_period, fast.divisor) == (Fraction(25, 3), 8)
+    assert (fast.identity.baud, fast.identity.clk_hz) == (3_000_000, 25_000_000)
     assert hasattr(top, "rx") and hasattr(top, "tx") and len(top.leds) == 2
     assert _unused(Accelerator(use_spram=True)).scratch_bytes == 131072
     bytes_top = _unused(Accelerator(uart=False))
@@ -155,12 +161,45 @@ def test_every_opcode_matches_model():
     exchange(port, model, rq(L.Opcode.MEM_READ, L.mem_read_payload(0, 12)))
     exchange(port, model, rq(L.Opcode.MEM_READ, L.mem_read_payload(SCRATCH - 3, 3)))
     exchange(port, model, rq(L.Opcode.MEM_READ, L.mem_read_payload(4, 0)))
-    for opcode in (0x00, 0x03, 0x12, 0x22, 0x40, 0x7F, 0xFF):
+    for opcode in (0x00, 0x03, 0x12, 0x26, 0x40, 0x7F, 0xFF):
         exchange(port, model, rq(opcode, b"abc"))                       # BAD_OPCODE
     assert model.scratch[5:8] == b"\x01\x02\x03"
     # The counters are registers too: the error replies so far were counted.
     got = exchange(port, model, rq(L.Opcode.REG_READ, L.reg_read_payload(0x06)))
     assert int.from_bytes(L.decode_reply(got)[1], "little") == model.errors > 10
+    port.idle(50)
+    assert port.in_waiting == 0
+
+
+def test_packed_transfers_match_model():
+    """MEM_WRITE_LOW / MEM_FILL_HIGH / MEM_READ_LOW / MEM_READ_HIGH against the model: lanes,
+    spans (block 4, tile 8 words), every refusal, and the scratchpad afterwards."""
+    rng = random.Random(5)
+    port = SimulatedSerial(level="byte", **PARAMS, block=4, matrix_lanes=8)
+    model = L.DeviceModel(**PARAMS, block=4, matrix_lanes=8)
+    rq, op = L.encode_request, L.Opcode
+    init = bytes(rng.randrange(256) for _ in range(SCRATCH))
+    for addr in range(0, SCRATCH, FRAME - 4):
+        exchange(port, model, rq(op.MEM_WRITE,
+                                 L.mem_write_payload(addr, init[addr:addr + FRAME - 4])))
+    for code, addr, data in [
+            (op.MEM_FILL_HIGH, 8, b"\x81\x7f\x00"), (op.MEM_WRITE_LOW, 10, bytes(range(1, 30))),
+            (op.MEM_FILL_HIGH, SCRATCH - 8, b"\x33"), (op.MEM_WRITE_LOW, SCRATCH - 2, b"\x44"),
+            (op.MEM_WRITE_LOW, 0, b""), (op.MEM_FILL_HIGH, 2, b""),
+            (op.MEM_WRITE_LOW, 1, b"\x01"), (op.MEM_FILL_HIGH, SCRATCH, b"\x01"),
+            (op.MEM_WRITE_LOW, SCRATCH - 8, bytes(5)), (op.MEM_FILL_HIGH, SCRATCH - 6, b"\x01"),
+            (op.MEM_FILL_HIGH, 0, bytes(FRAME - 4))]:
+        exchange(port, model, rq(code, L.mem_write_payload(addr, data)))
+    exchange(port, model, rq(op.MEM_WRITE_LOW, b"\x00\x00"))
+    for code, addr, count in [
+            (op.MEM_READ_LOW, 8, 40), (op.MEM_READ_LOW, SCRATCH - 2, 1), (op.MEM_READ_LOW, 0, 0),
+            (op.MEM_READ_LOW, 0, FRAME), (op.MEM_READ_LOW, 0, FRAME + 1),
+            (op.MEM_READ_HIGH, 0, 16), (op.MEM_READ_HIGH, 8, 15), (op.MEM_READ_HIGH, 8, 16),
+            (op.MEM_READ_HIGH, SCRATCH - 16, 1), (op.MEM_READ_HIGH, 3, 1),
+            (op.MEM_READ_LOW, 1 << 20, 1), (op.MEM_READ_HIGH, SCRATCH - 14, 1)]:
+        exchange(port, model, rq(code, L.mem_read_payload(addr, count)))
+    exchange(port, model, rq(op.MEM_READ_HIGH, L.mem_read_payload(0, 1) + b"\x00"))
+    assert whole_scratchpad(port, SCRATCH) == bytes(model.scratch)
     port.idle(50)
     assert port.in_waiting == 0
 
@@ -387,6 +426,93 @@ def test_uart_level_commands(baud_error):
     exchange(port, model, rq(L.Opcode.MEM_WRITE, L.mem_write_payload(3, b"\x80\x01")))
     exchange(port, model, b"\x13\x37" + rq(L.Opcode.MEM_READ, L.mem_read_payload(2, 4)))
     exchange(port, model, rq(L.Opcode.REG_READ, L.reg_read_payload(0x07)))  # no UART errors
+
+
+def _line_levels(data, bit, t0=0.0):
+    """Per-cycle levels of 8N1 bytes ``data`` back to back at a fractional bit period, the
+    first start edge at time ``t0`` (cycles); returns (levels, end time)."""
+    levels, t = [], t0
+    for byte in data:
+        for lv in [0] + [byte >> k & 1 for k in range(8)] + [1]:
+            t += bit
+            levels.extend([lv] * (int(t) - int(t - bit)))
+    return levels, t
+
+
+def _run_back_to_back(clk_freq, baud, error, frames):
+    """A host ``error`` off that starts each request in the cycle after the previous reply's
+    stop bit was sampled (no idle gap) and decodes ``tx`` at its own bit period. Returns the
+    replies, the model's, the cycle of every reply byte's start edge per reply, and the
+    device's bit period."""
+    top = Accelerator(clk_freq=clk_freq, baud=baud, simulation=True, **PARAMS)
+    model = L.DeviceModel(clk_freq=clk_freq, baud=baud, **PARAMS)
+    expected = [model.feed(f) for f in frames]
+    bit = float(top.bit_period) * (1 + error)
+    samples = [int((k + 0.5) * bit) for k in range(10)]
+    replies, edges = [], []
+
+    async def bench(ctx):
+        now = 0
+        for frame, want in zip(frames, expected, strict=True):
+            levels, _ = _line_levels(frame, bit, t0=0.0)
+            got, starts, count, byte = bytearray(), [], None, 0
+            k = 0
+            while len(got) < len(want):
+                ctx.set(top.rx, levels[k] if k < len(levels) else 1)
+                k += 1
+                _, _, tx = await ctx.tick().sample(top.tx)
+                now += 1
+                if count is None:
+                    if not tx:
+                        count, byte = 0, 0
+                        starts.append(now)
+                    continue
+                count += 1
+                if count == samples[9]:
+                    assert tx, "framing error in the reply"
+                    got.append(byte)
+                    count = None
+                elif count in samples[1:9]:
+                    byte |= tx << (samples.index(count) - 1)
+            replies.append(bytes(got))
+            edges.append(starts)
+
+    sim = Simulator(top)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return replies, expected, edges, float(top.bit_period)
+
+
+@pytest.mark.parametrize("clk_freq, baud, error", [
+    (18e6, 4_000_000, -0.02),                                  # iCEBreaker: 9/2 cycles per bit
+    pytest.param(25e6, 3_000_000, 0.02, marks=pytest.mark.slow),   # ULX3S: 25/3
+    pytest.param(18e6, 4_000_000, 0.02, marks=pytest.mark.slow),
+    pytest.param(25e6, 3_000_000, -0.02, marks=pytest.mark.slow),
+    pytest.param(12e6, 4_000_000, 0.02, marks=pytest.mark.slow),   # 3 cycles per bit
+])
+def test_back_to_back_frames_at_line_rate(clk_freq, baud, error):
+    """Requests back to back at the boards' rates, each starting the cycle after the previous
+    reply's stop bit was sampled, from a host 2 % off: every reply equals the model's, its
+    bytes leave with no idle gap (start edges 10 bit periods apart), and nothing overran
+    (UART_ERRORS 0)."""
+    rq, op = L.encode_request, L.Opcode
+    rng = random.Random(baud)
+    data = bytes(rng.randrange(256) for _ in range(40))
+    frames = [rq(op.MEM_WRITE, L.mem_write_payload(0, data)),
+              rq(op.MEM_FILL_HIGH, L.mem_write_payload(64, data[:4])),
+              rq(op.MEM_WRITE_LOW, L.mem_write_payload(64, data[4:40])),
+              rq(op.MEM_READ_LOW, L.mem_read_payload(64, 40)),
+              rq(op.PING, data),
+              rq(op.MEM_READ, L.mem_read_payload(0, 40)),
+              rq(op.IDENTIFY),
+              rq(op.REG_READ, L.reg_read_payload(L.REGISTER_BY_NAME["UART_ERRORS"].index))]
+    replies, expected, edges, period = _run_back_to_back(clk_freq, baud, error, frames)
+    assert replies == expected
+    for starts in edges:
+        gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        assert all(abs(g - 10 * period) <= 1 for g in gaps), gaps
+        assert abs(starts[-1] - starts[0] - 10 * period * len(gaps)) < 1, gaps
 
 
 def test_register_config_port_and_prng_load():

@@ -268,24 +268,39 @@ async def run_phases(dut, job, *, settle=16):
 
 # --- UART host (8N1 at the top's bit period) ------------------------------------------------------
 
+def bit_time_ns(job):
+    """The host's bit time: the top's exact bit period (``period`` cycles, a float, or the
+    whole ``divisor``) times the clock period, off by ``baud_error`` (the host's clock)."""
+    return job.get("period", job["divisor"]) * PERIOD_NS * (1 + job.get("baud_error", 0.0))
+
+
+async def wait_ns(ns):
+    """A Timer of ``ns`` nanoseconds (any float), rounded to the simulator's 1 ps."""
+    await Timer(max(round(ns * 1000), 1), unit="ps")
+
+
 async def uart_send(dut, byte, bit_ns):
-    """Send one 8N1 frame on ``rx``: start bit, 8 data bits LSB first, stop bit."""
-    for level in [0] + [byte >> k & 1 for k in range(8)] + [1]:
+    """Send one 8N1 frame on ``rx``: start bit, 8 data bits LSB first, stop bit; a fractional
+    bit time keeps the frame's total length exact (edges rounded to 1 ps)."""
+    done = 0
+    for k, level in enumerate([0] + [byte >> j & 1 for j in range(8)] + [1]):
         dut.rx.value = level
-        await Timer(bit_ns, unit="ns")
+        edge = round((k + 1) * bit_ns * 1000)
+        await Timer(edge - done, unit="ps")
+        done = edge
 
 
 async def uart_monitor(dut, bit_ns, out):
     """Decode ``tx`` forever (falling edge, then mid-bit samples), appending bytes to ``out``."""
     while True:
         await FallingEdge(dut.tx)
-        await Timer(bit_ns // 2, unit="ns")
+        await wait_ns(bit_ns / 2)
         assert int(dut.tx.value) == 0, "tx: start bit shorter than half a bit"
         byte = 0
         for k in range(8):
-            await Timer(bit_ns, unit="ns")
+            await wait_ns(bit_ns)
             byte |= int(dut.tx.value) << k
-        await Timer(bit_ns, unit="ns")
+        await wait_ns(bit_ns)
         assert int(dut.tx.value) == 1, f"tx: framing error after byte {byte:#04x}"
         out.append(byte)
 
@@ -293,4 +308,4 @@ async def uart_monitor(dut, bit_ns, out):
 async def until_count(received, n, bit_ns):
     """Return once ``received`` holds ``n`` bytes (polled once per bit time)."""
     while len(received) < n:
-        await Timer(bit_ns, unit="ns")
+        await wait_ns(bit_ns)

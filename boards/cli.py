@@ -32,7 +32,7 @@ import sys
 
 from lowbit import __version__
 
-from .options import int_in
+from .options import baud_rate, int_in
 from .profiles import BOARDS, DEFAULT_BOARD
 from .toolchain import DEVICES, ToolchainError, setup_toolchain_env
 
@@ -234,7 +234,7 @@ def cmd_demo(args):
     try:
         result = run_digits(args.variant, simulator=args.simulator, port=args.port,
                             images=args.images, board=args.board, build_dir=args.build_dir,
-                            progress=_say, progress_bar=not args.json)
+                            progress=_say, progress_bar=not args.json, baud=args.baud)
     except DemoUsageError as e:
         _say(f"lowbit demo: error: {e}")
         return 2
@@ -292,6 +292,9 @@ def _parser():
                     "model (exit 1 on a mismatch) and print accuracy and throughput.")
     p.add_argument("demo", choices=["digits"], help="the demo to run")
     p.add_argument("--port", help="serial port of a board (default: a simulated top)")
+    p.add_argument("--baud", type=baud_rate,
+                   help="UART rate of the board's bitstream, with --port (default: the board "
+                        "profile's, which IDENTIFY confirms)")
     p.add_argument("--simulator", choices=["cxxrtl", "amaranth", "model"],
                    help="simulated device: compiled CXXRTL top (default if a C++ compiler is "
                         "installed), Amaranth's simulator, or the protocol model")

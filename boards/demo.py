@@ -116,6 +116,12 @@ class DemoResult:
     #: where the device does not count them or counts no cycles).
     busy_cycles: int | None = None
     busy_fraction: float | None = None
+    #: Bytes through the link per image in this run (requests and replies, frames included),
+    #: the UART rate of the device (its IDENTIFY record) and the link-bound images/s at it:
+    #: ``baud / 10 / link_bytes_per_image`` (8N1: 10 bits per byte).
+    link_bytes_per_image: float | None = None
+    baud: int | None = None
+    link_images_per_s: float | None = None
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), indent=2)
@@ -193,6 +199,12 @@ def network_macs(net):
     return total
 
 
+#: Where the demo quantises the input: on the host on every board, so the link carries 8-bit
+#: mantissas and one exponent per block (BFP) or int8 codes (discrete), not f16 words; a
+#: device's QUANT gives the same numbers (``docs/demo.md``).
+INPUT_WHERE = "host"
+
+
 def _input_quant(net, where="device"):
     """The :class:`lowbit.sim.program.InputQuant` of ``net``'s input quantisation (``where``:
     ``"device"`` runs QUANT, ``"host"`` sends the same numbers already quantised)."""
@@ -204,11 +216,12 @@ def _input_quant(net, where="device"):
 
 # -- devices --------------------------------------------------------------------------------------
 
-def connect(*, simulator=None, port=None, board=None, progress=None):
+def connect(*, simulator=None, port=None, board=None, progress=None, baud=None):
     """An :class:`lowbit.boards.driver.Accelerator` for the demo and a description of it.
 
     ``port`` opens a board (top parameters of ``board``'s profile, default
-    :data:`~lowbit.boards.profiles.DEFAULT_BOARD`); otherwise ``simulator`` (default
+    :data:`~lowbit.boards.profiles.DEFAULT_BOARD`) at ``baud`` (default: the profile's rate;
+    :meth:`lowbit.boards.driver.Accelerator.open`); otherwise ``simulator`` (default
     :func:`default_simulator`) runs ``board``'s own top (:func:`board_top`), or
     :data:`SIM_TOP` when no board is named.
     """
@@ -217,9 +230,9 @@ def connect(*, simulator=None, port=None, board=None, progress=None):
         board = DEFAULT_BOARD if board is None else board
         profile = get_board(board)
         _say(progress, f"lowbit: opening {port} ({profile.title})")
-        params = dict(profile.top)
-        return Accelerator.open(port, baud=params.get("baud", 1_000_000), params=params), \
-            f"{board} on {port}"
+        params = board_top(board)
+        acc = Accelerator.open(port, baud=baud, params=params)
+        return acc, f"{board} on {port} at {acc.identity.baud} baud"
     simulator = default_simulator() if simulator is None else simulator
     params, whose = (SIM_TOP, "the simulated top") if board is None else \
         (board_top(board), f"{board}'s top")
@@ -325,10 +338,9 @@ def board_fit(board, net):
     from lowbit.sim.program import NetworkLayout
 
     from .driver import Accelerator
-    design = Accelerator.model(**get_board(board).top).design
+    design = Accelerator.model(**board_top(board)).design
     try:
-        NetworkLayout(net.layers, design, input=_input_quant(
-            net, "device" if design.has("quantiser") else "host"))
+        NetworkLayout(net.layers, design, input=_input_quant(net, INPUT_WHERE))
     except (TypeError, ValueError) as e:
         return str(e)
     return None
@@ -354,10 +366,54 @@ def stored_cycles(variant, *, path=None, data=None):
         if not isinstance(m, dict) or not m.get("cycles_per_image") or \
                 not isinstance(m.get("params"), dict):
             continue
+        if _measured_input(m) != INPUT_WHERE:
+            continue                  # QUANT on the device runs other cycles than host input
         for name in m.get("boards") or []:
             if name in BOARDS and same_top(m["params"], board_top(name), cycles=True):
                 out[name] = float(m["cycles_per_image"])
     return out
+
+
+def _measured_input(m):
+    """Where a stored measurement quantised the input (older ones do not say: on the device
+    when the top had the quantiser)."""
+    where = m.get("input_quantised_on")
+    if where is None:
+        p = m["params"]
+        where = "device" if p.get("sequencer") and p.get("quantiser", True) else "host"
+    return where
+
+
+def link_traffic(params, net, images=540):
+    """Bytes through the link per image when ``images`` test images of ``net`` run on a top
+    with ``params`` (requests and replies, frames included): the driver's own traffic
+    (:meth:`lowbit.boards.driver.Accelerator.run_network`, input quantised on the host), over
+    the protocol model with ``RUN`` answered at once (its payload sizes do not depend on the
+    program's results), so it takes milliseconds. Placing the network is not counted."""
+    import struct
+
+    from lowbit.sim.link import Status
+
+    from .driver import Accelerator
+    acc = Accelerator.model(**params)
+    model = acc.port.model
+
+    def run_at_once(payload):
+        if len(payload) != 8:
+            return model._reply(Status.BAD_LENGTH)
+        start, limit = struct.unpack("<2I", bytes(payload))
+        return model._reply(Status.OK, struct.pack("<4I", start, limit, 0, 0))
+
+    model._execute_run = run_at_once
+    acc.load_network(net.layers, quantise_input=_input_quant(net, INPUT_WHERE))
+    codes = np.zeros((images, acc.network.in_words), dtype=np.uint16)
+    _, stats = acc.run_network(codes)
+    return stats["link_bytes"] / images
+
+
+def link_rate(baud, bytes_per_image):
+    """Link-bound images/s: ``baud / 10 / bytes_per_image`` (8N1 frames: 10 bits a byte)."""
+    return baud / 10 / bytes_per_image
 
 
 def projections(cycles, *, build_dir="build", net=None, sources=None, macs=None):
@@ -388,8 +444,10 @@ def projections(cycles, *, build_dir="build", net=None, sources=None, macs=None)
         One per board, in :data:`~lowbit.boards.profiles.BOARDS` order: ``board``, ``clock_mhz``,
         ``lanes`` (matrix lanes of its top), ``cycles_per_image`` and ``cycles_source``
         (``None`` when not measured), ``images_per_s``, ``fmax_mhz``, ``fmax_source``,
-        ``images_per_s_at_fmax`` (only where the measured Fmax exceeds the board clock) and
-        ``unfit``.
+        ``images_per_s_at_fmax`` (only where the measured Fmax exceeds the board clock),
+        ``unfit``; and the link: ``baud`` (the profile's), ``link_bytes_per_image``
+        (:func:`link_traffic`, with ``net``), ``link_images_per_s`` (:func:`link_rate`) and
+        ``images_per_s_bound``, the lesser of the compute- and link-bound rates.
 
     Raises
     ------
@@ -428,6 +486,14 @@ def projections(cycles, *, build_dir="build", net=None, sources=None, macs=None)
             row["mmacs"] = row["mac_per_cycle"] * clock
             if fm:
                 row["mmacs_at_fmax"] = row["mac_per_cycle"] * fm[0]
+        row.update(baud=profile.top.get("baud"), link_bytes_per_image=None,
+                   link_images_per_s=None, images_per_s_bound=None)
+        if board_net is not None and not unfit:
+            per_image = link_traffic(board_top(name), board_net)
+            row["link_bytes_per_image"] = per_image
+            row["link_images_per_s"] = link_rate(row["baud"], per_image)
+            if rate:
+                row["images_per_s_bound"] = min(rate, row["link_images_per_s"])
         out.append(row)
     return out
 
@@ -457,13 +523,13 @@ def _run_images(acc, codes, *, bar=False):
     step = chunk * max(1, -(-n // (chunk * 100)))    # at most ~100 updates
     ms, es = [], []
     total = {"samples": 0, "runs": 0, "chunk": chunk, "instructions": 0, "cycles": 0,
-             "seconds": 0.0}
+             "seconds": 0.0, "link_bytes": 0}
     with progress_bar(n, unit="image", desc="test images") as pb:
         for k in range(0, n, step):
             out, stats = acc.run_network(codes[k:k + step])
             ms.append(out.m)
             es.append(out.e)
-            for key in ("samples", "runs", "instructions", "cycles", "seconds"):
+            for key in ("samples", "runs", "instructions", "cycles", "seconds", "link_bytes"):
                 total[key] += stats[key]
             pb.update(len(out.m))
     return Activations(np.concatenate(ms), np.concatenate(es)), total
@@ -471,7 +537,7 @@ def _run_images(acc, codes, *, bar=False):
 
 def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=None,
                build_dir="build", progress=None, accelerator=None, cycles_file=None,
-               progress_bar=False):
+               progress_bar=False, baud=None):
     """Run the digits demo; returns a :class:`DemoResult`.
 
     Parameters
@@ -498,6 +564,9 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=N
         ``docs/bench/demo.json``, :func:`stored_cycles`).
     progress_bar : bool
         Show a bar over the test images while they run, when stderr is a terminal.
+    baud : int, optional
+        UART rate of the board's bitstream, with ``port`` (default: the profile's, confirmed
+        by IDENTIFY).
 
     The projections (:func:`projections`) use this run's cycles per image for every board
     whose top parameters (:func:`board_top`) equal those of the device that ran (with
@@ -518,6 +587,8 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=N
         raise UsageError(f"Simulator must be one of {', '.join(SIMULATORS)}, not {simulator!r}")
     if port is not None and simulator is not None:
         raise UsageError("Give --port (a board) or --simulator, not both")
+    if baud is not None and port is None:
+        raise UsageError("--baud is the rate of a board's serial port: use it with --port")
     if port is not None and board is None:
         board = DEFAULT_BOARD
     if board is not None and board not in BOARDS:
@@ -527,7 +598,7 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=N
     split = mlp.load_split()
     if accelerator is None:
         acc, target_name = connect(simulator=simulator, port=port, board=board,
-                                   progress=progress)
+                                   progress=progress, baud=baud)
     else:
         acc, target_name = accelerator, "given accelerator"
     design = acc.design
@@ -537,7 +608,7 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=N
     lanes = design.matrix_lanes
     _say(progress, f"lowbit: placing the {variant} network on the device "
                    f"(N={lanes}, B={design.block})")
-    where = "device" if acc.has_engine("quantiser") else "host"
+    where = INPUT_WHERE
     if board is not None and accelerator is None:
         unfit = board_fit(board, net)
         if unfit:
@@ -580,6 +651,8 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=N
         fmax = (measured_fmax(board, build_dir=build_dir) or (None,))[0]
     mac_per_cycle = macs / cpi if cpi else None
     busy = stats.get("busy_cycles") if cycles else None
+    per_image = stats["link_bytes"] / n if stats.get("link_bytes") else None
+    baud = acc.identity.baud if acc.identity is not None else None
     return DemoResult(
         variant=variant, target=target_name, images=n,
         design={"matrix_lanes": lanes, "block": design.block, "max_blocks": design.max_blocks,
@@ -595,7 +668,9 @@ def run_digits(variant="bfp", *, simulator=None, port=None, images=None, board=N
         macs_per_image=macs, mac_per_cycle=mac_per_cycle, clock_mhz=clock, fmax_mhz=fmax,
         mmacs=mac_per_cycle * clock if mac_per_cycle and clock else None,
         mmacs_at_fmax=mac_per_cycle * fmax if mac_per_cycle and fmax else None,
-        busy_cycles=busy, busy_fraction=busy / cycles if busy is not None else None)
+        busy_cycles=busy, busy_fraction=busy / cycles if busy is not None else None,
+        link_bytes_per_image=per_image, baud=baud,
+        link_images_per_s=link_rate(baud, per_image) if baud and per_image else None)
 
 
 def format_result(r):
@@ -612,6 +687,12 @@ def format_result(r):
         f"  throughput: {r.images_per_s:.1f} images/s wall clock ({r.seconds:.2f} s, "
         f"{r.runs} RUN command{'s' * (r.runs != 1)})",
     ]
+    if r.link_bytes_per_image:
+        line = f"  link: {r.link_bytes_per_image:.1f} bytes per image (requests and replies)"
+        if r.link_images_per_s:
+            line += (f"; at the device's {r.baud / 1e6:g} Mbaud at most "
+                     f"{r.link_images_per_s:.0f} images/s (link-bound)")
+        lines.append(line)
     if r.cycles_per_image is None:
         lines.append("  cycles per image: not available (the model transport counts no "
                      "cycles)")
@@ -637,9 +718,12 @@ def format_result(r):
         if p.get("unfit"):
             lines.append(f"{head} its profile cannot run this network ({p['unfit']})")
             continue
+        link = (f"; link: {p['link_bytes_per_image']:.1f} bytes/image at "
+                f"{p['baud'] / 1e6:g} Mbaud, {p['link_images_per_s']:.0f} images/s link-bound"
+                if p.get("link_images_per_s") else "")
         if not p.get("cycles_per_image"):
             lines.append(f"{head} not measured (no cycle count of its own top: run "
-                         "scripts/bench_demo.py)")
+                         f"scripts/bench_demo.py){link}")
             continue
         line = (f"{head} {p['images_per_s']:9.0f} images/s ({p['cycles_per_image']:.1f} "
                 f"cycles/image")
@@ -653,5 +737,5 @@ def format_result(r):
             line += f" (measured Fmax {p['fmax_mhz']:.1f} MHz)"
         else:
             line += " (no measured Fmax of its top yet)"
-        lines.append(line)
+        lines.append(line + link)
     return "\n".join(lines)

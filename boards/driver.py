@@ -3,7 +3,7 @@
 >>> acc = Accelerator.simulated(scratch_bytes=1024)        # the real gateware, simulated
 >>> acc.write_mem(0, np.arange(16, dtype=np.int16))
 >>> acc.read_mem(0, 16, dtype=np.int16)
->>> acc = Accelerator.open("/dev/ttyUSB1", baud=1_000_000)  # a board
+>>> acc = Accelerator.open("/dev/ttyUSB1")                  # a board, at its profile's rate
 >>> acc = Accelerator.model(sequencer=True, bfp=True)      # the protocol model (fast)
 
 Layer programs (:mod:`lowbit.sim.program`): :meth:`Accelerator.load_network` places a network of
@@ -33,8 +33,10 @@ from lowbit.sim.link import (
     DESIGN_PARAMS,
     DESIGN_VERSION,
     ENGINE_BITS,
+    IDENTITY_BYTES,
     MAGIC,
     MAX_LENGTH,
+    PACKED_TRANSFERS,
     PROTOCOL_VERSION,
     REGISTER_BY_NAME,
     REGISTERS,
@@ -55,6 +57,17 @@ __all__ = ["Accelerator", "LinkError", "StatusError", "BadCRC", "BadOpcode", "Ba
            "BadLength", "Truncated", "ReadOnly", "Busy", "Limit", "NoReply", "ReplyError",
            "IdentityError", "MissingEngine", "PortError", "RunError", "Activations", "design_of",
            "device_params", "ID_REGISTERS"]
+
+
+#: Fastest UART rate the driver opens a port at: the FT2232H's 12 Mbaud.
+MAX_BAUD = 12_000_000
+
+
+def profile_rates():
+    """The distinct ``baud`` rates of the board profiles (:data:`lowbit.boards.profiles.BOARDS`),
+    fastest first: the rates :meth:`Accelerator.open` tries when none is given."""
+    from .profiles import BOARDS
+    return sorted({p.top.get("baud", 1_000_000) for p in BOARDS.values()}, reverse=True)
 
 
 class LinkError(RuntimeError):
@@ -268,6 +281,9 @@ class Accelerator:
         (:func:`device_params`).
     network : lowbit.sim.program.NetworkLayout or None
         The network placed by the last :meth:`load_network`.
+    bytes_sent, bytes_received : int
+        Bytes written to and read from the port so far (frames of both directions, for the
+        link's bytes per image).
     """
 
     def __init__(self, port, *, check=True, params=None):
@@ -287,24 +303,62 @@ class Accelerator:
         self.network = None
         self._program_count = None
         self._parser = ReplyParser()
+        self.bytes_sent = self.bytes_received = 0
         if check:
             self.identify()
 
     @classmethod
-    def open(cls, port, baud=1_000_000, *, timeout=1.0, check=True, params=None):
+    def open(cls, port, baud=None, *, timeout=1.0, check=True, params=None):
         """Open a board on serial ``port`` (e.g. ``"/dev/ttyUSB1"``) with pyserial; the design
         is read from the device; ``params`` (optional) are the top parameters the board's
-        build is expected to have (e.g. its profile's), checked by :meth:`identify`."""
+        build is expected to have (e.g. its profile's), checked by :meth:`identify`.
+
+        ``baud`` is the rate of the bitstream's UART. ``None`` (default): ``params["baud"]``
+        when given, else each board profile's rate in turn, fastest first, until one answers
+        IDENTIFY (the record reports the device's rate, :attr:`identity`). :meth:`identify`
+        refuses a device whose reported rate differs from the port's.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``baud`` is not a positive integer (at most 12 Mbaud, the fastest bridge).
+        LinkError
+            The port cannot be opened; :class:`NoReply` when no rate tried gets an answer.
+        """
+        if baud is not None:
+            baud = _check_int("Baud rate", baud, 1, MAX_BAUD)
+        elif params is not None and params.get("baud") is not None:
+            baud = _check_int("Baud rate", params["baud"], 1, MAX_BAUD)
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, (int, float)) or timeout <= 0):
+            raise ValueError(f"Timeout must be a positive number of seconds, not {timeout!r}")
         try:
             import serial
         except ImportError as e:  # pragma: no cover - pyserial is a dependency
             raise LinkError("pyserial is not installed (pip install pyserial)") from e
+        rates = [baud] if baud is not None else profile_rates()
         try:
-            ser = serial.Serial(port, baudrate=baud, timeout=timeout)
-        except serial.SerialException as e:
-            raise LinkError(f"Cannot open serial port {port!r}: {e}") from e
+            ser = serial.Serial(port, baudrate=rates[0], timeout=timeout)
+        except (serial.SerialException, ValueError) as e:
+            raise LinkError(f"Cannot open serial port {port!r} at {rates[0]} baud: {e}") from e
         ser.reset_input_buffer()
-        return cls(ser, check=check, params=params)
+        if len(rates) == 1 or not check:
+            return cls(ser, check=check, params=params)
+        for rate in rates:              # probe: a short timeout per rate
+            try:
+                ser.baudrate = rate
+                ser.timeout = min(timeout or 1.0, 0.2)
+                acc = cls(ser, check=False, params=params)
+                acc.command(Opcode.IDENTIFY)
+            except (LinkError, ValueError, OSError):
+                continue
+            ser.timeout = timeout
+            acc.identify()
+            return acc
+        ser.close()
+        raise NoReply(f"No lowbit device answers IDENTIFY on {port!r} at any board profile's "
+                      f"rate ({', '.join(map(str, rates))} baud); give the bitstream's rate "
+                      f"with baud= (--baud), or program the board (`lowbit flash`)")
 
     @classmethod
     def simulated(cls, *, level="byte", baud_error=0.0, timeout_cycles=200_000, check=True,
@@ -372,10 +426,13 @@ class Accelerator:
             flush = getattr(self.port, "reset_input_buffer", None)
             if flush is not None:
                 flush()    # drop a late reply to an earlier, timed-out request
-            self.port.write(encode_request(opcode, payload))
+            frame = encode_request(opcode, payload)
+            self.port.write(frame)
+            self.bytes_sent += len(frame)
             while True:
                 need = self._parser.needed()
                 data = self.port.read(need)
+                self.bytes_received += len(data)
                 if len(data) == 0:
                     raise NoReply(self._no_reply_message(opcode))
                 try:
@@ -437,16 +494,21 @@ class Accelerator:
             the device's and the expected value).
         """
         body = self.command(Opcode.IDENTIFY)
+        if len(body) >= 5 and body[:4] != MAGIC:
+            raise IdentityError(f"Not a lowbit accelerator: magic {body[:4]!r}, "
+                                f"expected {MAGIC!r}")
+        if len(body) >= 5 and body[4] != PROTOCOL_VERSION:
+            # Checked before the record's length: version 2 had a 16-byte record.
+            raise IdentityError(
+                f"Protocol version {body[4]} on the device, driver speaks {PROTOCOL_VERSION} "
+                f"(version 3 added the packed transfers and the link parameters to IDENTIFY): "
+                f"rebuild and reprogram the board with this lowbit (`lowbit build`, "
+                f"`lowbit flash`), or use the lowbit that built its bitstream")
         try:
             ident = Identity.from_bytes(body)
         except FrameError as e:
-            raise IdentityError(f"Malformed identification record: {e}") from e
-        if ident.magic != MAGIC:
-            raise IdentityError(f"Not a lowbit accelerator: magic {ident.magic!r}, "
-                                f"expected {MAGIC!r}")
-        if ident.protocol != PROTOCOL_VERSION:
-            raise IdentityError(f"Protocol version {ident.protocol} on the device, driver "
-                                f"speaks {PROTOCOL_VERSION}")
+            raise IdentityError(f"Malformed identification record ({IDENTITY_BYTES} bytes "
+                                f"expected): {e}") from e
         if ident.design[0] != DESIGN_VERSION[0]:
             raise IdentityError(f"Design version {ident.design[0]}.{ident.design[1]} on the "
                                 f"device, driver expects {DESIGN_VERSION[0]}.x")
@@ -467,6 +529,11 @@ class Accelerator:
             raise IdentityError(f"The device's identification registers describe no valid "
                                 f"design ({', '.join(f'{k}=0x{v:08X}' for k, v in regs.items())}"
                                 f"): {e}") from e
+        rate = getattr(self.port, "baudrate", None)
+        if isinstance(rate, int) and not isinstance(rate, bool) and rate != ident.baud:
+            raise IdentityError(f"The device's UART runs at {ident.baud} baud but the port at "
+                                f"{rate} (they agree only within the UART's tolerance): open "
+                                f"it with baud={ident.baud} (--baud {ident.baud})")
         if self.params is not None:
             bad = _mismatches(params, self.params)
             if bad:
@@ -593,6 +660,87 @@ class Accelerator:
                 raise ReplyError(f"MEM_READ reply has {len(body)} bytes, not {count}")
             raw += body
         return np.frombuffer(bytes(raw), dtype=dtype).astype(dtype.newbyteorder("="))
+
+    # -- packed transfers: one byte lane of the scratchpad's words ----------------------------
+    def _packed(self, opcode, addr, data=None, n=None):
+        """One packed transfer (:data:`lowbit.sim.link.PACKED_TRANSFERS`), split into frames;
+        a request of several frames is checked whole first (nothing half-written)."""
+        writes, _, span = PACKED_TRANSFERS[opcode]
+        if self.identity is None:
+            self.identify()
+        words = {"word": 1, "block": self.design.block, "tile": self.design.matrix_lanes}[span]
+        size = self.identity.scratch_bytes
+        step = self.identity.frame_bytes - (4 if writes else 0)
+        count = len(data) if writes else n
+        name = Opcode(opcode).name
+        if count > step or addr >= 1 << 32:
+            if addr >= size or addr & 1:
+                what = "odd (a packed transfer starts at a word)" if addr < size else \
+                    f"outside the {size}-byte scratchpad"
+                raise BadAddress(f"{name} at byte address {addr}: {what} (checked before "
+                                 f"sending: nothing was sent)")
+            if addr + 2 * words * count > size:
+                raise BadLength(f"{name} of {count} bytes ({words} words each) at byte address "
+                                f"{addr} runs past the end of the {size}-byte scratchpad "
+                                f"(checked before sending: nothing was sent)")
+        context = (f" ({name} of {count} bytes at byte address {addr}, {words} words per byte; "
+                   f"the scratchpad has {size})")
+        out = bytearray()
+        for k in range(0, max(count, 1), step):
+            at = addr + 2 * words * k
+            if writes:
+                self.command(opcode, mem_write_payload(at, data[k:k + step]), context=context)
+                continue
+            part = min(step, count - k)
+            body = self.command(opcode, mem_read_payload(at, part), context=context)
+            if len(body) != part:
+                raise ReplyError(f"{name} reply has {len(body)} bytes, not {part}")
+            out += body
+        return None if writes else np.frombuffer(bytes(out), dtype=np.uint8).copy()
+
+    def write_low(self, addr, data):
+        """Write byte ``k`` of ``data`` to the low byte of word ``k`` from the even byte
+        address ``addr`` (MEM_WRITE_LOW; the high bytes keep their values): e.g. BFP
+        mantissas, one byte each instead of a whole word.
+
+        ``data`` is bytes-like or an integer array with values in -128..255 (stored modulo
+        256). Frames of ``frame_bytes - 4`` bytes; a write of several frames is checked whole
+        before the first is sent.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``addr`` is not a non-negative integer, ``data`` not bytes-like or integers in
+            -128..255.
+        BadAddress, BadLength
+            ``addr`` is odd or outside the scratchpad, or the words run past its end.
+        """
+        addr = _check_int("Byte address", addr, 0, None)
+        self._packed(Opcode.MEM_WRITE_LOW, addr, _lane_bytes("Data", data))
+
+    def fill_high(self, addr, data):
+        """Write byte ``k`` of ``data`` to the high bytes of words ``k·B`` .. ``k·B + B - 1``
+        from the even byte address ``addr``, ``B`` the design's block size (MEM_FILL_HIGH):
+        e.g. the shared exponent of each block of BFP inputs. Arguments, frames and errors as
+        :meth:`write_low`."""
+        addr = _check_int("Byte address", addr, 0, None)
+        self._packed(Opcode.MEM_FILL_HIGH, addr, _lane_bytes("Data", data))
+
+    def read_low(self, addr, n):
+        """The low bytes of the ``n`` words from the even byte address ``addr``
+        (MEM_READ_LOW), a uint8 array. Errors as :meth:`read_mem`, and ``BadAddress`` for an
+        odd address."""
+        addr = _check_int("Byte address", addr, 0, None)
+        n = _check_int("Byte count", n, 0, None)
+        return self._packed(Opcode.MEM_READ_LOW, addr, n=n)
+
+    def read_high(self, addr, n):
+        """The high bytes of words ``0, N, 2N, ...`` (``n`` of them) from the even byte address
+        ``addr``, ``N`` the design's matrix lanes (MEM_READ_HIGH): e.g. one shared exponent
+        per output tile. Errors as :meth:`read_low`."""
+        addr = _check_int("Byte address", addr, 0, None)
+        n = _check_int("Byte count", n, 0, None)
+        return self._packed(Opcode.MEM_READ_HIGH, addr, n=n)
 
     # -- transfer-LUT engine --------------------------------------------------------------------
     def _lut_table(self, table, frames):
@@ -1184,6 +1332,7 @@ class Accelerator:
     def _run_words(self, words, stats=False):
         lay = self.network
         t0 = time.perf_counter()
+        link0 = self.bytes_sent + self.bytes_received
         n = words.shape[0]
         out = []
         from lowbit.sim.program import NOT_COUNTED
@@ -1194,7 +1343,7 @@ class Accelerator:
             if self._program_count != count:
                 self.load_program(lay.program(count))
                 self._program_count = count
-            self.write_mem(2 * lay.in_addr, part.reshape(-1).astype("<u2"))
+            self._write_inputs(part)
             limit = lay.instructions(count)
             res = self.run(0, limit, cycles_per_instruction=4096 + 64 * lay.in_words)
             if res.executed != limit:
@@ -1203,17 +1352,53 @@ class Accelerator:
             runs, instructions = runs + 1, instructions + res.executed
             cycles = cycles + res.cycles
             busy = None if busy is None or res.busy == NOT_COUNTED else busy + res.busy
-            out.append(self.read_mem(2 * lay.out_addr, count * lay.out_words, np.uint16)
-                       .reshape(count, lay.out_words)[:, :lay.rows])
+            out.append(self._read_outputs(count))
         from lowbit.sim.network import unpack_elements
         m, e = unpack_elements(np.concatenate(out) if out else
                                np.zeros((0, lay.rows), np.uint16))
         acts = Activations(m, e)
         if not stats:
             return acts
+        link = self.bytes_sent + self.bytes_received - link0
         return acts, {"samples": n, "runs": runs, "chunk": lay.chunk,
                       "instructions": instructions, "cycles": cycles, "busy_cycles": busy,
-                      "seconds": time.perf_counter() - t0}
+                      "link_bytes": link, "seconds": time.perf_counter() - t0}
+
+    def _write_inputs(self, words):
+        """The input area of one chunk: element words ``(count, in_words)`` as the program
+        reads them. Host-quantised input goes packed: the mantissas / int8 codes by
+        MEM_WRITE_LOW, a BFP layer's block exponents by MEM_FILL_HIGH (one byte per block; a
+        discrete layer reads the low byte only); f16 input for QUANT by MEM_WRITE."""
+        lay = self.network
+        addr = 2 * lay.in_addr
+        flat = words.reshape(-1)
+        if lay.input.where == "device":
+            self.write_mem(addr, flat.astype("<u2"))
+            return
+        if lay.kinds[0] == "bfp":
+            self.fill_high(addr, (flat[::self.design.block] >> 8).astype(np.uint8))
+        self.write_low(addr, (flat & 0xFF).astype(np.uint8))
+
+    def _read_outputs(self, count):
+        """The last layer's words of one chunk, ``(count, rows)``: the low bytes of the output
+        area by MEM_READ_LOW and one exponent per ``N`` words by MEM_READ_HIGH. The last
+        layer's exponent is uniform over aligned spans of ``N`` words of the output area (a BFP
+        layer writes ``T · N`` rows per sample, one exponent per tile of ``N``; a discrete
+        layer one exponent for all), so this is every word, padding rows left out."""
+        lay = self.network
+        lanes = self.design.matrix_lanes
+        n = count * lay.out_words
+        addr = 2 * lay.out_addr
+        low = self.read_low(addr, n)
+        spans = -(-n // lanes)
+        if addr + 2 * lanes * spans > self.identity.scratch_bytes:
+            # The last span would run past the scratchpad: its exponent by MEM_READ.
+            high = np.concatenate([self.read_high(addr, spans - 1),
+                                   self.read_mem(addr + 2 * lanes * (spans - 1) + 1, 1)])
+        else:
+            high = self.read_high(addr, spans)
+        words = low.astype(np.uint16) | np.repeat(high.astype(np.uint16) << 8, lanes)[:n]
+        return words.reshape(count, lay.out_words)[:, :lay.rows]
 
 
 def _check_int(name, value, lo, hi):
@@ -1267,6 +1452,25 @@ def _data_bytes(data):
         arr = np.ascontiguousarray(data)
         return arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
     return _bytes_like("Data (a numpy array or bytes-like)", data)
+
+
+def _lane_bytes(name, data):
+    """The bytes of a packed write: bytes-like data as it is, an integer array's values in
+    -128..255 modulo 256."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    if not isinstance(data, np.ndarray):
+        raise TypeError(f"{name} must be bytes-like or an integer numpy array, not "
+                        f"{type(data).__name__} {data!r:.60}")
+    if data.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integers, not an array of {data.dtype}")
+    if data.ndim == 0:
+        raise ValueError(f"{name} must be an array with at least one dimension, not the 0-d "
+                         f"array {data!r}")
+    if data.size and (data.min() < -128 or data.max() > 255):
+        raise ValueError(f"{name} must be byte values in -128..255, not "
+                         f"{data.min() if data.min() < -128 else data.max()}")
+    return (data.reshape(-1).astype(np.int64) & 0xFF).astype(np.uint8).tobytes()
 
 
 def _int_values(name, value, ndim):

@@ -27,6 +27,16 @@ def int_in(lo, hi=None):
     return parse
 
 
+def baud_rate(text):
+    """An argparse type: a UART rate, an integer from 1 to 12000000 (the FT2232H's fastest,
+    :data:`lowbit.boards.driver.MAX_BAUD`)."""
+    from .driver import MAX_BAUD
+    return int_in(1, MAX_BAUD)(text)
+
+
+baud_rate.__name__ = "baud rate"
+
+
 def real_in(lo, hi, *, lo_open=True):
     """An argparse type: a finite number in ``(lo, hi]`` (``lo_open=False``: ``[lo, hi]``)."""
     span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"

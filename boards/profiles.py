@@ -1,8 +1,9 @@
 """Supported boards and their device profiles (DESIGN §5).
 
 A profile picks what of the accelerator goes on the device: lanes, scratchpad memory, the
-multiplier style and the host-link baud rate. Boards stay thin: all the gateware lives in
-:mod:`hw` and takes these values as parameters.
+multiplier style and the host-link baud rate (the fastest exact rate of the board's USB bridge
+that the UART samples at the profile's clock, at least 3 cycles per bit: :mod:`lowbit.hw.uart`).
+Boards stay thin: all the gateware lives in :mod:`hw` and takes these values as parameters.
 """
 
 from dataclasses import dataclass, field
@@ -69,12 +70,15 @@ BOARDS = {
         platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=18e6,
         pll_pad=True,
         top=dict(lanes=1, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
-                 baud=1_000_000, lut_tables=4, grand=False, sequencer=True, matrix_lanes=4,
+                 baud=4_000_000, lut_tables=4, grand=False, sequencer=True, matrix_lanes=4,
                  block=16, max_blocks=4, weight_depth=1024, bfp=True, bfp_stochastic=False,
                  bfp_predictor=False, bfp_acc_block_ram=True, bfp_pipelined=False,
                  busy_count=False, quantiser=False, discrete=False, code_bits=3),
         notes="8 SB_MAC16 DSPs, 4 SPRAM; 18 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
-              "oscillator); UART over the FTDI's second channel at 1 Mbaud. "
+              "oscillator); UART over the FT2232H's second channel at 4 Mbaud (12 MHz / 3; 9/2 "
+              "cycles per bit at 18 MHz, and still 3 at the top's 12 MHz default, which tools "
+              "that take these parameters without the clock use; 12 Mbaud, the FT2232H's "
+              "fastest, needs a clock of at least 36 MHz). "
               "The link, the sequencer, the LUT engine and a 4-lane BFP column (MATVEC, "
               "K <= 64, nearest / toward-zero rounding, max or fixed output exponent: a MATVEC "
               "with ROUNDING 2 or EXP_SELECT 2 fails with BAD_OPCODE); the input is quantised "
@@ -86,44 +90,47 @@ BOARDS = {
         title="1BitSquared iCEBreaker (iCE40UP5K-SG48), discrete unit",
         platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=12e6,
         top=dict(lanes=1, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
-                 baud=1_000_000, lut_tables=4, grand=False, sequencer=True, matrix_lanes=4,
+                 baud=4_000_000, lut_tables=4, grand=False, sequencer=True, matrix_lanes=4,
                  weight_depth=1024, bfp=False, quantiser=False, discrete=True, code_bits=3),
         notes="the iCEBreaker with the discrete unit (DMATVEC, N = 4) in place of the BFP "
               "column: the link, the sequencer, the LUT engine and the discrete unit "
-              "(docs/sequencer.md)",
+              "(docs/sequencer.md); 4 Mbaud (12 MHz / 3 cycles per bit)",
     ),
     "hx8k": BoardProfile(
         name="hx8k", title="Lattice iCE40-HX8K Breakout (iCE40HX8K-CT256)",
         platform="amaranth_boards.ice40_hx8k_b_evn:ICE40HX8KBEVNPlatform", device="hx8k",
         clk_freq=12e6,
         top=dict(lanes=1, multiplier="lut", use_spram=False, scratch_bytes=4096,
-                 baud=1_000_000, lut_tables=4, grand=True, grand_modes=(), sequencer=True,
+                 baud=4_000_000, lut_tables=4, grand=True, grand_modes=(), sequencer=True,
                  matrix_lanes=4, weight_depth=1024, bfp=False, quantiser=False, discrete=True,
                  code_bits=3),
         notes="no DSPs and no SPRAM: scratchpad in EBR; the sequencer with the discrete unit, "
               "the LUT engine and a one-lane normal-only grand unit (the BFP column and the "
-              "quantiser do not fit beside them, docs/sequencer.md)",
+              "quantiser do not fit beside them, docs/sequencer.md); UART over the FT2232H at "
+              "4 Mbaud (12 MHz / 3 cycles per bit)",
     ),
     "ulx3s": BoardProfile(
         name="ulx3s", title="Radiona ULX3S (ECP5 LFE5U-85F)",
         platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", device="ecp5-85f", clk_freq=25e6,
         top=dict(lanes=8, multiplier="mult18x18d", use_spram=False, scratch_bytes=65536,
-                 baud=1_000_000, sequencer=True, matrix_lanes=16, block=16, max_blocks=16,
+                 baud=3_000_000, sequencer=True, matrix_lanes=16, block=16, max_blocks=16,
                  weight_depth=1024, bfp=True, quantiser=True, discrete=True, code_bits=3),
         programmer="openFPGALoader", programmer_env="OPENFPGALOADER", bitstream="bit",
-        notes="156 MULT18X18D, 208 DP16KD; UART over the FTDI",
+        notes="156 MULT18X18D, 208 DP16KD; UART over the FT231X at 3 Mbaud, its fastest "
+              "(25/3 cycles per bit at 25 MHz)",
     ),
     "orangecrab": BoardProfile(
         name="orangecrab", title="Good Stuff Department OrangeCrab r0.2 (ECP5 LFE5U-25F)",
         platform="amaranth_boards.orangecrab_r0_2:OrangeCrabR0_2_25FPlatform",
         device="ecp5-25f", clk_freq=48e6,
         top=dict(lanes=4, multiplier="mult18x18d", use_spram=False, scratch_bytes=16384,
-                 baud=1_000_000, sequencer=True, matrix_lanes=16, block=16, max_blocks=16,
+                 baud=3_000_000, sequencer=True, matrix_lanes=16, block=16, max_blocks=16,
                  weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3),
         programmer="dfu-util", programmer_env="DFU_UTIL", bitstream="bit",
         uart=("0", "1", ("io", 0)),
         notes="no on-board UART: connect a 3.3 V USB-serial adapter to feather pins 0 (RX) "
-              "and 1 (TX)",
+              "and 1 (TX); 3 Mbaud suits an FTDI FT232R / FT231X adapter (an FT232H one "
+              "takes 12 Mbaud at 48 MHz, a CP2102 --baud 921600)",
     ),
 }
 

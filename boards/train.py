@@ -52,7 +52,7 @@ def add_parser(subparsers):
     """Add the ``train`` command to an ``argparse`` sub-parser collection."""
     from lowbit.sim.train import MAX_LR, VARIANTS
 
-    from .options import hidden_sizes, int_in, real_in
+    from .options import baud_rate, hidden_sizes, int_in, real_in
     from .profiles import BOARDS, DEFAULT_BOARD
     p = subparsers.add_parser(
         "train", help="train the digits MLP with the accelerator's arithmetic",
@@ -67,6 +67,9 @@ def add_parser(subparsers):
                         "a C++ compiler is installed, else Amaranth), the golden models, or the "
                         "protocol model")
     p.add_argument("--port", help="serial port of a board (overrides --backend)")
+    p.add_argument("--baud", type=baud_rate,
+                   help="UART rate of the board's bitstream, with --port (default: the board "
+                        "profile's, which IDENTIFY confirms)")
     p.add_argument("--board", "-b", choices=list(BOARDS),
                    help=f"board profile: of --port (default: {DEFAULT_BOARD}), or the board "
                         "whose own top the model or simulator runs (default: the reference "
@@ -97,8 +100,10 @@ def _backend(args):
     from lowbit.sim.train import DeviceBackend, GoldenBackend
     if args.port is not None:
         from .demo import connect
-        accel, _ = connect(port=args.port, board=args.board, progress=_say)
+        accel, _ = connect(port=args.port, board=args.board, progress=_say, baud=args.baud)
         return "port", DeviceBackend(accel)
+    if args.baud is not None:
+        raise UsageError("--baud is the rate of a board's serial port: use it with --port")
     kind = args.backend
     if kind == "golden":
         if args.board is not None:

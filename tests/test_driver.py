@@ -216,6 +216,128 @@ def test_wrong_profile_raises():
         Accelerator(ModelPort(L.DeviceModel()), params=[("lanes", 2)])
 
 
+class RecordPort(ModelPort):
+    """Answers IDENTIFY with a fixed record (e.g. a protocol-2 device's 16 bytes)."""
+
+    def __init__(self, record, baudrate=None):
+        super().__init__(L.DeviceModel())
+        self.record = record
+        if baudrate is not None:
+            self.baudrate = baudrate
+
+    def write(self, data):
+        if L.decode_request(data)[0] == L.Opcode.IDENTIFY and self.record is not None:
+            self.rx += L.encode_reply(0, self.record)
+        else:
+            super().write(data)
+
+
+def test_protocol_2_device_is_refused_clearly():
+    """A bitstream of protocol 2 (16-byte record, no packed transfers) gets a clear error that
+    says what to do, not a malformed-record complaint."""
+    old = L.DeviceModel().identity.to_bytes()[:16]
+    old = old[:4] + bytes([2]) + old[5:]
+    with pytest.raises(IdentityError, match=r"Protocol version 2 on the device, driver speaks 3 "
+                                            r"\(version 3 added the packed transfers.*rebuild "
+                                            r"and reprogram"):
+        Accelerator(RecordPort(old))
+    with pytest.raises(IdentityError, match="Not a lowbit accelerator"):
+        Accelerator(RecordPort(b"XXXX" + old[4:]))
+    with pytest.raises(IdentityError, match="Malformed identification record"):
+        Accelerator(RecordPort(L.DeviceModel().identity.to_bytes()[:20]))
+
+
+def test_identify_reports_the_link_and_checks_the_port_rate():
+    model = L.DeviceModel(clk_freq=25e6, baud=3_000_000)
+    ident = Accelerator(ModelPort(model)).identity
+    assert (ident.baud, ident.clk_hz) == (3_000_000, 25_000_000)
+    record = model.identity.to_bytes()
+    assert Accelerator(RecordPort(record, baudrate=3_000_000)).identity.baud == 3_000_000
+    with pytest.raises(IdentityError, match=r"runs at 3000000 baud but the port at 1000000.*"
+                                            r"--baud 3000000"):
+        Accelerator(RecordPort(record, baudrate=1_000_000))
+
+
+@pytest.mark.parametrize("baud, exc, match", [
+    (0, ValueError, "Baud rate must be an integer between 1 and 12000000, not 0"),
+    (24_000_000, ValueError, "not 24000000"),
+    (3e6, TypeError, "Baud rate must be an integer, not 3000000.0"),
+    ("fast", TypeError, "Baud rate must be an integer"),
+    (True, TypeError, "Baud rate must be an integer"),
+])
+def test_open_refuses_bad_rates_before_touching_the_port(baud, exc, match):
+    with pytest.raises(exc, match=match):
+        Accelerator.open("/dev/lowbit-no-such-port", baud=baud)
+    with pytest.raises(exc, match=match):
+        Accelerator.open("/dev/lowbit-no-such-port", params={"baud": baud})
+
+
+def test_open_probes_the_profile_rates():
+    from lowbit.boards.driver import profile_rates
+    from lowbit.boards.profiles import BOARDS
+    rates = profile_rates()
+    assert rates == sorted({p.top["baud"] for p in BOARDS.values()}, reverse=True)
+    assert rates[0] == 4_000_000 and 3_000_000 in rates
+    with pytest.raises(LinkError, match="Cannot open serial port '/dev/lowbit-no-such-port' at "
+                                        "4000000 baud"):
+        Accelerator.open("/dev/lowbit-no-such-port")
+
+
+def test_packed_transfers_over_the_model():
+    """write_low / fill_high / read_low / read_high: several frames, the same words as
+    write_mem of ``m | e << 8``; requests checked whole before the first frame."""
+    acc = Accelerator.model(scratch_bytes=1024, frame_bytes=32, block=4, matrix_lanes=8)
+    rng = np.random.default_rng(3)
+    m = rng.integers(-128, 128, 200)
+    e = rng.integers(-20, 10, 50)
+    sent = acc.bytes_sent
+    acc.fill_high(16, e)
+    acc.write_low(16, m)
+    assert acc.bytes_sent - sent == 50 + 200 + 10 * ((50 + 27) // 28 + (200 + 27) // 28)
+    words = acc.read_mem(16, 200, np.uint16)
+    assert np.array_equal(words, (m & 0xFF) | (np.repeat(e, 4) & 0xFF) << 8)
+    assert np.array_equal(acc.read_low(16, 200), (m & 0xFF).astype(np.uint8))
+    assert np.array_equal(acc.read_high(16, 25), (e[::2] & 0xFF).astype(np.uint8))
+    assert acc.read_low(0, 0).tolist() == [] and acc.write_low(0, b"") is None
+    model = acc.port.model
+    before = bytes(model.scratch)
+    for call, exc, match in [
+            (lambda: acc.write_low(1, bytes(40)), BadAddress, "odd"),
+            (lambda: acc.fill_high(1024, bytes(40)), BadAddress, "outside the 1024-byte"),
+            (lambda: acc.fill_high(800, bytes(40)), BadLength, "runs past the end"),
+            (lambda: acc.read_high(0, 100), BadLength, "runs past the end"),
+            (lambda: acc.write_low(2, bytes(3)), None, None),
+            (lambda: acc.write_low(1022, bytes(3)), BadLength, None),      # one frame: device
+            (lambda: acc.read_low(3, 2), BadAddress, None),
+            (lambda: acc.write_low(0, np.array([256])), ValueError, "-128..255, not 256"),
+            (lambda: acc.write_low(0, np.array([1.5])), TypeError, "must be integers"),
+            (lambda: acc.write_low(0, [1, 2]), TypeError, "bytes-like or an integer numpy"),
+            (lambda: acc.read_low(0, -1), ValueError, "Byte count"),
+            (lambda: acc.read_high(2.0, 1), TypeError, "Byte address")]:
+        if exc is None:
+            call()
+            before = bytes(model.scratch)
+            continue
+        with pytest.raises(exc, match=match):
+            call()
+        assert bytes(model.scratch) == before
+
+
+def test_network_link_bytes_per_image(macc):
+    """run_network sends host-quantised BFP input packed: one byte per element and one per
+    block, and reads one byte per output row and one per tile (plus frames)."""
+    rng = np.random.default_rng(7)
+    l1 = BFPDense(rng.integers(-127, 128, (8, 16)), rng.integers(-9, -5, (8, 2)),
+                  exp_mode="max")
+    lay = macc.load_network([l1], quantise_input="host")
+    x = rng.normal(size=(40, 16))
+    out, stats = macc.run_network(x)
+    ref = lay.reference(x)
+    assert np.array_equal(out.m, ref[0]) and np.array_equal(out.e, ref[1])
+    payload = 40 * (16 + 2 + 8 + 1)                # mantissas, block exponents, rows, tiles
+    assert payload < stats["link_bytes"] < payload + 400      # frames, RUN, the program
+
+
 def test_old_or_broken_device_gives_identity_error():
     old = L.DeviceModel()
     old.identity = dataclasses.replace(old.identity, design=(L.DESIGN_VERSION[0], 1))

@@ -74,13 +74,13 @@ def bench_one(device, variant, *, images, runs, split, build_dir, log, params=No
     design = acc.design
     column = design.column()
     _, net = demo.prepare_network(variant, column, split=split, build_dir=build_dir)
-    where = "device" if acc.has_engine("quantiser") else "host"
+    where = demo.INPUT_WHERE
     t0 = time.perf_counter()
     acc.load_network(net.layers, quantise_input=demo._input_quant(net, where))
     load_s = time.perf_counter() - t0
     codes = mlp.pixels_to_f16(split.x_test[:images])
     gm, ge = mlp.forward(net, codes, column=column, lanes=design.matrix_lanes)
-    rates, cycles, run_commands = [], set(), set()
+    rates, cycles, run_commands, link = [], set(), set(), set()
     for k in range(runs):
         out, stats = acc.run_network(codes)
         if not (np.array_equal(out.m, gm) and np.array_equal(out.e, ge)):
@@ -88,6 +88,8 @@ def bench_one(device, variant, *, images, runs, split, build_dir, log, params=No
         rates.append(images / stats["seconds"])
         cycles.add(int(stats["cycles"]))
         run_commands.add((int(stats["runs"]), int(stats["chunk"])))
+        if k:                                  # the first run also loads the program
+            link.add(stats["link_bytes"])
         log(f"  {device:<8} {variant:<8} run {k + 1}/{runs}: {rates[-1]:10.1f} images/s, "
             f"{stats['cycles']} cycles, {stats['runs']} RUN commands")
     if len(cycles) != 1:
@@ -102,6 +104,7 @@ def bench_one(device, variant, *, images, runs, split, build_dir, log, params=No
             "start_s": round(start_s, 2), "load_s": round(load_s, 2),
             "accuracy": mlp.accuracy(mlp.predictions(gm, ge), split.y_test[:images]),
             "bit_exact": True, "input_quantised_on": where,
+            "link_bytes_per_image": (link.pop() if link else stats["link_bytes"]) / images,
             "design": {"matrix_lanes": design.matrix_lanes, "block": design.block,
                        "max_blocks": design.max_blocks, "weight_depth": design.weight_depth}}
 
@@ -169,18 +172,25 @@ def table(rows, projections, boards):
                   "cycles per image measured in CXXRTL",
                   "on a simulated top with the board's own top parameters (`lowbit build`'s), "
                   f"{' / '.join(map(str, images)) or 'no'} test",
-                  "images per top, every output bit-exact against `lowbit.sim.mlp.forward`:", "",
+                  "images per top, every output bit-exact against `lowbit.sim.mlp.forward`, "
+                  "input quantised on the host; the link: bytes per image through the driver",
+                  "(requests and replies, `lowbit.boards.demo.link_traffic`, 540 images) and "
+                  "link-bound images/s = profile baud / 10 / bytes per image:", "",
                   "| board | clock MHz | N | images / RUN commands | cycles/image | images/s | "
-                  "measured Fmax MHz | images/s at Fmax |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "measured Fmax MHz | images/s at Fmax | baud | link bytes/image | "
+                  "link-bound images/s |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for p in proj:
             head = f"| {p['board']} | {p['clock_mhz']:g} | {p['lanes']} |"
             if p.get("unfit"):
-                lines.append(f"{head} profile cannot run it: {p['unfit']} | | | | |")
+                lines.append(f"{head} profile cannot run it: {p['unfit']} | | | | | | | |")
                 continue
+            link = (f" {p['baud'] / 1e6:g} M | {p['link_bytes_per_image']:.1f} | "
+                    f"{p['link_images_per_s']:.0f} |" if p.get("link_images_per_s")
+                    else " | | |")
             m = found.get(p["board"])
             if not p["cycles_per_image"] or m is None:
-                lines.append(f"{head} | not measured | | | |")
+                lines.append(f"{head} | not measured | | | |{link}")
                 continue
             shared = [n for n in m["boards"] if n != p["board"]]
             cpi = f"{p['cycles_per_image']:.1f}" + (f" (same top as {', '.join(shared)})"
@@ -188,7 +198,7 @@ def table(rows, projections, boards):
             fm = f"{p['fmax_mhz']:.1f}" if p["fmax_mhz"] else "—"
             at = f"{p['images_per_s_at_fmax']:.0f}" if p["images_per_s_at_fmax"] else "—"
             lines.append(f"{head} {m['images']} / {m['run_commands']} | {cpi} | "
-                         f"{p['images_per_s']:.0f} | {fm} | {at} |")
+                         f"{p['images_per_s']:.0f} | {fm} | {at} |{link}")
     return "\n".join(lines)
 
 

@@ -5,14 +5,16 @@ Blocks: ``uart`` (receiver + transmitter, 1 Mbaud at 12 MHz), ``link`` (HostLink
 UART, per-device scratchpad). Each configuration is implemented out of context
 (:func:`lowbit.boards.toolchain.implement`) per device and seed; the table gives LCs / LUT4s
 (``lcs_block``: minus the wrapper estimate), DSPs, block RAMs, SPRAMs and the median Fmax over
-seeds, plus the link's payload throughput at 1 Mbaud (stop and wait: one request, one reply;
-computed from the frame sizes of :mod:`lowbit.sim.link`).
+seeds, plus the link's payload throughput at each board profile's rate (stop and wait: one
+request, one reply; computed from the frame sizes of :mod:`lowbit.sim.link`) and the digits
+demo's bytes per image and link-bound images/s per board (:func:`lowbit.boards.demo.link_traffic`).
 
 Usage::
 
     python scripts/bench_link.py                        # all four devices, seeds 1 2 3
     python scripts/bench_link.py --quick                # up5k only, one seed
     python scripts/bench_link.py --devices hx8k --seeds 1 2 --blocks top
+    python scripts/bench_link.py --link-only            # the per-board link table only (fast)
 
 Writes ``docs/bench/link.json``.
 """
@@ -30,7 +32,7 @@ from amaranth.lib.wiring import In, Out  # noqa: E402
 from lowbit.boards import toolchain  # noqa: E402
 from lowbit.hw.link import HostLink, PingHandler  # noqa: E402
 from lowbit.hw.top import Accelerator  # noqa: E402
-from lowbit.hw.uart import UART  # noqa: E402
+from lowbit.hw.uart import UART, uart_period  # noqa: E402
 from lowbit.sim import link as L  # noqa: E402
 
 #: Per-device top parameters: SPRAM scratchpad on UP5K, block RAM elsewhere.
@@ -66,6 +68,31 @@ BLOCKS = {
 }
 
 
+def board_links():
+    """Per board: the profile's baud, payload throughput of full frames, and the digits demo's
+    bytes per image through the driver and link-bound images/s (BFP and discrete, where the
+    profile runs them; input quantised on the host)."""
+    from lowbit.boards import demo
+    rows = []
+    for name, profile in demo.BOARDS.items():
+        params = demo.board_top(name)
+        baud = params["baud"]
+        row = {"board": name, "clock_mhz": profile.clk_freq / 1e6, "baud": baud,
+               "cycles_per_bit": str(uart_period(profile.clk_freq, baud)),
+               **throughput(baud, params.get("frame_bytes", 512))}
+        from lowbit.boards.driver import Accelerator
+        column = Accelerator.model(**params).design.column()
+        for variant in demo.VARIANTS:
+            net = demo.prepare_network(variant, column)[1]
+            if demo.board_fit(name, net):
+                continue
+            per_image = demo.link_traffic(params, net)
+            row[variant] = {"bytes_per_image": round(per_image, 2),
+                            "link_images_per_s": round(demo.link_rate(baud, per_image))}
+        rows.append(row)
+    return rows
+
+
 def throughput(baud, frame_bytes):
     """Payload bytes/s of MEM_WRITE and MEM_READ with full frames, stop and wait, 10 bits/byte.
 
@@ -90,12 +117,25 @@ def main(argv=None):
     ap.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     ap.add_argument("--blocks", nargs="+", default=list(BLOCKS), choices=list(BLOCKS))
     ap.add_argument("--quick", action="store_true", help="up5k only, one seed")
+    ap.add_argument("--link-only", action="store_true",
+                    help="only the per-board link table (no place and route)")
     ap.add_argument("--output", default=str(Path(__file__).resolve().parent.parent
                                             / "docs" / "bench" / "link.json"))
     args = ap.parse_args(argv)
     if args.quick:
         args.devices, args.seeds = ["up5k"], args.seeds[:1]
 
+    links = board_links()
+    print("board                clock  baud     cycles/bit  MEM_WRITE kB/s  BFP bytes/image "
+          "(link-bound/s)  discrete bytes/image (link-bound/s)")
+    for r in links:
+        cells = [f"{r[v]['bytes_per_image']:6.1f} ({r[v]['link_images_per_s']:5d})" if v in r
+                 else "     -        " for v in ("bfp", "discrete")]
+        print(f"{r['board']:<20} {r['clock_mhz']:4g}  {r['baud'] / 1e6:g} M    "
+              f"{r['cycles_per_bit']:<10}  {r['mem_write_Bps'] / 1e3:8.1f}        {cells[0]}"
+              f"          {cells[1]}")
+    if args.link_only:
+        return 0
     rows = []
     for dev in args.devices:
         ceiling = toolchain.DEVICES[dev]
@@ -125,13 +165,11 @@ def main(argv=None):
                   f"Fmax {row['fmax_mhz_median']} MHz (median of {len(fmaxes)})", flush=True)
 
     tp = throughput(1_000_000, 512)
-    print(f"\nlink payload throughput at 1 Mbaud, 512-byte frames: MEM_WRITE "
-          f"{tp['mem_write_Bps'] / 1e3:.1f} kB/s, MEM_READ {tp['mem_read_Bps'] / 1e3:.1f} kB/s "
-          f"(line {tp['line_Bps'] / 1e3:.0f} kB/s)")
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"command": "python scripts/bench_link.py " + " ".join(
-        sys.argv[1:] if argv is None else argv), "rows": rows, "throughput_1mbaud": tp},
+        sys.argv[1:] if argv is None else argv), "rows": rows, "throughput_1mbaud": tp,
+        "boards": links},
         indent=2) + "\n")
     print(f"wrote {out}")
     return 0

@@ -440,3 +440,50 @@ def test_bench_boards_cxxrtl(tmp_path, variant, require_tool):
         assert m["design"]["matrix_lanes"] == demo.board_top(m["boards"][0])["matrix_lanes"]
     result = {"boards": {variant: found}}
     assert set(demo.stored_cycles(variant, data=result)) == measured
+
+
+# -- the link (issue 21) ----------------------------------------------------------------------------
+
+def test_link_traffic_counts_the_packed_bytes(build_dir):
+    """Bytes per image through the driver: 64 mantissas + 4 block exponents in, one code per
+    row of the last layer's tiles + one exponent per tile out, plus a few percent of frames;
+    the projections carry it with the link-bound rate at the profile's baud."""
+    params = demo.board_top("icebreaker")
+    acc = Accelerator.model(**params)
+    net = demo.prepare_network("bfp", acc.design.column(), build_dir=build_dir)[1]
+    per_image = demo.link_traffic(params, net)
+    payload = 64 + 4 + 12 + 3                              # N = 4: three tiles of four rows
+    assert payload < per_image < payload * 1.06
+    assert demo.link_rate(4_000_000, per_image) == pytest.approx(400_000 / per_image)
+    # The traffic of real runs equals it (the same driver, RUN executed).
+    acc.load_network(net.layers, quantise_input=demo._input_quant(net, "host"))
+    codes = mlp.pixels_to_f16(mlp.load_split().x_test)
+    acc.run_network(codes[:10])                            # the program is loaded once
+    _, stats = acc.run_network(codes)
+    assert stats["link_bytes"] / len(codes) == pytest.approx(per_image, rel=0.01)
+    rows = demo.projections({"icebreaker": 1000.0}, build_dir=str(build_dir), net=net)
+    ice = next(r for r in rows if r["board"] == "icebreaker")
+    assert ice["baud"] == params["baud"] and ice["link_bytes_per_image"] == per_image
+    assert ice["images_per_s_bound"] == min(ice["images_per_s"], ice["link_images_per_s"])
+
+
+def test_demo_reports_the_link(build_dir):
+    r = demo.run_digits("bfp", simulator="model", images=20, board="ulx3s",
+                        build_dir=str(build_dir))
+    assert r.baud == 3_000_000 and 80 < r.link_bytes_per_image < 400
+    assert r.link_images_per_s == pytest.approx(300_000 / r.link_bytes_per_image)
+    assert "bytes per image" in demo.format_result(r)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["demo", "digits", "--baud", "3000000", "--simulator", "model"], "use it with --port"),
+    (["demo", "digits", "--baud", "0"], "between 1 and 12000000, not 0"),
+    (["demo", "digits", "--baud", "fast"], "not 'fast'"),
+    (["train", "digits", "--baud", "3000000"], "use it with --port"),
+])
+def test_baud_option_errors(argv, message, capsys):
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:
+        code = e.code
+    assert code == 2 and message in capsys.readouterr().err

@@ -442,7 +442,7 @@ def test_bench_boards_cxxrtl(tmp_path, variant, require_tool):
     assert set(demo.stored_cycles(variant, data=result)) == measured
 
 
-# -- the link (issue 21) ----------------------------------------------------------------------------
+# -- the link (issue 21) ---------------------------------------------------------------------------
 
 def test_link_traffic_counts_the_packed_bytes(build_dir):
     """Bytes per image through the driver: 64 mantissas + 4 block exponents in, one code per

@@ -510,6 +510,10 @@ def test_limit_and_run_payload(dev):
     # Running off the end of the scratchpad: the fetch fails with BAD_ADDRESS.
     assert dev.run([I.nop()], at=WORDS - 8)[:3] == (L.Status.BAD_ADDRESS, 2 * WORDS, 1)
     assert dev.run([I.jump(WORDS - 4)], at=P)[:3] == (L.Status.BAD_ADDRESS, 2 * WORDS - 8, 1)
+    # A jump to the last whole instruction runs it; one word further, its fetch fails.
+    dev.write(WORDS - 8, assemble([I.halt()]))
+    assert dev.run([I.jump(WORDS - 8)], at=P)[:3] == (L.Status.OK, 2 * WORDS - 16, 2)
+    assert dev.run([I.jump(WORDS - 7)], at=P)[:3] == (L.Status.BAD_ADDRESS, 2 * WORDS - 14, 1)
     for payload, expected in [(b"", L.Status.BAD_LENGTH),
                               (struct.pack("<IIB", 0, 1, 0), L.Status.BAD_LENGTH),
                               (struct.pack("<II", 1, 1), L.Status.BAD_ADDRESS),

@@ -556,6 +556,27 @@ def _abort_builds(keys=None):
     return len(procs)
 
 
+def _abort_plugin():
+    """A Dask worker plugin that ends a build whose task is cancelled or released while it
+    runs: when the client cancels it, and when the client goes away without a word (killed),
+    and the scheduler forgets its tasks."""
+    from distributed import WorkerPlugin
+
+    class AbortCancelledBuilds(WorkerPlugin):
+        name = "lowbit-abort-cancelled-builds"
+        idempotent = True
+
+        def transition(self, key, start, finish, **kwargs):
+            # The module's registry, imported on the worker (not pickled with this class).
+            from lowbit.boards import explore
+            if start == "executing" and finish != "memory" and key in explore._RUNNING:
+                # Off the worker's event loop: ending a process group takes a moment.
+                threading.Thread(target=explore._abort_builds, args=([key],),
+                                 daemon=True).start()
+
+    return AbortCancelledBuilds()
+
+
 def _worker_info():
     """Run on each worker when a sweep connects: lowbit's version there."""
     import lowbit
@@ -592,15 +613,23 @@ def dask_client(workers=None, scheduler=None, *, timeout=30, say=None):
                            "'lowbit[explore]' (or pip install 'dask[distributed]')") from None
     say = say or (lambda msg: None)
     # The builds' own errors come back as rows; Dask's log lines about cancelled tasks and
-    # closing workers would only clutter the terminal.
-    logging.getLogger("distributed").setLevel(logging.ERROR)
+    # closing workers would only clutter the terminal (the embedded cluster's: not even its
+    # errors, of a worker closing while its scheduler goes, say).
+    quiet = logging.ERROR if scheduler is not None else logging.CRITICAL
+    logging.getLogger("distributed").setLevel(quiet)
     cluster = None
     if scheduler is None:
         workers = workers or default_workers()
         say(f"lowbit explore: starting a local Dask cluster of {workers} worker"
             f"{'s' * (workers != 1)}")
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.ERROR)
+        # A Ctrl-C on the terminal reaches the whole process group; only this process acts
+        # on it (cancels the builds, closes the cluster): the workers ignore it from their
+        # start (the preload, this module, runs dask_setup). The scheduler's HTTP server
+        # (dashboard, health) on a free port: the default 8787 may be another cluster's.
+        with _sigint_blocked():
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=":0", silence_logs=quiet,
+                                   preload=[__name__])
         client = Client(cluster)
     else:
         try:
@@ -610,6 +639,7 @@ def dask_client(workers=None, scheduler=None, *, timeout=30, say=None):
                                f"{str(e).splitlines()[0] if str(e) else type(e).__name__}"
                                ) from None
     try:
+        client.register_plugin(_abort_plugin())
         if scheduler is not None:
             try:
                 client.wait_for_workers(1, timeout=timeout)
@@ -628,6 +658,35 @@ def dask_client(workers=None, scheduler=None, *, timeout=30, say=None):
             client.close()
             if cluster is not None:
                 cluster.close()
+
+
+def dask_setup(worker):
+    """Dask's preload hook, run in each worker of the embedded cluster as it starts: ignore
+    SIGINT, which a Ctrl-C on the terminal sends to the whole process group (this client
+    cancels the builds and closes the cluster)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _sigint_blocked():
+    """SIGINT blocked in this thread while the embedded cluster starts: the threads it starts,
+    and the worker processes they spawn, inherit the blocked signal (so a Ctrl-C before a
+    worker's preload ignores it does not interrupt its start), and this thread receives a
+    Ctrl-C of that time when it unblocks it."""
+    if not hasattr(signal, "pthread_sigmask") or \
+            threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    # multiprocessing's resource tracker unblocks SIGINT in the thread that starts it: start
+    # it here, before, so that it is not one of the cluster's threads.
+    from multiprocessing import resource_tracker
+    resource_tracker.ensure_running()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 @contextlib.contextmanager
@@ -684,64 +743,141 @@ def run_sweep(configs, seeds, *, cache=None, client=None, cached_only=False, bui
     A configuration whose build failed for one seed (in this run or in the cache) is not built
     with its other seeds in this process, nor submitted for them when the failure is cached.
     """
-    done = [dict() for _ in configs]
-    errors = {}
-    futures = {}
-    pool = _Pool(client)
-    say = on_build or (lambda config, entry: None)
-
-    def finish(i, seed, key, entry, cached=False):
-        if not cached and cache is not None and entry.get("cache", True):
-            cache.put(key, entry)
-        done[i][seed] = {**entry, "cached": cached}
-        say(configs[i], done[i][seed])
-
+    sweep = _Sweep(configs, seeds, cache, _Pool(client), build_dir, implement, on_build)
     try:
-        for i, cfg in enumerate(configs):
+        with sweep.ctrl_c:
+            sweep.start(cached_only)
+            sweep.collect()
+    except KeyboardInterrupt:
+        with _sigint_ignored():
+            if sweep.futures:
+                sweep.pool.cancel(list(sweep.futures))
+            finished = sum(len(d) for d in sweep.done)
+            raise SweepInterrupted(finished, len(configs) * len(seeds) - finished) from None
+    return [make_row(cfg, seeds, sweep.done[i], sweep.errors.get(i))
+            for i, cfg in enumerate(configs)]
+
+
+class _Sweep:
+    """The state of :func:`run_sweep`: the builds done (``done[i][seed]``), the configurations
+    that failed before any build (``errors``), and the submitted builds (``futures``)."""
+
+    def __init__(self, configs, seeds, cache, pool, build_dir, implement, on_build):
+        self.configs, self.seeds, self.cache, self.pool = configs, seeds, cache, pool
+        self.build_dir, self.implement = build_dir, implement
+        self.on_build = on_build or (lambda config, entry: None)
+        self.done = [dict() for _ in configs]
+        self.errors, self.futures = {}, {}
+        self.ctrl_c = _CtrlC(at_once=pool.local)
+
+    def finish(self, i, seed, key, entry, cached=False):
+        """Record (and cache, unless it came from there or must not be) a build's entry."""
+        if not cached and self.cache is not None and entry.get("cache", True):
+            with self.ctrl_c.deferred():       # a Ctrl-C now would leave a half-written file
+                self.cache.put(key, entry)
+        self.done[i][seed] = {**entry, "cached": cached}
+        self.on_build(self.configs[i], self.done[i][seed])
+
+    def start(self, cached_only):
+        """Every configuration in turn: its cache entries, then its other builds, here (one
+        after another) or submitted to the cluster."""
+        cache, pool = self.cache, self.pool
+        for i, cfg in enumerate(self.configs):
+            self.ctrl_c.check()
             digest = None
             if cache is not None:
                 try:
                     digest = cfg.digest()
                 except Exception as e:         # noqa: BLE001 -- an elaboration error is a row
-                    errors[i] = f"elaboration failed: {type(e).__name__}: {e}"
+                    self.errors[i] = f"elaboration failed: {type(e).__name__}: {e}"
                     continue
-            keys = {s: cfg.key(s, digest) if digest else None for s in seeds}
-            for seed in seeds:
+            keys = {s: cfg.key(s, digest) if digest else None for s in self.seeds}
+            for seed in self.seeds:
                 hit = cache.get(keys[seed]) if cache is not None else None
                 if hit is not None:
-                    finish(i, seed, keys[seed], hit, cached=True)
-            if cached_only or any("error" in r for r in done[i].values()):
+                    self.finish(i, seed, keys[seed], hit, cached=True)
+            if cached_only or any("error" in r for r in self.done[i].values()):
                 continue
-            for seed in seeds:
-                if seed in done[i]:
+            for seed in self.seeds:
+                if seed in self.done[i]:
                     continue
-                if client is None:
-                    finish(i, seed, keys[seed], _build_or_failure(cfg, seed, _dir(build_dir, cfg,
-                           digest, seed), implement))
-                    if "error" in done[i][seed]:
+                where = _dir(self.build_dir, cfg, digest, seed)
+                if pool.local:
+                    self.finish(i, seed, keys[seed],
+                                _build_or_failure(cfg, seed, where, self.implement))
+                    self.ctrl_c.check()
+                    if "error" in self.done[i][seed]:
                         break
                 else:
                     key = f"lowbit-build-{cfg.block}-{seed}-{uuid.uuid4().hex[:12]}"
-                    fut = pool.client().submit(_build_task, cfg, seed,
-                                               _dir(build_dir, cfg, digest, seed), key, key=key,
+                    fut = pool.client().submit(_build_task, cfg, seed, where, key, key=key,
                                                pure=False)
-                    futures[fut] = (i, seed, keys[seed])
-        if futures:
-            from distributed import as_completed
-            for fut in as_completed(list(futures)):
-                i, seed, key = futures.pop(fut)
+                    self.futures[fut] = (i, seed, keys[seed])
+
+    def collect(self):
+        """The submitted builds' entries as they finish."""
+        if not self.futures:
+            return
+        from distributed import as_completed
+        results = as_completed(list(self.futures))
+        while not results.is_empty():
+            # Polled, not blocked on: a Ctrl-C that Python swallowed (in a __del__, say) still
+            # ends the sweep.
+            self.ctrl_c.check()
+            if not results.has_ready():
+                time.sleep(0.1)
+                continue
+            for fut in results.next_batch(block=False):
+                i, seed, key = self.futures.pop(fut)
                 try:
                     entry = fut.result()
                 except Exception as e:             # noqa: BLE001 -- a lost worker, say
                     entry = _failure(seed, f"{type(e).__name__}: {e}", False)
-                finish(i, seed, key, entry)
-    except KeyboardInterrupt:
-        with _sigint_ignored():
-            if futures:
-                pool.cancel(list(futures))
-            finished = sum(len(d) for d in done)
-            raise SweepInterrupted(finished, len(configs) * len(seeds) - finished) from None
-    return [make_row(cfg, seeds, done[i], errors.get(i)) for i, cfg in enumerate(configs)]
+                self.finish(i, seed, key, entry)
+
+
+class _CtrlC:
+    """SIGINT while a sweep runs (in the main thread), remembered: :meth:`check` raises
+    ``KeyboardInterrupt`` once it came.
+
+    With ``at_once`` (builds in this process) the signal also raises it where it arrives, to
+    stop a build's wait (its tools, in this process group, get the signal too), unless
+    :meth:`deferred` holds it back until a step is complete. Otherwise (builds on a cluster) it
+    is only remembered: the sweep polls :meth:`check`, so the ``KeyboardInterrupt`` is never
+    raised in a ``__del__`` or a callback, where Python would print it and carry on.
+    """
+
+    def __init__(self, at_once=True):
+        self.hit, self.at_once, self._defer, self._old = False, at_once, 0, None
+
+    def _handler(self, signum, frame):
+        self.hit = True
+        if self.at_once and not self._defer:
+            raise KeyboardInterrupt
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+            self._old = None
+
+    def check(self):
+        if self.hit:
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def deferred(self):
+        self._defer += 1
+        try:
+            yield
+        finally:
+            self._defer -= 1
+        if not self._defer:
+            self.check()
 
 
 class _Pool:
@@ -750,6 +886,7 @@ class _Pool:
 
     def __init__(self, client):
         self._source, self._client = client, None
+        self.local = client is None            # builds in this process
 
     def client(self):
         if self._client is None:
@@ -1076,8 +1213,9 @@ def run(args):
     try:
         rows, stats = _explore(args, sweep, cache)
     except SweepInterrupted as e:
-        where = f"; the finished ones are in the run cache {cache.path}" if cache else ""
-        _say(f"lowbit explore: {e}{where}; run the same command again to go on")
+        where = (f"; the finished builds are kept in the run cache {cache.path}, so the same "
+                 "command goes on from there") if cache else ""
+        _say(f"lowbit explore: {e}{where}")
         return 130
     except ExploreError as e:
         _say(f"lowbit explore: error: {e}")
@@ -1127,8 +1265,9 @@ def _explore(args, sweep, cache):
                 msg = f"{what}: {entry['error'].splitlines()[0][:120]}"
             else:
                 msg = f"{entry['lcs_block']} LC, {entry['fmax_mhz']} MHz"
-            when = "cached" if entry.get("cached") else f"{entry.get('seconds', 0):g} s"
-            say(f"  {config.label} seed {seed}: {msg} ({when})")
+            when = "cached" if entry.get("cached") else \
+                f"{entry['seconds']:g} s" if entry.get("seconds") else None
+            say(f"  {config.label} seed {seed}: {msg}{f' ({when})' if when else ''}")
             bar.update(1)
 
         def client():

@@ -73,7 +73,7 @@ BOARDS = {
                  baud=4_000_000, lut_tables=4, grand=False, sequencer=True, matrix_lanes=4,
                  block=16, max_blocks=4, weight_depth=1024, bfp=True, bfp_stochastic=False,
                  bfp_predictor=False, bfp_acc_block_ram=True, bfp_pipelined=False,
-                 busy_count=False, quantiser=False, discrete=False, code_bits=3),
+                 busy_count=True, quantiser=False, discrete=False, code_bits=3),
         notes="8 SB_MAC16 DSPs, 4 SPRAM; 18 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
               "oscillator); UART over the FT2232H's second channel at 4 Mbaud (12 MHz / 3; 9/2 "
               "cycles per bit at 18 MHz, and still 3 at the top's 12 MHz default, which tools "
@@ -82,7 +82,7 @@ BOARDS = {
               "The link, the sequencer, the LUT engine and a 4-lane BFP column (MATVEC, "
               "K <= 64, nearest / toward-zero rounding, max or fixed output exponent: a MATVEC "
               "with ROUNDING 2 or EXP_SELECT 2 fails with BAD_OPCODE); the input is quantised "
-              "on the host; no room for the RUN busy-cycle counter (busy_count=False). The "
+              "on the host; RUN replies count the column's busy cycles. The "
               "discrete unit is on icebreaker-discrete (docs/sequencer.md)",
     ),
     "icebreaker-discrete": BoardProfile(

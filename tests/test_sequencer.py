@@ -26,8 +26,8 @@ from lowbit.sim.network import (
     unpack_elements,
 )
 from lowbit.sim.prng import Xoroshiro128aox, load_state
-from lowbit.sim.program import NOT_COUNTED, assemble
 from lowbit.sim.program import Instruction as I
+from lowbit.sim.program import assemble
 from lowbit.sim.quantiser import decode_f16, quantise_bfp, quantise_int8
 from lowbit.sim.rtl.transport import SimulatedSerial
 
@@ -708,6 +708,11 @@ def _icebreaker_design():
                   bfp_stochastic=t["bfp_stochastic"], bfp_predictor=t["bfp_predictor"])
 
 
+def _icebreaker_busy_count():
+    from lowbit.boards.profiles import get_board
+    return get_board("icebreaker").top["busy_count"]
+
+
 @pytest.fixture(scope="module")
 def icebreaker():
     from lowbit.boards.profiles import get_board
@@ -765,7 +770,7 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
     """One layer program (LOADW, MATVEC with bias and the max selector, LUT, MATVEC with a fixed
     exponent) on the iCEBreaker's top equals lowbit.sim.program.Machine word for word."""
     from lowbit.sim.program import Machine
-    dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=False)
+    dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=_icebreaker_busy_count())
     rng = np.random.default_rng(44)
     b, n = 16, 4
     l1 = BFPDense(w_m=rng.integers(-128, 128, (12, 32)), w_e=rng.integers(-8, -3, (12, 2)),
@@ -790,9 +795,8 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
         {"MANT_WIDTH": 7, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": -5 & 0xFF})
     assert (status, pc, executed) == (ref.status, ref.pc, ref.executed) == \
         (L.Status.OK, 400 + 16 * 6, 7)
-    # The iCEBreaker's top has no room for the busy counter: "not counted" on both sides (the
-    # count itself: test_matvec, test_dmatvec, test_random_programs_vs_device_model).
-    assert busy == ref.busy == NOT_COUNTED and cycles > (tiles + 2) * 32
+    # T · K beats per MATVEC: (tiles + 2) · 32 busy cycles, counted by the iCEBreaker's top.
+    assert busy == ref.busy == (tiles + 2) * 32 and cycles > busy
     for addr, count in ((Y, 12), (Z, 20)):
         assert dev.get(addr, count).tolist() == machine.read_words(addr, count).tolist()
     x_m, x_e = unpack_elements(x)
@@ -811,7 +815,7 @@ def test_icebreaker_rejects_what_it_lacks(icebreaker, regs, program):
     """A MATVEC needing a left-out option fails with BAD_OPCODE before anything happens (as the
     Machine says), even with a count that is also bad; ROUNDING 3 (nearest) still runs."""
     from lowbit.sim.program import Machine
-    dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=False)
+    dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=_icebreaker_busy_count())
     ins = {"matvec": I.matvec(3000, 3200, 0, 0, 1), "dmatvec": I.dmatvec(3000, 3200, 0, 4, 1),
            "quant": I.quant(3000, 3200, 16)}[program]
     before = dev.get(3200, 4).tolist()

@@ -1227,7 +1227,7 @@ def run(args):
     title = f"{args.block} on {where}, seeds {' '.join(map(str, args.seeds))}"
     if args.json:
         Path(args.json).write_text(json.dumps({
-            "command": "lowbit " + " ".join(shlex.quote(a) for a in args.argv),
+            "command": "lowbit " + " ".join(shlex.quote(a) for a in getattr(args, "argv", [])),
             "block": args.block, "device": cfg.device, "board": cfg.board,
             "clock_mhz": cfg.clock_mhz, "seeds": args.seeds, **stats, "rows": rows},
             indent=1, default=str) + "\n")

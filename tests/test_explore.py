@@ -272,18 +272,8 @@ def test_rows_pareto_and_table():
 
 def test_json_and_plot_of_a_sweep_from_the_cache(capsys, tmp_path):
     """A sweep the cache holds whole: no cluster starts, and --json / --plot are written."""
-    cfgs = explore.configs("prng", [("lanes", [1, 2])], device="hx8k")
-    cache = RunCache(tmp_path / "runs.json")
-    for k, cfg in enumerate(cfgs):
-        for seed in (1, 2):
-            cache.put(cfg.key(seed, cfg.digest()),
-                      {"seed": seed, "lcs": 400, "lcs_block": 200 * (k + 1), "wrapper_lcs": 200,
-                       "dsps": 0, "rams": 0, "spram": 0, "fmax_mhz": 100.0 + seed - k,
-                       "seconds": 3.0})
     out_json, out_png = tmp_path / "rows.json", tmp_path / "front.png"
-    status, out, err = run_main(capsys, "explore", "prng", "--device", "hx8k", "--param",
-                                "lanes=1,2", "--seeds", "1", "2", "--cache",
-                                str(tmp_path / "runs.json"), "--json", str(out_json),
+    status, out, err = run_main(capsys, *_cached_prng_sweep(tmp_path), "--json", str(out_json),
                                 "--plot", str(out_png))
     assert status == 0, err
     assert "Dask" not in err and "0 built, 4 from the cache" in err
@@ -299,6 +289,38 @@ def test_json_and_plot_of_a_sweep_from_the_cache(capsys, tmp_path):
     assert row["fits"] and row["meets_clock"] and row["pareto"]
     assert row["throughput"]["per_second"] == pytest.approx(2 * 100.5e6)
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _cached_prng_sweep(tmp_path):
+    """A run cache holding a sweep of the PRNG with 1 and 2 lanes on the HX8K, seeds 1 and 2;
+    the ``lowbit explore`` arguments of that sweep."""
+    cfgs = explore.configs("prng", [("lanes", [1, 2])], device="hx8k")
+    cache = RunCache(tmp_path / "runs.json")
+    for k, cfg in enumerate(cfgs):
+        for seed in (1, 2):
+            cache.put(cfg.key(seed, cfg.digest()),
+                      {"seed": seed, "lcs": 400, "lcs_block": 200 * (k + 1), "wrapper_lcs": 200,
+                       "dsps": 0, "rams": 0, "spram": 0, "fmax_mhz": 100.0 + seed - k,
+                       "seconds": 3.0})
+    return ["explore", "prng", "--device", "hx8k", "--param", "lanes=1,2", "--seeds", "1", "2",
+            "--cache", str(tmp_path / "runs.json")]
+
+
+def test_a_progress_bar_on_a_terminal(tmp_path):
+    from test_progress import _pty_run
+    out = _pty_run([*LOWBIT, *_cached_prng_sweep(tmp_path)])
+    assert "builds:" in out and "/4 [" in out and "build/s" in out
+    assert "prng lanes=2 on hx8k seed 2: 400 LC, 101.0 MHz (cached)" in out
+
+
+def test_without_dask_a_sweep_says_what_to_install(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)        # import distributed fails
+    status, out, err = run_main(capsys, "explore", "uart", "--seeds", "1", "--cache",
+                                str(tmp_path / "runs.json"))
+    assert status == 1 and out == ""
+    assert err.strip().splitlines()[-1] == ("lowbit explore: error: a sweep on a cluster needs "
+                                            "Dask distributed: pip install 'lowbit[explore]' "
+                                            "(or pip install 'dask[distributed]')")
 
 
 # -- real builds on Dask --------------------------------------------------------------------------
@@ -327,6 +349,25 @@ def test_two_small_blocks_on_a_local_cluster_of_two_workers(tmp_path):
                               client=no_client)
     assert [r.get("fmax_mhz") for r in again] == [r.get("fmax_mhz") for r in rows]
     assert all(r["seeds"][0]["cached"] for r in again)
+
+
+def test_the_benchmarks_on_two_workers(tmp_path):
+    """``scripts/bench.py --workers 2``: the benchmark rows through the same engine, on an
+    embedded cluster, and then from the cache it filled."""
+    args = [sys.executable, str(explore.Path(__file__).resolve().parent.parent / "scripts" /
+                                "bench.py"),
+            "--blocks", "uart", "prng", "--devices", "hx8k", "--seeds", "1", "--no-float",
+            "--cache", str(tmp_path / "runs.json"), "--json", str(tmp_path / "all.json"),
+            "--markdown", str(tmp_path / "PERFORMANCE.md")]
+    r = subprocess.run([*args, "--workers", "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "starting a local Dask cluster of 2 workers" in r.stderr
+    rows = json.loads((tmp_path / "all.json").read_text())["rows"]
+    assert [(row["block"], row["device"]) for row in rows] == [("uart", "hx8k"), ("prng", "hx8k")]
+    assert all(row["fmax_mhz_median"] > 20 and row["seeds"] == [1] for row in rows)
+    r = subprocess.run([*args, "--resume"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stderr.count("(cached)") == 2, r.stderr
+    assert json.loads((tmp_path / "all.json").read_text())["rows"] == rows
 
 
 def _free_port():

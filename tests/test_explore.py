@@ -4,7 +4,8 @@ Quick: the parameters and their errors, the engine in this process with a stand-
 ``implement`` (cache hits, failed builds), rows, table, JSON and plot; and real builds of the
 smallest blocks (the UART, the one-lane PRNG: 2-3 s each) on an embedded ``LocalCluster`` of two
 workers, on a scheduler and a worker started as subprocesses, and a sweep cancelled by Ctrl-C.
-Slow: a netlist that does not fit, and a board sweep of the iCEBreaker's top.
+Slow: a netlist that does not fit (25 CPU-seconds); heavy: a board sweep of the iCEBreaker's
+top.
 """
 
 import contextlib
@@ -546,8 +547,11 @@ def test_a_netlist_that_does_not_fit_is_a_row(capsys, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_a_board_sweep_of_the_icebreaker_top(capsys, tmp_path):
-    """The iCEBreaker's top with its pins and PLL (2 CPU-minutes here), then from the cache."""
+    """The iCEBreaker's top with its pins and PLL, then from the cache. Heavy (out of CI's slow
+    run): 2-2.5 CPU-minutes for the build that test_boards' iCEBreaker bitstream makes too;
+    the quick test_a_board_build_is_a_row_with_the_boards_figures covers the sweep's side."""
     argv = ("explore", "top", "--board", "icebreaker", "--seeds", "1", "--workers", "1",
             "--cache", str(tmp_path / "runs.json"), "--json", str(tmp_path / "rows.json"))
     status, out, err = run_main(capsys, *argv)

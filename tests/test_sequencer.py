@@ -430,6 +430,8 @@ def _boundary_cases():
          I.matvec(680, 700, 0, 1, 2, bias=W - 2 * N + 1)),
         (I.matvec(680, 700, D - 2 * B, 2, 1), I.matvec(680, 700, D - 2 * B + 1, 2, 1)),
         (I.matvec(680, 700, 0, 4, 4), I.matvec(680, 700, 1, 4, 4)),
+        # ... and where a tile ends exactly on the last entry with tiles still to come.
+        (I.matvec(680, 700, D - 3 * B, 1, 3), I.matvec(680, 700, D - 2 * B, 1, 3)),
         (I.matvec(680, 700, 0, BASE["max_blocks"], 1),
          (I.matvec(680, 700, 0, BASE["max_blocks"] + 1, 1), LEN)),
         # LUT: source, destination, table LUT_SELECT < lut_tables.
@@ -442,6 +444,7 @@ def _boundary_cases():
         (I.dmatvec(770, W - 3, 0, 5, 3), I.dmatvec(770, W - 2, 0, 5, 3)),
         (I.dmatvec(770, 780, 0, 5, 3, bias=W - 3), I.dmatvec(770, 780, 0, 5, 3, bias=W - 2)),
         (I.dmatvec(770, 780, D - 6, 5, 3), I.dmatvec(770, 780, D - 5, 5, 3)),
+        (I.dmatvec(770, 780, D - 6, 5, 3), I.dmatvec(770, 780, D - 4, 5, 3)),
         # GRAND: destination.
         (I.grand(W - 2, 2), I.grand(W - 1, 2)),
     ]

@@ -3,8 +3,8 @@
 The communication backbone the engines plug into::
 
     rx -> UARTReceiver -> HostLink -> Dispatcher -+-> PingHandler
-    tx <- UARTTransmitter <-'                     +-> IdentifyHandler
-                                                  +-> RegisterHandler (configuration registers)
+    tx <- UARTTransmitter <-'                     +-> RegisterHandler (IDENTIFY, configuration
+                                                  |                    registers)
                                                   +-> MemoryHandler -> Scratchpad <-+
                                                   +-> LUTHandler, GrandHandler      |
                                                   +-> Sequencer (RUN) --------------+
@@ -56,6 +56,8 @@ from .ports import (
 )
 from .sequencer import Sequencer
 from .uart import UARTReceiver, UARTTransmitter, quiet_on_error
+
+_REGISTER_INDICES = {r.index for r in REGISTERS}
 
 __all__ = ["Accelerator", "Scratchpad", "SPRAM256KA", "IdentifyHandler", "RegisterHandler",
            "MemoryHandler", "SPRAM_BYTES"]
@@ -269,6 +271,12 @@ class RegisterHandler(wiring.Component):
     load, simulation start) and keep their values across a reset of the ``sync`` domain, and a
     read always returns what the engines see.
 
+    It also answers IDENTIFY: the 24-byte record is six more words of the block-RAM copy (at
+    :attr:`IDENT_BASE`, indices no register uses, so REG_READ answers them ``BAD_ADDRESS``),
+    streamed out four bytes a word, the next word's address presented a cycle ahead. (A handler
+    of its own, :class:`IdentifyHandler`, decodes the record from LUTs: ~50 LUT4s and a
+    dispatcher port more on the iCEBreaker.)
+
     Answers: wrong payload length -> ``BAD_LENGTH``; unknown index -> ``BAD_ADDRESS``; write
     to a read-only register -> ``READ_ONLY`` (nothing written); else ``OK`` with the 4-byte
     little-endian value (read) or no payload (write; bits above the width are dropped).
@@ -294,6 +302,8 @@ class RegisterHandler(wiring.Component):
     """
 
     DYNAMIC = ("LINK_SKIPPED", "LINK_ERRORS", "UART_ERRORS")
+    #: Word index of the IDENTIFY record in the register copy.
+    IDENT_BASE = 0x38
 
     @quiet_on_error
     def __init__(self, identity, design=None):
@@ -302,6 +312,7 @@ class RegisterHandler(wiring.Component):
         if design is not None and not isinstance(design, dict):
             raise TypeError(f"Design parameters must be a dict, not {design!r}")
         self._constants = identity_registers(identity, **(design or {}))
+        self._record = identity.to_bytes()
         members = {"command": In(CommandSignature()), "cfg": In(ConfigPortSignature()),
                    "prng_load": Out(1)}
         for r in REGISTERS:
@@ -319,7 +330,9 @@ class RegisterHandler(wiring.Component):
         length = Signal(16)
         status = Signal(8)
         value = Signal(32)
-        idx = Signal(3)
+        idx = Signal(range(IDENTITY_BYTES + 1))
+        ident = Signal()          # the command is IDENTIFY
+        word = Signal(range(IDENTITY_BYTES // 4 + 1))
 
         index = args.value[0:16]
         wvalue = args.value[16:48]
@@ -359,12 +372,16 @@ class RegisterHandler(wiring.Component):
                         with m.If(w_en):
                             m.d.sync += regs[r.name].eq(w_value[:r.width])
 
+        ib = max(ib, (self.IDENT_BASE + IDENTITY_BYTES // 4 - 1).bit_length())
         init = [0] * (1 << ib)
         for r in REGISTERS:
             if r.access == "rw":
                 init[r.index] = r.reset
             elif r.name not in self.DYNAMIC:
                 init[r.index] = self._constants[r.name]
+        for k in range(IDENTITY_BYTES // 4):
+            assert self.IDENT_BASE + k not in _REGISTER_INDICES
+            init[self.IDENT_BASE + k] = int.from_bytes(self._record[4 * k:4 * k + 4], "little")
         # The copy is read only in state READ, when nothing writes it (writes come from EXEC
         # and from CONFIG, which runs while this handler is idle), so synthesis need not add
         # read-during-write logic.
@@ -374,17 +391,31 @@ class RegisterHandler(wiring.Component):
         rd = copy.read_port(domain="comb")
         rd_data = Signal(32)
         m.d.sync += rd_data.eq(rd.data)
+        # IDENTIFY: READ / EXEC load the record's first word into ``value`` as REG_READ loads a
+        # register; while SEND streams a word, the copy reads the next one, which ``value``
+        # takes with the word's last byte.
+        sending = Signal()
         m.d.comb += [wr.addr.eq(w_index[:ib]), wr.data.eq(w_value & w_mask),
-                     wr.en.eq(w_en & w_rw), rd.addr.eq(index[:ib])]
+                     wr.en.eq(w_en & w_rw),
+                     rd.addr.eq(Mux(ident, self.IDENT_BASE + Mux(sending, word + 1, 0),
+                                    index[:ib]))]
 
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += c.cmd.ready.eq(1)
+                m.d.sync += word.eq(0)
                 with m.If(c.cmd.valid):
+                    is_ident = c.cmd.payload.opcode == Opcode.IDENTIFY
                     m.d.sync += [opcode.eq(c.cmd.payload.opcode), length.eq(c.cmd.payload.length),
-                                 args.count.eq(0), idx.eq(0)]
+                                 args.count.eq(0), idx.eq(0), ident.eq(is_ident)]
                     need = Mux(c.cmd.payload.opcode == Opcode.REG_READ, 2, 6)
-                    with m.If(c.cmd.payload.length == need):
+                    with m.If(is_ident):
+                        with m.If(c.cmd.payload.length == 0):
+                            m.next = "READ"
+                        with m.Else():
+                            m.d.sync += status.eq(Status.BAD_LENGTH)
+                            m.next = "RESP"
+                    with m.Elif(c.cmd.payload.length == need):
                         m.next = "ARGS"
                     with m.Else():
                         m.d.sync += status.eq(Status.BAD_LENGTH)
@@ -398,8 +429,9 @@ class RegisterHandler(wiring.Component):
                 # The copy's read register takes the word at the address now, for EXEC.
                 m.next = "EXEC"
             with m.State("EXEC"):
-                m.d.sync += [status.eq(Status.BAD_ADDRESS), value.eq(rd_data)]
-                with m.If(index[ib:] == 0):
+                m.d.sync += [status.eq(Mux(ident, Status.OK, Status.BAD_ADDRESS)),
+                             value.eq(rd_data)]
+                with m.If(~ident & (index[ib:] == 0)):
                     with m.Switch(index[:ib]):
                         for r in REGISTERS:
                             with m.Case(r.index):
@@ -413,18 +445,23 @@ class RegisterHandler(wiring.Component):
                                                               Status.READ_ONLY, Status.OK))
                 m.next = "RESP"
             with m.State("RESP"):
-                reading = (status == Status.OK) & (opcode == Opcode.REG_READ)
+                ok = status == Status.OK
+                reading = ok & (opcode == Opcode.REG_READ)
                 m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
-                             c.resp.payload.length.eq(Mux(reading, 4, 0))]
+                             c.resp.payload.length.eq(Mux(reading, 4, Mux(ok & ident,
+                                                                          IDENTITY_BYTES, 0)))]
                 with m.If(c.resp.ready):
                     m.next = "IDLE"
-                    with m.If(reading):
+                    with m.If(reading | (ok & ident)):
                         m.next = "SEND"
             with m.State("SEND"):
-                m.d.comb += [c.data.valid.eq(1), c.data.payload.eq(value.word_select(idx[:2], 8))]
+                m.d.comb += [c.data.valid.eq(1), c.data.payload.eq(value.word_select(idx[:2], 8)),
+                             sending.eq(1)]
                 with m.If(c.data.ready):
                     m.d.sync += idx.eq(idx + 1)
-                    with m.If(idx == 3):
+                    with m.If(ident & (idx[:2] == 3)):
+                        m.d.sync += [value.eq(rd_data), word.eq(word + 1)]
+                    with m.If(idx == Mux(ident, IDENTITY_BYTES - 1, 3)):
                         m.next = "IDLE"
         return m
 
@@ -781,7 +818,7 @@ class Accelerator(wiring.Component):
 
     def dispatch_table(self):
         """Rows of the dispatcher: opcode groups, one handler each (engines append rows)."""
-        table = [(Opcode.PING,), (Opcode.IDENTIFY,), (Opcode.REG_READ, Opcode.REG_WRITE),
+        table = [(Opcode.PING,), (Opcode.IDENTIFY, Opcode.REG_READ, Opcode.REG_WRITE),
                  (Opcode.MEM_READ, Opcode.MEM_WRITE, *PACKED_TRANSFERS)]
         if self._lut_tables:
             table.append((Opcode.LUT_WRITE, Opcode.LUT_APPLY))
@@ -798,8 +835,8 @@ class Accelerator(wiring.Component):
         m.submodules.link = link
         m.submodules.dispatch = dispatch = Dispatcher(self.dispatch_table())
         m.submodules.ping = ping = PingHandler()
-        m.submodules.identify = ident = IdentifyHandler(self._identity)
         # Engines read the configuration registers from the ``regs`` ports (e.g. regs.mant_width).
+        # The register handler also answers IDENTIFY (its record is in the registers' RAM).
         m.submodules.registers = regs = RegisterHandler(self._identity, self.design_params())
         scratch = Scratchpad(size=self._scratch_bytes, use_spram=self._use_spram,
                              simulation=self._simulation)
@@ -808,7 +845,7 @@ class Accelerator(wiring.Component):
             size=self._scratch_bytes, frame_bytes=self._frame_bytes,
             addr_width=scratch.addr_width, block=self._seq_params["block"],
             tile=self._seq_params["lanes"])
-        handlers = [ping, ident, regs, mem]
+        handlers = [ping, regs, mem]
         if self._lut_tables:
             m.submodules.lut = lut = LUTHandler(lanes=self._lanes, tables=self._lut_tables)
             handlers.append(lut)

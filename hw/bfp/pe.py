@@ -5,8 +5,8 @@ Each beat takes one weight column ``M[:, j]`` (``N`` mantissas and ``N`` row exp
 cycle. The products (``lowbit.hw.mult``, registered) are summed exactly per block; on the last
 beat of each block the ``N`` block sums and the exponent sums ``e3 = eM + ex`` (taken from that
 beat) move into a drain register, which is shifted out one lane per cycle into the combiner
-(:mod:`lowbit.hw.bfp.combiner`). Unpipelined, the drain holds the row exponents ``eM`` and one
-copy of ``ex``, and ``e3`` and the NaN test are formed once, at the drain's head.
+(:mod:`lowbit.hw.bfp.combiner`). The drain holds the row exponents ``eM`` and one copy of
+``ex``: ``e3`` and the NaN test are formed once, at the drain's head.
 """
 
 from amaranth.hdl import Module, Mux, ResetSignal, Signal, signed
@@ -53,8 +53,8 @@ class BFPLanes(wiring.Component):
     drain's load) are flip-flops computed a cycle ahead, one copy per group of four lanes (each
     copy's next state reads its own output, so synthesis does not merge the copies), except,
     on iCE40 styles, the accumulators' enable: one copy for all lanes, a global network after
-    placement (with ``"mult18x18d"`` each group's copy). The vector's NaN test is kept once per
-    group too and ORed into each lane's at the drain's load.
+    placement (with ``"mult18x18d"`` each group's copy). The vector's exponent is kept once,
+    beside the drain.
     """
 
     def __init__(self, *, lanes, block, width, exp_bits, mult, sim_model, pipelined=True):
@@ -168,12 +168,14 @@ class BFPLanes(wiring.Component):
         ng = _groups(n)
         grp = [i // _GROUP for i in range(n)]
 
-        # Stage M: the multipliers' product registers, with the exponent adders beside them.
+        # Stage M: the multipliers' product registers, with the operands' exponents beside
+        # them: the row exponents per lane, the element's once (their sum and NaN test are
+        # taken at the drain's head, as unpipelined).
         beat = Signal(range(self._block))
         m_valid = Signal()
         m_last = Signal()
-        m_e3 = [Signal(signed(eb + 1), name=f"m_e3_{i}") for i in range(n)]
-        m_nan = [Signal(name=f"m_nan_{i}") for i in range(n)]
+        m_we = [Signal(signed(eb), name=f"m_we_{i}") for i in range(n)]
+        m_ex = Signal(signed(eb))
         # The control copies, per group g, all next-state registers: pv / pl (stage R holds a
         # beat / a block's last beat), full (the accumulators hold a whole block sum), z (the
         # next beat starts a sum), hold (the stall: full while the drain is busy), en (stage R
@@ -188,23 +190,18 @@ class BFPLanes(wiring.Component):
         with m.If(fire):
             m.d.sync += [beat.eq(Mux(beat_last, 0, beat + 1)),
                          beat_last.eq(beat == self._block - 2)]
-        # The exponent adders take only a block's last beat: the sums stay in stage M until
-        # the drain loads them, three cycles later at the earliest (the next last beat comes
+        # The exponent registers take only a block's last beat: they hold it in stage M until
+        # the drain loads it, three cycles later at the earliest (the next last beat comes
         # B beats later, and stage M is stalled while a block sum waits).
         # While the next beat is a last one they take every cycle's inputs (the fired beat's
         # come last: `beat_last` falls with the fire), so the enable is two flip-flops.
-        # The vector's NaN test is kept once per group of lanes and ORed in at the drain's
-        # load: one test of `i_x` fanned out to every lane was the 64-lane column's
-        # critical path.
-        x_nan = self.i_x.payload.e == nan_code
-        m_xnan = [Signal(name=f"m_xnan_g{g}") for g in range(ng)]
-        for g in range(ng):
-            with m.If(~hold_g[g] & beat_last):
-                m.d.sync += m_xnan[g].eq(x_nan)
+        # `i_x`'s exponent goes to one register: a test of it fanned out to every lane was
+        # the 64-lane column's critical path.
+        with m.If(~hold_g[0] & beat_last):
+            m.d.sync += m_ex.eq(self.i_x.payload.e)
         for i in range(n):
             with m.If(~hold_g[grp[i]] & beat_last):
-                we = self.i_w.payload.e[i]
-                m.d.sync += [m_e3[i].eq(we + self.i_x.payload.e), m_nan[i].eq(we == nan_code)]
+                m.d.sync += m_we[i].eq(self.i_w.payload.e[i])
         # Stage R: a fabric register after the hard multipliers (their outputs route slowly).
         prod = [Signal(signed(2 * w), name=f"prod{i}") for i in range(n)]
         for i in range(n):
@@ -212,27 +209,27 @@ class BFPLanes(wiring.Component):
                 m.d.sync += prod[i].eq(mult.p[i])
         if self._block < 3:
             # With B = 2 the next last beat reaches stage M before the drain loads: keep the
-            # exponent sums in stage R too.
-            r_e3 = [Signal(signed(eb + 1), name=f"r_e3_{i}") for i in range(n)]
-            r_nan = [Signal(name=f"r_nan_{i}") for i in range(n)]
-            r_xnan = [Signal(name=f"r_xnan_g{g}") for g in range(ng)]
-            for g in range(ng):
-                with m.If(~hold_g[g] & m_last):
-                    m.d.sync += r_xnan[g].eq(m_xnan[g])
+            # exponents in stage R too.
+            r_we = [Signal(signed(eb), name=f"r_we_{i}") for i in range(n)]
+            r_ex = Signal(signed(eb))
+            with m.If(~hold_g[0] & m_last):
+                m.d.sync += r_ex.eq(m_ex)
             for i in range(n):
                 with m.If(~hold_g[grp[i]] & m_last):
-                    m.d.sync += [r_e3[i].eq(m_e3[i]), r_nan[i].eq(m_nan[i])]
-            m_e3, m_nan, m_xnan = r_e3, r_nan, r_xnan
+                    m.d.sync += r_we[i].eq(m_we[i])
+            m_we, m_ex = r_we, r_ex
 
-        # The drain: N lanes of (block sum, e3, nan), shifted out towards lane 0.
+        # The drain: N lanes of (block sum, row exponent), shifted out towards lane 0, and the
+        # element exponent of their block.
         d_p = [Signal(signed(pw), name=f"d_p{i}") for i in range(n)]
-        d_e = [Signal(signed(eb + 1), name=f"d_e{i}") for i in range(n)]
-        d_nan = [Signal(name=f"d_nan{i}") for i in range(n)]
+        d_e = [Signal(signed(eb), name=f"d_e{i}") for i in range(n)]
+        d_ex = Signal(signed(eb))
         acc = [Signal(signed(pw), name=f"acc{i}") for i in range(n)]
         # The lanes left, also in thermometer code (bit i: count > i) for one-LUT tests.
         therm = Signal(n)
         m.d.comb += [
-            self.head.p.eq(d_p[0]), self.head.e.eq(d_e[0]), self.head.nan.eq(d_nan[0]),
+            self.head.p.eq(d_p[0]), self.head.e.eq(d_e[0] + d_ex),
+            self.head.nan.eq((d_e[0] == nan_code) | (d_ex == nan_code)),
             hold.eq(hold_g[0]),
             self.loading.eq(load_g[0]),
             self.nonempty.eq(therm[0]),
@@ -247,7 +244,7 @@ class BFPLanes(wiring.Component):
         with m.If(self.pop):
             m.d.sync += therm.eq(therm >> 1)
         with m.If(load_g[0]):
-            m.d.sync += therm.eq(-1)
+            m.d.sync += [therm.eq(-1), d_ex.eq(m_ex)]
         # A whole block sum waits in the accumulators until the drain takes it; meanwhile
         # stages M and R stall. Each copy's next state reads its own flip-flops.
         for g in range(ng):
@@ -269,11 +266,9 @@ class BFPLanes(wiring.Component):
             g = grp[i]
             if i < n - 1:
                 with m.If(self.pop_groups[g]):
-                    m.d.sync += [d_p[i].eq(d_p[i + 1]), d_e[i].eq(d_e[i + 1]),
-                                 d_nan[i].eq(d_nan[i + 1])]
+                    m.d.sync += [d_p[i].eq(d_p[i + 1]), d_e[i].eq(d_e[i + 1])]
             with m.If(load_g[g]):
-                m.d.sync += [d_p[i].eq(acc[i]), d_e[i].eq(m_e3[i]),
-                             d_nan[i].eq(m_nan[i] | m_xnan[g])]
+                m.d.sync += [d_p[i].eq(acc[i]), d_e[i].eq(m_we[i])]
             # iCE40: one enable for every accumulator. Its wide fan-out makes nextpnr put it
             # on a global network, which keeps each accumulator's carry chain (LUTs of four
             # inputs with their flip-flops) within a logic tile's 32 local inputs, so

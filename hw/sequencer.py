@@ -335,18 +335,87 @@ class Sequencer(wiring.Component):
             m.d.sync += cycles.eq(cycles + 1)
 
         # Effective operands.
-        src = Signal(16)
-        dst = Signal(16)
-        m.d.comb += [src.eq(w[1] + Mux(flags[0], ofs_a, 0)), dst.eq(w[2] + Mux(flags[1], ofs_b, 0))]
+        count = w[3]
         assert F_OFS_SRC == 1 and F_OFS_DST == 2 and F_BIAS == 4
         bias_en = flags[2]
 
-        # Weight-range check of MATVEC / DMATVEC (entry + T·K, entry + R·ceil(K/N)) by repeated
-        # addition, stopping as soon as the end passes the weight depth; without the discrete
-        # unit (MATVEC only) by one multiplication.
+        # Weight-range check of DMATVEC (and MATVEC with the discrete unit): entry + R·ceil(K/N)
+        # (entry + T·K) by repeated addition in MUL, stopping as soon as the end passes the
+        # weight depth.
         mul_acc = Signal(18)
         mul_step = Signal(17)
         mul_cnt = Signal(16)
+
+        # ---- Decode pipeline -------------------------------------------------------------------
+        # Free-running registers of what the checks need, one adder or comparison per stage,
+        # so that no decision of DECODE or RANGE waits for a sum. The words arrive one per cycle
+        # (w0 first, w6 last, one cycle before DECODE) and stay until the next fetch, and the
+        # offsets and registers change at least a fetch earlier, so stage A is valid in the
+        # last fetch cycle, stage B in DECODE and stage C in RANGE (which comes after DECODE).
+        # Stage A: the op class (one flip-flop per opcode, from w0, which comes first),
+        # effective operands, the lengths of the ranges (18-bit sums: lengths of 2^17 words
+        # or more are out of range anyway), count tests.
+        is_op = {name: Signal(name=f"is_{name.lower()}") for name in Op.NAMES.values()}
+        m.d.sync += [is_op[name].eq(op == code) for code, name in Op.NAMES.items()]
+        op_loadw, op_grand, op_lut = is_op["LOADW"], is_op["GRAND"], is_op["LUT"]
+        op_mat = is_op["MATVEC"] | is_op["DMATVEC"]
+        src = Signal(16)
+        dst = Signal(16)
+        len_src = Signal(17)          # also GRAND's count of samples
+        len_dst = Signal(17)
+        src_big = Signal()
+        dst_big = Signal()
+        cnt_z = Signal()              # w3 == 0 (count)
+        w4_z = Signal()
+        w5_z = Signal()
+        nb_big = Signal()             # w4 > max_blocks (MATVEC)
+        cnt_big = Signal()            # cnt > 1 (DJNZ)
+        lut_bad = Signal()
+        len_s = Signal(22)
+        len_d = Signal(22)
+        m.d.comb += [
+            len_s.eq(Mux(op_loadw, count << lgN, Mux(is_op["MATVEC"], w[4] << lgB,
+                                                     Mux(is_op["DMATVEC"], w[4], count)))),
+            len_d.eq(Mux(is_op["MATVEC"], w[5] << lgN, Mux(is_op["DMATVEC"], w[5], count))),
+        ]
+        m.d.sync += [
+            src.eq(w[1] + Mux(flags[0], ofs_a, 0)), dst.eq(w[2] + Mux(flags[1], ofs_b, 0)),
+            len_src.eq(len_s), len_dst.eq(len_d),
+            src_big.eq(len_s[17:] != 0), dst_big.eq(len_d[17:] != 0),
+            cnt_z.eq(count == 0), w4_z.eq(w[4] == 0), w5_z.eq(w[5] == 0),
+            nb_big.eq(w[4] > self._max_blocks),
+            cnt_big.eq(cnt > 1),
+        ]
+        if self._lut:
+            m.d.sync += lut_bad.eq(self.lut_select >= self._lut_tables)
+        # Stage B: the ends of the ranges.
+        end_src = Signal(18)
+        end_dst = Signal(18)
+        end_bias = Signal(18)
+        # GRAND reads nothing: its source range is empty.
+        m.d.sync += [end_src.eq(src + Mux(op_grand, 0, len_src)), end_dst.eq(dst + len_dst),
+                     end_bias.eq(w[6] + len_dst)]
+        # Stage C: the range checks.
+        bad_src = Signal()
+        bad_dst = Signal()
+        bad_bias = Signal()
+        m.d.sync += [bad_src.eq(src_big | (end_src > words)),
+                     bad_dst.eq(dst_big | (end_dst > Mux(op_loadw, depth, words))),
+                     bad_bias.eq(dst_big | (end_bias > words))]
+        # The weight range of MATVEC without the discrete unit, in the same stages: entry +
+        # T·nb·B by one small multiplication. T >= 2·depth/B always ends past the weights
+        # (nb >= 1); below, T and nb <= max_blocks are narrow.
+        w_bad = Signal()
+        if not self._discrete:
+            t_bits = max(_log2(depth) - lgB, 0) + 1
+            nb_bits = self._max_blocks.bit_length()
+            t_big = Signal()
+            prod = Signal(t_bits + nb_bits)
+            w_end = Signal(max(17, len(prod) + lgB) + 1)
+            m.d.sync += [t_big.eq(w[5][t_bits:] != 0), prod.eq(w[5][:t_bits] * w[4][:nb_bits]),
+                         w_end.eq(w[3] + (prod << lgB)), w_bad.eq(t_big | (w_end > depth))]
+        else:
+            m.d.comb += w_bad.eq(mul_acc > depth)
 
         # ---- Reader stage and write register (module docstring) --------------------------------
         rd_valid = Signal()
@@ -355,29 +424,58 @@ class Sequencer(wiring.Component):
         rd_addr = Signal(16)
         take = Signal()
         reading = Signal()            # the current state lets the reader issue
+        # The states that feed an engine from the reader, one flip-flop each (set when RANGE
+        # or the state before enters them, cleared when they end), so that the reader's
+        # decisions do not decode the FSM's state: LOADW, LUT, QUANT, MATVEC's x and weights
+        # (mv_x) and bias (mv_b) phases, DMATVEC's beats (DM_RUN).
+        st_loadw = Signal()
+        st_lut = Signal()
+        st_quant = Signal()
+        st_mv = Signal()              # the whole MATVEC
+        mv_x = Signal()
+        mv_b = Signal()
+        st_dm = Signal()
         wr_valid = Signal()
         wr_data = Signal(16)
         wr_ptr = Signal(16)
         wr_left = Signal(17)
         wr_in_valid = Signal()
         wr_in_data = Signal(16)
+        # ``rd_left != 0`` and ``wr_left == 0`` as registers, kept beside the counters (every
+        # load of a counter loads its flag), so that no issue or finish decision waits for a
+        # 17-bit zero test.
+        rd_more = Signal()
+        wr_done = Signal()
+        # rd_ptr's loads: the pc (fetch), src (RANGE), x_base (a tile or row), bias_ptr, +1.
+        rp_pc, rp_src, rp_x, rp_bias, rp_inc = (Signal(name=f"rp_{k}")
+                                                for k in ("pc", "src", "x", "bias", "inc"))
         issue = Signal()
         rdata = p.rdata
-        m.d.comb += issue.eq(reading & (rd_left != 0) & (~rd_valid | take) & ~wr_valid)
+        m.d.comb += issue.eq(reading & rd_more & (~rd_valid | take) & ~wr_valid)
         m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
         m.d.sync += rd_valid.eq(issue | (rd_valid & ~take))
         m.d.comb += p.wmask.eq(0b11)
-        with m.If(wr_valid):
-            m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data)]
-            m.d.sync += [wr_ptr.eq(wr_ptr + 1), wr_left.eq(wr_left - 1)]
-        with m.Elif(issue):
-            m.d.comb += p.addr.eq(rd_ptr)
-            m.d.sync += [rd_ptr.eq(rd_ptr + 1), rd_left.eq(rd_left - 1), rd_addr.eq(rd_ptr)]
-        with m.Else():
-            m.d.comb += p.addr.eq(rd_addr)
+        m.d.comb += p.addr.eq(rd_addr)
+        wr_one = Signal()             # wr_left == 1 (MOVE), valid a cycle after wr_left changes
+        m.d.sync += wr_one.eq(wr_left == 1)
+
+        def reader():
+            # After the FSM: the stage's decisions come last, so they are the last multiplexer
+            # in front of the pointers and the address (the FSM's own loads and addresses never
+            # meet a write or an issue).
+            with m.If(wr_valid):
+                m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data)]
+                m.d.sync += [wr_ptr.eq(wr_ptr + 1), wr_left.eq(wr_left - 1),
+                             wr_done.eq(wr_left == 1)]
+            with m.Elif(issue):
+                m.d.comb += p.addr.eq(rd_ptr)
+                m.d.comb += rp_inc.eq(1)
+                m.d.sync += [rd_left.eq(rd_left - 1), rd_addr.eq(rd_ptr),
+                             rd_more.eq(rd_left != 1)]
 
         # Instruction-specific state.
         tiles_left = Signal(16)       # MATVEC tiles / DMATVEC rows still to feed
+        tl_more = Signal()            # tiles_left != 0
         x_base = Signal(16)
         w_base = Signal(range(depth + 1))    # weight entry of the current tile / row
         w_ptr = Signal(range(depth + 1))
@@ -397,17 +495,96 @@ class Sequencer(wiring.Component):
 
         # ---- Control ---------------------------------------------------------------------------
         npc = Signal(17)
-        count = w[3]
         nb_dec = Signal(17)
         m.d.comb += nb_dec.eq((w[4] + (N - 1)) >> lgN)
-        mv_phase = Signal(2)          # MATVEC reader: 0 next tile, 1 x and weights, 2 bias
         x_sm = Signal(8)
         mag = Signal(8)
         m.d.comb += [mag.eq(Mux(rdata[7], -rdata[:8].as_signed(), rdata[:8])),
                      x_sm.eq(Cat(Mux(mag[7], 127, mag[:7]), rdata[7]))]
 
+        # DECODE's outcome (stage B of the decode pipeline): the opcode and the counts, checked
+        # in the order of lowbit.sim.program.Machine (data instructions: counts here,
+        # BAD_LENGTH; ranges in RANGE).
+        dec_fail = Signal()           # BAD_LENGTH if dec_len, else BAD_OPCODE
+        dec_len = Signal()
+        dec_range = Signal()
+        dec_mul = Signal()
+        dec_config = Signal()
+        o_fail, o_len = Signal(), Signal()
+        o_range, o_mul, o_config = Signal(), Signal(), Signal()
+        ctrl = [is_op[n] for n in ("NOP", "HALT", "JUMP", "LOOP", "DJNZ", "SETOFS", "ADDOFS")]
+        simple = [is_op["MOVE"], is_op["LOADW"]]
+        simple += [is_op["LUT"]] * self._lut + [is_op["GRAND"]] * self._grand
+        known = Cat(*ctrl, *simple, is_op["CONFIG"]).any()
+        m.d.comb += o_config.eq(is_op["CONFIG"])
+        len_fail = []
+        if self._quantiser:
+            fmt = self.quant_format
+            len_fail.append(is_op["QUANT"] & (cnt_z | (fmt == 3)
+                                              | ((fmt == QuantTarget.BFP) & (count[:lgB] != 0))
+                                              | ((fmt == QuantTarget.DISCRETE)
+                                                 & (self.code_width == 0))))
+            known = known | is_op["QUANT"]
+        lacks = Const(0)
+        if self._bfp:
+            # A rounding or exponent selector the column lacks: as a missing engine
+            # (lowbit.sim.program.Machine checks it first too). Without the discrete unit the
+            # weight range comes from the decode pipeline (w_bad).
+            if not self._bfp_stochastic:
+                lacks = lacks | (rounding == 2)
+            if not self._bfp_predictor:
+                lacks = lacks | (self.exp_select == 2)
+            lacks = is_op["MATVEC"] & lacks
+            len_fail.append(is_op["MATVEC"] & (w4_z | nb_big | w5_z))
+            known = known | is_op["MATVEC"]
+        if self._discrete:
+            len_fail.append(is_op["DMATVEC"] & (w4_z | w5_z | (self.code_width == 0)))
+            known = known | is_op["DMATVEC"]
+        rng = Cat(*simple, *[is_op["QUANT"]] * self._quantiser,
+                  *[is_op["MATVEC"]] * (self._bfp and not self._discrete)).any()
+        mul = Cat(Const(0), *[is_op["MATVEC"]] * (self._bfp and self._discrete),
+                  *[is_op["DMATVEC"]] * self._discrete).any()
+        m.d.comb += [
+            o_fail.eq(~known | lacks | (Cat(*simple).any() & cnt_z) | Cat(0, *len_fail).any()),
+            o_len.eq(known & ~lacks), o_range.eq(rng), o_mul.eq(mul),
+        ]
+        # The limit (executed changes in NEXT, a fetch before DECODE), the fetch range, the
+        # RUN's limit of 0 (limit is complete a cycle before CHECK).
+        at_limit = Signal()
+        pc_bad = Signal()
+        limit_z = Signal()
+        m.d.sync += [at_limit.eq(executed == limit), pc_bad.eq(pc > words - 8),
+                     limit_z.eq(limit == 0)]
+        m.d.sync += [dec_fail.eq(o_fail), dec_len.eq(o_len), dec_range.eq(o_range),
+                     dec_mul.eq(o_mul), dec_config.eq(o_config)]
+
+        # The reader's consumers, from the flags. Engines' outputs are always taken (the write
+        # register), so their input readiness does not wait for the state.
+        ready = st_loadw | st_dm & ~g_full
+        m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(issue & mv_x | st_dm)]
+        if self._lut:
+            m.d.comb += [self.lut.i.valid.eq(rd_valid & st_lut), self.lut.o.ready.eq(1)]
+            ready = ready | st_lut & self.lut.i.ready
+        if self._quantiser:
+            m.d.comb += [qu.i.valid.eq(rd_valid & st_quant), qu.o.ready.eq(1)]
+            ready = ready | st_quant & qu.i.ready
+        if self._bfp:
+            # The column's configuration is only read during a MATVEC; outside, it is idle.
+            m.d.comb += [
+                col.cfg_blocks.eq(w[4]), col.cfg_bias_en.eq(bias_en),
+                col.i_x.payload.eq(rdata), col.i_bias.payload.eq(rdata),
+                col.i_x.valid.eq(rd_valid & mv_x), col.i_w.valid.eq(rd_valid & mv_x),
+                col.i_bias.valid.eq(rd_valid & mv_b), beat.eq(rd_valid & mv_x & col.i_x.ready),
+                col.o.ready.eq(1),
+            ]
+            for k in range(N):
+                m.d.comb += [col.i_w.payload.m[k].eq(banks[k][:8]),
+                             col.i_w.payload.e[k].eq(banks[k][8:])]
+            ready = ready | mv_x & col.i_x.ready | mv_b & col.i_bias.ready
+        m.d.comb += [reading.eq(st_loadw | st_lut | st_quant | mv_x | mv_b | st_dm),
+                     take.eq(rd_valid & ready)]
+
         def finish():
-            m.d.sync += executed.eq(executed + 1)
             m.next = "NEXT"
 
         def fail(code):
@@ -448,10 +625,10 @@ class Sequencer(wiring.Component):
                              ofs_a.eq(0), ofs_b.eq(0), status.eq(Status.OK)]
                 if self._busy_count:
                     m.d.sync += busy_cycles.eq(0)
-                with m.If(start[0] | start_hi | (start + 16 > self._scratch_bytes)):
+                with m.If(start[0] | start_hi | (start > self._scratch_bytes - 16)):
                     m.d.sync += status.eq(Status.BAD_ADDRESS)
                     m.next = "RESP_EMPTY"
-                with m.Elif(limit == 0):
+                with m.Elif(limit_z):
                     m.d.sync += status.eq(Status.BAD_LENGTH)
                     m.next = "RESP_EMPTY"
                 with m.Else():
@@ -466,13 +643,13 @@ class Sequencer(wiring.Component):
 
             # -- fetch and decode ------------------------------------------------------------
             with m.State("FETCH"):
+                # rd_ptr is the fetch address (no adder in front of the scratchpad's address).
+                m.d.comb += rp_pc.eq(1)
                 m.d.sync += [fidx.eq(0), halt.eq(0)]
-                with m.If(pc + 8 > words):
-                    fail(Status.BAD_ADDRESS)
-                with m.Else():
-                    m.next = "FETCH_WORDS"
+                m.next = "FETCH_WORDS"
             with m.State("FETCH_WORDS"):
-                m.d.comb += p.addr.eq(pc + fidx)
+                m.d.comb += p.addr.eq(rd_ptr)
+                m.d.comb += rp_inc.eq(1)
                 m.d.sync += fidx.eq(fidx + 1)
                 with m.Switch(fidx):
                     for k in range(1, 8):          # w7 is unused by every instruction
@@ -481,146 +658,89 @@ class Sequencer(wiring.Component):
                 with m.If(fidx == 8):
                     m.next = "DECODE"
             with m.State("DECODE"):
+                # The limit and the fetch range are checked here, from registers, though they
+                # come first: the words fetched past them are not used.
                 m.d.sync += npc.eq(pc + 8)
                 with m.Switch(op):
-                    with m.Case(Op.NOP):
-                        finish()
                     with m.Case(Op.HALT):
                         m.d.sync += halt.eq(1)
-                        finish()
-                    with m.Case(Op.CONFIG):
-                        m.next = "CONFIG"
                     with m.Case(Op.JUMP):
                         m.d.sync += npc.eq(w[1])
-                        finish()
                     with m.Case(Op.LOOP):
                         m.d.sync += cnt.eq(w[1])
-                        finish()
                     with m.Case(Op.DJNZ):
-                        with m.If(cnt > 1):
+                        with m.If(cnt_big):
                             m.d.sync += [cnt.eq(cnt - 1), npc.eq(w[1])]
                         with m.Else():
                             m.d.sync += cnt.eq(0)
-                        finish()
                     with m.Case(Op.SETOFS):
                         m.d.sync += [ofs_a.eq(w[1]), ofs_b.eq(w[2])]
-                        finish()
                     with m.Case(Op.ADDOFS):
                         m.d.sync += [ofs_a.eq(ofs_a + w[1]), ofs_b.eq(ofs_b + w[2])]
-                        finish()
-                    # Data instructions: counts here (BAD_LENGTH), ranges in RANGE.
-                    simple = [Op.MOVE, Op.LOADW] + [Op.LUT] * self._lut + [Op.GRAND] * self._grand
-                    with m.Case(*simple):
-                        with m.If(count == 0):
-                            fail(Status.BAD_LENGTH)
-                        with m.Else():
-                            m.next = "RANGE"
-                    if self._quantiser:
-                        with m.Case(Op.QUANT):
-                            fmt = self.quant_format
-                            with m.If((count == 0) | ((fmt == QuantTarget.BFP) & (count[:lgB] != 0))
-                                      | (fmt == 3)
-                                      | ((fmt == QuantTarget.DISCRETE) & (self.code_width == 0))):
-                                fail(Status.BAD_LENGTH)
-                            with m.Else():
-                                m.next = "RANGE"
-                    if self._bfp:
+                    if self._bfp and self._discrete:
                         with m.Case(Op.MATVEC):
-                            if self._discrete:
-                                m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
-                                             mul_step.eq(w[4] << lgB)]
-                            # A rounding or exponent selector the column lacks: as a missing
-                            # engine (lowbit.sim.program.Machine checks it first too).
-                            lacks = Const(0)
-                            if not self._bfp_stochastic:
-                                lacks = lacks | (rounding == 2)
-                            if not self._bfp_predictor:
-                                lacks = lacks | (self.exp_select == 2)
-                            with m.If(lacks):
-                                fail(Status.BAD_OPCODE)
-                            with m.Elif((w[4] == 0) | (w[4] > self._max_blocks)
-                                        | (w[5] == 0)):
-                                fail(Status.BAD_LENGTH)
-                            with m.Else():
-                                m.next = "MUL"
+                            m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
+                                         mul_step.eq(w[4] << lgB)]
                     if self._discrete:
                         with m.Case(Op.DMATVEC):
                             m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
                                          mul_step.eq(nb_dec), nb_d.eq(nb_dec)]
-                            with m.If((w[4] == 0) | (w[5] == 0) | (self.code_width == 0)):
-                                fail(Status.BAD_LENGTH)
-                            with m.Else():
-                                m.next = "MUL"
-                    with m.Default():
-                        fail(Status.BAD_OPCODE)
-            with m.State("MUL"):
+                with m.If(at_limit):
+                    fail(Status.LIMIT)
+                with m.Elif(pc_bad):
+                    fail(Status.BAD_ADDRESS)
+                with m.Elif(dec_fail):
+                    fail(Mux(dec_len, Status.BAD_LENGTH, Status.BAD_OPCODE))
+                with m.Elif(dec_range):
+                    m.next = "RANGE"
                 if self._discrete:
+                    with m.Elif(dec_mul):
+                        m.next = "MUL"
+                with m.Elif(dec_config):
+                    m.next = "CONFIG"
+                with m.Else():
+                    finish()
+            if self._discrete:
+                with m.State("MUL"):
                     with m.If((mul_cnt == 0) | (mul_acc > depth)):
                         m.next = "RANGE"
                     with m.Else():
                         m.d.sync += [mul_acc.eq(mul_acc + mul_step), mul_cnt.eq(mul_cnt - 1)]
-                else:
-                    # MATVEC only: entry + T·nb·B in one small multiplication instead of T
-                    # additions. T >= 2·depth/B always ends past the weights (nb >= 1); below,
-                    # T and nb <= max_blocks are narrow; the end is kept up to depth + 1.
-                    t_bits = max(_log2(depth) - lgB, 0) + 1
-                    big = w[5][t_bits:] != 0
-                    prod = Signal(t_bits + self._max_blocks.bit_length())
-                    end = Signal(max(17, len(prod) + lgB) + 1)
-                    m.d.comb += [prod.eq(w[5][:t_bits] * w[4][:self._max_blocks.bit_length()]),
-                                 end.eq(w[3] + (prod << lgB))]
-                    m.d.sync += mul_acc.eq(Mux(big | (end > depth), depth + 1, end))
-                    m.next = "RANGE"
             with m.State("RANGE"):
-                # One shared checker: source range, destination range (scratchpad, or weight
-                # entries for LOADW), bias range, weight range (MUL), LUT table.
-                is_mv = op == Op.MATVEC
-                is_dmv = op == Op.DMATVEC
-                is_mat = is_mv | is_dmv
-                len_src = Signal(22)
-                len_dst = Signal(22)
-                with m.Switch(op):
-                    with m.Case(Op.LOADW):
-                        m.d.comb += [len_src.eq(count << lgN), len_dst.eq(count)]
-                    with m.Case(Op.GRAND):
-                        m.d.comb += [len_src.eq(0), len_dst.eq(count)]
-                    with m.Case(Op.MATVEC):
-                        m.d.comb += [len_src.eq(w[4] << lgB), len_dst.eq(w[5] << lgN)]
-                    with m.Case(Op.DMATVEC):
-                        m.d.comb += [len_src.eq(w[4]), len_dst.eq(w[5])]
-                    with m.Default():
-                        m.d.comb += [len_src.eq(count), len_dst.eq(count)]
-                # Lengths of 2^17 words or more are out of range anyway: 18-bit sums.
-                src_big, dst_big = len_src[17:] != 0, len_dst[17:] != 0
-                bad = ((src_big | (src + len_src[:17] > words))
-                       | (dst_big | (dst + len_dst[:17] > Mux(op == Op.LOADW, depth, words)))
-                       | (is_mat & bias_en & (dst_big | (w[6] + len_dst[:17] > words)))
-                       | (is_mat & (mul_acc > depth)))
-                if self._lut:
-                    bad = bad | ((op == Op.LUT) & (self.lut_select >= self._lut_tables))
-                m.d.sync += [rd_ptr.eq(src), rd_left.eq(len_src), wr_ptr.eq(dst),
+                # One shared checker (the decode pipeline's stage C): source range,
+                # destination range (scratchpad, or weight entries for LOADW), bias range,
+                # weight range, LUT table.
+                bad = (bad_src | bad_dst | (op_mat & bias_en & bad_bias) | (op_mat & w_bad)
+                       | (op_lut & lut_bad))
+                m.d.comb += rp_src.eq(1)
+                m.d.sync += [rd_left.eq(len_src), wr_ptr.eq(dst),
                              wr_left.eq(len_dst), lw_lane.eq(0), lw_entry.eq(dst),
                              lw_valid.eq(0), x_base.eq(src), w_base.eq(w[3]),
-                             bias_ptr.eq(w[6]), mv_phase.eq(0), k_words.eq(len_src),
-                             tiles_left.eq(w[5])]
-                with m.If(op == Op.GRAND):
-                    m.d.sync += rd_left.eq(count)
-                with m.If(is_mat):
-                    m.d.sync += rd_left.eq(0)
+                             bias_ptr.eq(w[6]), mv_x.eq(0), mv_b.eq(0), k_words.eq(len_src),
+                             tiles_left.eq(w[5]), tl_more.eq(1),
+                             # Every count is nonzero when the checks pass (DECODE); a MATVEC
+                             # or DMATVEC loads its reader per tile or row.
+                             rd_more.eq(~op_mat), wr_done.eq(0)]
                 with m.If(bad):
                     fail(Status.BAD_ADDRESS)
                 with m.Else():
-                    with m.Switch(op):
-                        with m.Case(Op.MOVE):
-                            m.next = "MOVE_RD"
-                        with m.Case(Op.LOADW):
-                            m.next = "LOADW"
-                        for name in ("QUANT", "LUT", "GRAND", "MATVEC"):
-                            with m.Case(getattr(Op, name)):
-                                m.next = name
-                        if self._discrete:
-                            with m.Case(Op.DMATVEC):
-                                m.next = "DM_ROW"
+                    m.d.sync += [st_loadw.eq(op_loadw), st_quant.eq(is_op["QUANT"]),
+                                 st_lut.eq(op_lut), st_mv.eq(is_op["MATVEC"])]
+                    with m.If(is_op["MOVE"]):
+                        m.next = "MOVE_RD"
+                    with m.Elif(op_loadw):
+                        m.next = "LOADW"
+                    with m.Elif(is_op["QUANT"]):
+                        m.next = "QUANT"
+                    with m.Elif(op_lut):
+                        m.next = "LUT"
+                    with m.Elif(op_grand):
+                        m.next = "GRAND"
+                    with m.Elif(is_op["MATVEC"]):
+                        m.next = "MATVEC"
+                    if self._discrete:
+                        with m.Elif(is_op["DMATVEC"]):
+                            m.next = "DM_ROW"
 
             # -- control instructions -------------------------------------------------------
             with m.State("CONFIG"):
@@ -637,13 +757,13 @@ class Sequencer(wiring.Component):
                 m.next = "MOVE_WR"
             with m.State("MOVE_WR"):
                 m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
-                m.d.sync += [rd_ptr.eq(rd_ptr + 1), wr_ptr.eq(wr_ptr + 1),
+                m.d.comb += rp_inc.eq(1)
+                m.d.sync += [wr_ptr.eq(wr_ptr + 1),
                              wr_left.eq(wr_left - 1)]
                 m.next = "MOVE_RD"
-                with m.If(wr_left == 1):
+                with m.If(wr_one):
                     finish()
             with m.State("LOADW"):
-                m.d.comb += [reading.eq(1), take.eq(1)]
                 m.d.sync += lw_valid.eq(issue)
                 with m.If(lw_valid):
                     m.d.sync += lw_lane.eq(lw_lane + 1)
@@ -651,101 +771,70 @@ class Sequencer(wiring.Component):
                         m.d.sync += lw_entry.eq(lw_entry + 1)
                 m.d.comb += [w_wr_en.eq(lw_valid), w_wr_data.eq(rdata), w_wr_lane.eq(lw_lane),
                              w_wr_addr.eq(lw_entry)]
-                with m.If((rd_left == 0) & ~lw_valid):
+                with m.If(~rd_more & ~lw_valid):
+                    m.d.sync += st_loadw.eq(0)
                     finish()
             with m.State("GRAND"):
                 if self._grand:
-                    more = rd_left != 0
+                    more = rd_more
                     m.d.comb += [self.grand.ready.eq(more),
                                  wr_in_valid.eq(self.grand.valid & more),
                                  wr_in_data.eq(self.grand.payload)]
                     with m.If(self.grand.valid & more):
-                        m.d.sync += rd_left.eq(rd_left - 1)
-                with m.If(wr_left == 0):
+                        m.d.sync += [rd_left.eq(rd_left - 1), rd_more.eq(rd_left != 1)]
+                with m.If(wr_done):
                     finish()
             with m.State("LUT"):
                 if self._lut:
                     li, lo = self.lut.i, self.lut.o
-                    m.d.comb += [reading.eq(1), li.valid.eq(rd_valid),
-                                 li.payload.table.eq(self.lut_select),
+                    m.d.comb += [li.payload.table.eq(self.lut_select),
                                  li.payload.code.eq(rdata[:8]),
-                                 take.eq(rd_valid & li.ready), lo.ready.eq(1),
                                  wr_in_valid.eq(lo.valid),
                                  wr_in_data.eq(Cat(lo.payload, self.lut_exp))]
-                with m.If(wr_left == 0):
+                with m.If(wr_done):
+                    m.d.sync += st_lut.eq(0)
                     finish()
             with m.State("QUANT"):
                 if self._quantiser:
-                    m.d.comb += [reading.eq(1), qu.i.valid.eq(rd_valid),
-                                 qu.i.payload[0].eq(rdata),
-                                 take.eq(rd_valid & qu.i.ready), qu.o.ready.eq(1),
+                    m.d.comb += [qu.i.payload[0].eq(rdata),
                                  wr_in_valid.eq(qu.o.valid),
                                  wr_in_data.eq(Cat(qu.o.payload.q[0][:8], qu.o.payload.e[:8]))]
-                with m.If(wr_left == 0):
+                with m.If(wr_done):
+                    m.d.sync += st_quant.eq(0)
                     finish()
             with m.State("MATVEC"):
                 if self._bfp:
-                    stage_free = ~rd_valid | take
-                    m.d.comb += [
-                        col.cfg_blocks.eq(w[4]), col.cfg_bias_en.eq(bias_en),
-                        col.i_x.payload.eq(rdata), col.i_bias.payload.eq(rdata),
-                        w_rd_addr.eq(w_ptr), w_rd_en.eq(issue),
-                        col.o.ready.eq(1), wr_in_valid.eq(col.o.valid),
-                        wr_in_data.eq(Cat(col.o.payload.m[:8], col.o.payload.e[:8])),
-                    ]
-                    for k in range(N):
-                        m.d.comb += [col.i_w.payload.m[k].eq(banks[k][:8]),
-                                     col.i_w.payload.e[k].eq(banks[k][8:])]
-                    with m.Switch(mv_phase):
-                        with m.Case(0):
-                            with m.If(tiles_left != 0):
-                                m.d.sync += [rd_ptr.eq(x_base), rd_left.eq(k_words),
-                                             w_ptr.eq(w_base), tiles_left.eq(tiles_left - 1),
-                                             mv_phase.eq(1)]
-                        with m.Case(1):
-                            m.d.comb += [reading.eq(1), col.i_x.valid.eq(rd_valid),
-                                         col.i_w.valid.eq(rd_valid),
-                                         take.eq(rd_valid & col.i_x.ready),
-                                         beat.eq(rd_valid & col.i_x.ready)]
-                            with m.If(issue):
-                                m.d.sync += w_ptr.eq(w_ptr + 1)
-                            with m.If((rd_left == 0) & stage_free):
-                                m.d.sync += [w_base.eq(w_base + k_words), mv_phase.eq(0)]
-                                with m.If(bias_en):
-                                    m.d.sync += [rd_ptr.eq(bias_ptr), rd_left.eq(N),
-                                                 bias_ptr.eq(bias_ptr + N), mv_phase.eq(2)]
-                        with m.Case(2):
-                            m.d.comb += [reading.eq(1), col.i_bias.valid.eq(rd_valid),
-                                         take.eq(rd_valid & col.i_bias.ready)]
-                            with m.If((rd_left == 0) & stage_free):
-                                m.d.sync += mv_phase.eq(0)
-                with m.If(wr_left == 0):
+                    m.d.comb += [wr_in_valid.eq(col.o.valid),
+                                 wr_in_data.eq(Cat(col.o.payload.m[:8], col.o.payload.e[:8]))]
+                with m.If(wr_done):
+                    m.d.sync += st_mv.eq(0)
                     finish()
             if self._discrete:
                 with m.State("DM_ROW"):
                     # Per row: the bias word (if any), then the beats, then the requantiser.
+                    m.d.comb += rp_x.eq(1)
                     m.d.sync += [g_lane.eq(0), g_full.eq(0), gather.eq(0),
-                                 rd_ptr.eq(x_base), rd_left.eq(k_words), w_ptr.eq(w_base),
+                                 rd_left.eq(k_words), rd_more.eq(1),
+                                 w_ptr.eq(w_base),
                                  bias_q.eq(0)]
-                    with m.If(tiles_left == 0):
+                    with m.If(~tl_more):
                         finish()
                     with m.Elif(bias_en):
                         m.next = "DM_BIAS"
                     with m.Else():
+                        m.d.sync += st_dm.eq(1)
                         m.next = "DM_RUN"
                 with m.State("DM_BIAS"):
                     m.d.comb += p.addr.eq(bias_ptr)
                     m.next = "DM_BIAS2"
                 with m.State("DM_BIAS2"):
-                    m.d.sync += [bias_q.eq(rdata), bias_ptr.eq(bias_ptr + 1)]
+                    m.d.sync += [bias_q.eq(rdata), bias_ptr.eq(bias_ptr + 1), st_dm.eq(1)]
                     m.next = "DM_RUN"
                 with m.State("DM_RUN"):
                     # The stage holds one word at a time, so with nothing left to issue the word
                     # taken is the row's last.
-                    last_take = rd_left == 0
-                    m.d.comb += [reading.eq(1), take.eq(rd_valid & ~g_full),
-                                 w_rd_addr.eq(w_ptr), w_rd_en.eq(1),
-                                 du.i.valid.eq(g_full), du.i.payload.last.eq(g_last)]
+                    last_take = ~rd_more
+                    m.d.comb += [du.i.valid.eq(g_full), du.i.payload.last.eq(g_last)]
                     code_mask = Signal(self._code_bits)
                     m.d.comb += code_mask.eq((Const(1, 4) << self.code_width) - 1)
                     for k in range(N):
@@ -762,6 +851,7 @@ class Sequencer(wiring.Component):
                         m.d.sync += [g_full.eq(0), gather.eq(0), g_lane.eq(0),
                                      w_ptr.eq(w_ptr + 1)]
                         with m.If(g_last):
+                            m.d.sync += st_dm.eq(0)
                             m.next = "DM_WAIT"
                 with m.State("DM_WAIT"):
                     acc = du.o.payload.acc
@@ -784,20 +874,20 @@ class Sequencer(wiring.Component):
                     m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1),
                                  p.wdata.eq(Cat(yc[:8], self.fixed_exp))]
                     m.d.sync += [wr_ptr.eq(wr_ptr + 1), tiles_left.eq(tiles_left - 1),
+                                 tl_more.eq(tiles_left != 1),
                                  w_base.eq(w_base + nb_d)]
                     m.next = "DM_ROW"
 
             # -- end of instruction ---------------------------------------------------------
             with m.State("NEXT"):
+                # Counted here, not where the instruction ends (one enable, not the OR of every
+                # state's end); FETCH compares it with the limit.
+                m.d.sync += executed.eq(executed + 1)
                 with m.If(halt):
                     m.next = "DONE"
                 with m.Else():
                     m.d.sync += pc.eq(npc)
-                    with m.If(executed == limit):
-                        m.d.sync += status.eq(Status.LIMIT)
-                        m.next = "DONE"
-                    with m.Else():
-                        m.next = "FETCH"
+                    m.next = "FETCH"
             with m.State("DONE"):
                 m.d.sync += [running.eq(0), sidx.eq(0)]
                 m.next = "RESP"
@@ -813,4 +903,30 @@ class Sequencer(wiring.Component):
                     m.d.sync += sidx.eq(sidx + 1)
                     with m.If(sidx == 15):
                         m.next = "IDLE"
+        if self._bfp:
+            # MATVEC's reader phases, on the flags (after the FSM, as the reader).
+            with m.If(st_mv & ~mv_x & ~mv_b & tl_more):
+                # The next tile: x and its weight columns.
+                m.d.comb += rp_x.eq(1)
+                m.d.sync += [rd_left.eq(k_words), rd_more.eq(1),
+                             w_ptr.eq(w_base), tiles_left.eq(tiles_left - 1),
+                             tl_more.eq(tiles_left != 1), mv_x.eq(1)]
+            with m.If(mv_x):
+                with m.If(issue):
+                    m.d.sync += w_ptr.eq(w_ptr + 1)
+                with m.If(~rd_more & (~rd_valid | col.i_x.ready)):
+                    m.d.sync += [w_base.eq(w_base + k_words), mv_x.eq(0)]
+                    with m.If(bias_en):
+                        m.d.comb += rp_bias.eq(1)
+                        m.d.sync += [rd_left.eq(N), rd_more.eq(1),
+                                     bias_ptr.eq(bias_ptr + N), mv_b.eq(1)]
+            with m.If(mv_b & ~rd_more & (~rd_valid | col.i_bias.ready)):
+                m.d.sync += mv_b.eq(0)
+        reader()
+        # rd_ptr's next value as one AND-OR of its sources (the selects never meet), not a
+        # chain of multiplexers in statement order.
+        rp_sel = Cat(rp_pc, rp_src, rp_x, rp_bias, rp_inc)
+        with m.If(rp_sel.any()):
+            m.d.sync += rd_ptr.eq(Mux(rp_pc, pc, 0) | Mux(rp_src, src, 0) | Mux(rp_x, x_base, 0)
+                                  | Mux(rp_bias, bias_ptr, 0) | Mux(rp_inc, rd_ptr + 1, 0))
         return m

@@ -188,8 +188,9 @@ def test_default_board_places_and_routes(tmp_path, reuse_finished_build):
 
 
 @pytest.mark.slow
+@pytest.mark.rotate  # one ECP5 board a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("board", [
-    # The ECP5 boards take 5-6 CPU-minutes each: not in CI's slow run.
+    # The ECP5 boards take 5-6 CPU-minutes each: one of them a day in CI's slow run.
     pytest.param(b, marks=pytest.mark.heavy) if b in ("ulx3s", "orangecrab") else b
     for b in BOARDS if b != DEFAULT_BOARD])
 def test_other_boards_place_and_route(board, tmp_path):

@@ -67,16 +67,16 @@ class BoardProfile:
 BOARDS = {
     "icebreaker": BoardProfile(
         name="icebreaker", title="1BitSquared iCEBreaker (iCE40UP5K-SG48)",
-        platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=18e6,
+        platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=24e6,
         pll_pad=True,
         top=dict(lanes=1, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
                  baud=4_000_000, lut_tables=4, grand=False, sequencer=True, matrix_lanes=4,
                  block=16, max_blocks=4, weight_depth=1024, bfp=True, bfp_stochastic=False,
                  bfp_predictor=False, bfp_acc_block_ram=True, bfp_pipelined=False,
                  busy_count=True, quantiser=False, discrete=False, code_bits=3),
-        notes="8 SB_MAC16 DSPs, 4 SPRAM; 18 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
-              "oscillator); UART over the FT2232H's second channel at 4 Mbaud (12 MHz / 3; 9/2 "
-              "cycles per bit at 18 MHz, and still 3 at the top's 12 MHz default, which tools "
+        notes="8 SB_MAC16 DSPs, 4 SPRAM; 24 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
+              "oscillator); UART over the FT2232H's second channel at 4 Mbaud (12 MHz / 3; 6 "
+              "cycles per bit at 24 MHz, and still 3 at the top's 12 MHz default, which tools "
               "that take these parameters without the clock use; 12 Mbaud, the FT2232H's "
               "fastest, needs a clock of at least 36 MHz). "
               "The link, the sequencer, the LUT engine and a 4-lane BFP column (MATVEC, "

@@ -33,7 +33,7 @@ def session():
 
 def test_host_session_covers_the_paths(session):
     """The sequence reaches every path the gate-level run is meant to check, and fits the
-    simulator's budget (about 100k cycles of 1 Mbaud traffic at 18 MHz)."""
+    simulator's budget (at most 100k cycles of traffic at the profile's clock and baud rate)."""
     transactions, results = session
     statuses = {decode_reply(t.reply)[0] for t in transactions if t.reply}
     assert statuses == {Status.OK, Status.BAD_CRC, Status.READ_ONLY}
@@ -91,12 +91,12 @@ def test_routed_icebreaker_netlist_answers_like_the_model(tmp_path, require_tool
     report = gatelevel.build_routed(tmp_path / "build")
     outcome = gatelevel.check_routed(report["routed_netlist"], tmp_path / "sim")
     info, result = outcome.info, outcome.result
-    assert info["pll_freq"] == 18e6 and info["cells"]["ICESTORM_PLL"] == 1
+    profile = get_board(gatelevel.BOARD)
+    assert info["pll_freq"] == profile.clk_freq and info["cells"]["ICESTORM_PLL"] == 1
     assert {"ICESTORM_DSP", "ICESTORM_SPRAM", "ICESTORM_RAM"} <= set(info["cells"])
     assert not outcome.problems, "\n".join(outcome.problems)
     assert len(result.replies) == len(outcome.transactions)
     # Stop-and-wait: the simulation lasted at least every request's and reply's line time.
-    from lowbit.boards.profiles import get_board
     bits = 10 * sum(len(t.request) + len(t.reply) for t in outcome.transactions)
-    assert result.cycles > bits * info["pll_freq"] / get_board("icebreaker").top["baud"]
+    assert result.cycles > bits * info["pll_freq"] / profile.top["baud"]
     assert len(outcome.run_cycles) == 1 and 0 < outcome.run_cycles[0] < 10_000

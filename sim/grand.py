@@ -38,17 +38,26 @@ or NaN (the smallest nonzero magnitude is 2^−11, the largest 5.8125), nothing 
 is always **+0** (0x0000). The f32 output is the f16 result widened exactly
 (``float32(float16)``), so both fields carry the same value; for ``"normal"`` this equals the
 seed's bit rewiring ``{h[15:14], 4×h[13], h[12:3], 16'b0}`` (:func:`seed_f16_to_f32_bits`).
+
+Exact distribution (integers over ``32**12``): :func:`ih12_counts`, :func:`ih12_tail_count`,
+the truncated modes' fallback rates (:func:`fallback_probability`: 1/547.503 and 1/530.619) and
+the seed's accuracy ratios against N(0, 1) (:func:`ih12_density_ratio`,
+:func:`ih12_tail_ratio`).
 """
 
+import math
 from fractions import Fraction
+from functools import cache
 
 import numpy as np
 
 from .prng import Xoroshiro128aox
 
 __all__ = ["MODES", "WORDS_PER_RESULT", "C144", "C144_SHIFT", "VARIANCE", "field_sum",
-           "normal_f16_bits", "f16_to_f32_bits", "seed_f16_to_f32_bits", "ih12_pmf",
-           "results_from_words", "f16_values", "GrandModel"]
+           "normal_f16_bits", "f16_to_f32_bits", "seed_f16_to_f32_bits", "IH12_TOTAL",
+           "TRUNC_RULE", "ih12_counts", "ih12_pmf", "ih12_tail_count", "fallback_probability",
+           "ih12_density_ratio", "ih12_tail_ratio", "results_from_words", "f16_values",
+           "GrandModel"]
 
 #: Mode names in the order of the gateware's ``GrandMode`` encoding.
 MODES = ("normal", "normal144", "trunc2", "trunc3", "uniform", "raw")
@@ -64,6 +73,11 @@ VARIANCE = {
     "normal144": Fraction(12 * 1023 * C144 ** 2, 2 ** (2 * C144_SHIFT)),
     "uniform": Fraction(2 ** 22 - 1, 3 * 2 ** 22),
 }
+#: Truncated modes: (grand normals tried per result, bound on ``|S − 186|``). A normal is kept
+#: if ``|S − 186| ≤ bound`` (bound = 32 × the sigma bound, the seed's strict "> 2" / "> 3").
+TRUNC_RULE = {"trunc2": (2, 64), "trunc3": (1, 96)}
+#: Number of equally likely 60-bit field patterns: ``32**12 = 2**60``.
+IH12_TOTAL = 32 ** 12
 _SCALE = 18          # the common fixed point: value = m * 2**-18
 
 
@@ -127,12 +141,124 @@ def seed_f16_to_f32_bits(h):
     return (((h >> 14) & 3) << 30) | ((0xF * b13) << 26) | (((h >> 3) & 0x3FF) << 16)
 
 
-def ih12_pmf():
-    """Exact probability of each sum S = 0..372 (the 12-fold convolution of uniform{0..31})."""
-    p = np.ones(1)
+@cache
+def ih12_counts():
+    """Exact number of field patterns giving each sum ``S``.
+
+    Returns
+    -------
+    tuple of int
+        373 Python integers, entry ``s`` = the number of the ``32**12`` equally likely 12-tuples
+        of 5-bit fields whose sum is ``s`` (the 12-fold convolution of uniform{0..31}, in exact
+        integer arithmetic: the largest count, 1.42e16, is above 2^53). They add up to
+        :data:`IH12_TOTAL`, and ``P(S = s) = ih12_counts()[s] / IH12_TOTAL``.
+    """
+    counts = [1]
     for _ in range(12):
-        p = np.convolve(p, np.ones(32))
-    return p / 32.0 ** 12
+        # Convolution with 32 ones: a running sum over a window of 32.
+        padded = [0] * 31 + counts + [0] * 31
+        window, out = 0, []
+        for i, c in enumerate(padded):
+            window += c - (padded[i - 32] if i >= 32 else 0)
+            if i >= 31:
+                out.append(window)
+        counts = out
+    return tuple(counts)
+
+
+def ih12_pmf():
+    """Probability of each sum S = 0..372 (float64 array; :func:`ih12_counts` / 2^60)."""
+    return np.array(ih12_counts(), dtype=np.float64) / float(IH12_TOTAL)
+
+
+def ih12_tail_count(bound):
+    """Number of field patterns with ``|S − 186| > bound`` (exact int; over :data:`IH12_TOTAL`).
+
+    ``bound`` may be any real number; the comparison is strict, as in the truncated modes.
+    """
+    return sum(c for s, c in enumerate(ih12_counts()) if abs(s - 186) > bound)
+
+
+def fallback_probability(mode):
+    """Exact probability that one result of a truncated mode falls back to its uniform sum.
+
+    Parameters
+    ----------
+    mode : str
+        ``"trunc2"`` or ``"trunc3"``.
+
+    Returns
+    -------
+    fractions.Fraction
+        ``(P(|S − 186| > bound))**tries`` with ``(tries, bound)`` = :data:`TRUNC_RULE` ``[mode]``,
+        the rule :func:`results_from_words` applies: each try is the grand normal of its own
+        word (words are modelled as independent and uniform, so the tries are independent) and
+        the result falls back only if every try is beyond the bound. Values::
+
+            trunc2: (769886175356909 / 2^54)^2 = 592724723005689234793534034281 / 2^108
+                    = 1 / 547.50298...   (P(|N| > 2) = 0.0427373 per word)
+            trunc3: 271598028961545 / 2^57 = 1 / 530.61942...
+
+        The seed says "约1500" for both (a garbled ≈ 1/500); the digest's 1/548 and 1/531 are
+        these values rounded.
+
+    Raises
+    ------
+    ValueError
+        For a mode that is not truncated.
+    """
+    mode = _mode_name(mode)
+    if mode not in TRUNC_RULE:
+        raise ValueError(f"Mode {mode!r} has no fallback; it must be one of "
+                         f"{', '.join(TRUNC_RULE)}")
+    tries, bound = TRUNC_RULE[mode]
+    return Fraction(ih12_tail_count(bound), IH12_TOTAL) ** tries
+
+
+def ih12_density_ratio(t):
+    """Ratio of the grand normal's density to the N(0, 1) density at ``t`` sigma.
+
+    This is the quantity of the seed's accuracy claims ("PDF within 20 % of the Gaussian up to
+    3σ", "tails within 10 % of the ideal normal up to 2.8σ", "0.649 at 3.5σ" in the digest):
+
+    ``R(t) = 32 · p(t) / φ(t)``, ``φ(t) = exp(−t²/2) / √(2π)``,
+
+    where ``p(k/32) = P(S = 186 + k)`` exactly on the lattice of the 373 values ``k/32`` (so
+    ``32 · p`` is the histogram density of bins of width 1/32) and ``p`` is linearly
+    interpolated between lattice points (0 beyond ±5.8125). On the lattice ``R`` is exactly the
+    digest's ``pmf·32 / φ(x)``: 0.98788 at 0, at most 1.02544 (at 55/32), 0.92101 at
+    89/32 = 2.78125 (the digest's "0.921 at 2.8σ", taken at the last lattice point ≤ 2.8; at
+    2.8 itself the interpolation gives 0.91722), 0.90501 at 91/32, the first value below 0.9
+    at 92/32 = 2.875 (0.89647), 0.85869 at 3, 0.64947 at 3.5 and 0.37612 at 4.
+
+    The tail-probability reading (:func:`ih12_tail_ratio`) does **not** reproduce the seed's
+    numbers: it is 0.821 at 2.8σ and 0.479 at 3.5σ.
+
+    Parameters
+    ----------
+    t : float or array_like
+        Position in units of the nominal sigma (the value ``X = (S − 186)/32``).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 ratios, the shape of ``t``.
+    """
+    t = np.asarray(t, dtype=np.float64)
+    x = (np.arange(373) - 186) / 32
+    p = np.interp(t, x, ih12_pmf(), left=0.0, right=0.0)
+    return 32 * p / (np.exp(-t * t / 2) / math.sqrt(2 * math.pi))
+
+
+def ih12_tail_ratio(t):
+    """``P(|X| > t) / P(|Z| > t)`` for the grand normal ``X`` and ``Z`` ~ N(0, 1) (float).
+
+    The numerator is exact (:func:`ih12_tail_count`, strict ``>`` on the lattice ``k/32``), the
+    denominator ``erfc(t/√2)``. Given for comparison: the seed's "within 10 %" and "0.649"
+    are density ratios (:func:`ih12_density_ratio`); this ratio is 0.698 at 3σ, 0.821 at 2.8σ
+    and 0.479 at 3.5σ, and already falls below 0.9 at t ≈ 2.28.
+    """
+    return (ih12_tail_count(32 * t) / IH12_TOTAL) / math.erfc(t / math.sqrt(2))
 
 
 def _mode_name(mode):
@@ -186,13 +312,16 @@ def results_from_words(words, mode):
     elif mode == "uniform":
         num = _uniform_num(w[:, 0], 11, 0) << 7
     elif mode == "trunc2":
+        bound = TRUNC_RULE[mode][1]
         n1, n2 = field_sum(w[:, 0]) - 186, field_sum(w[:, 1]) - 186
         fallback = (_uniform_num(w[:, 2], 10, 0) + _uniform_num(w[:, 2], 10, 1)) << 8
-        num = np.where(np.abs(n1) <= 64, n1 << 13, np.where(np.abs(n2) <= 64, n2 << 13, fallback))
+        num = np.where(np.abs(n1) <= bound, n1 << 13,
+                       np.where(np.abs(n2) <= bound, n2 << 13, fallback))
     else:  # trunc3
+        bound = TRUNC_RULE[mode][1]
         n1 = field_sum(w[:, 0]) - 186
         fallback = sum(_uniform_num(w[:, 1], 9, j) for j in range(3)) << 9
-        num = np.where(np.abs(n1) <= 96, n1 << 13, fallback)
+        num = np.where(np.abs(n1) <= bound, n1 << 13, fallback)
     assert np.all(np.abs(num) < 1 << 23)
     f16 = _to_f16_bits(num, _SCALE)
     return f16, f16_to_f32_bits(f16)

@@ -1,5 +1,6 @@
 """Golden model of the grand unit (lowbit.sim.grand): exact rules and statistics on 10^6 samples."""
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -9,14 +10,21 @@ from scipy import stats
 from lowbit.sim.grand import (
     C144,
     C144_SHIFT,
+    IH12_TOTAL,
     MODES,
+    TRUNC_RULE,
     VARIANCE,
     WORDS_PER_RESULT,
     GrandModel,
     f16_to_f32_bits,
     f16_values,
+    fallback_probability,
     field_sum,
+    ih12_counts,
+    ih12_density_ratio,
     ih12_pmf,
+    ih12_tail_count,
+    ih12_tail_ratio,
     normal_f16_bits,
     results_from_words,
     seed_f16_to_f32_bits,
@@ -279,26 +287,95 @@ def test_normal144_statistics():
     assert np.abs(v).max() > 4.0         # tails beyond the reach of IH-12 at this sample size
 
 
-@pytest.mark.parametrize("mode, bound, words_per_fallback", [("trunc2", 2.0, 2),
-                                                              ("trunc3", 3.0, 1)])
-def test_truncated_statistics(mode, bound, words_per_fallback):
+@pytest.mark.parametrize("mode, bound, tries", [("trunc2", 2.0, 2), ("trunc3", 3.0, 1)])
+def test_truncated_statistics(mode, bound, tries):
     g = GrandModel(4321, 2)
     ws = g.prng.take(N_STAT // 2 * WORDS_PER_RESULT[mode])
     f16, f32 = results_from_words(ws, mode)
-    v = f16_values(f16).ravel()
+    v = f16_values(f16)
     assert np.all(np.abs(v) <= bound)
-    assert np.array_equal(v, f32.view(np.float32).ravel().astype(np.float64))
-    assert abs(v.mean()) < 5 * v.std() / np.sqrt(len(v))
-    # Fallback rate against the exact IH-12 tail probability (1/548 and 1/531 in the seed).
-    p = ih12_pmf()
-    tail = p[np.abs(np.arange(373) - 186) > 32 * bound].sum()
-    rate = tail ** words_per_fallback
-    k = WORDS_PER_RESULT[mode]
-    n = field_sum(ws.reshape(-1, k, 2)[:, :words_per_fallback]) - 186
-    fallbacks = np.all(np.abs(n) > 32 * bound, axis=1).sum()
-    expect = rate * n.shape[0] * n.shape[2]
-    assert abs(fallbacks - expect) < 5 * np.sqrt(expect), (fallbacks, expect)
-    assert 1 / 560 < rate < 1 / 520
+    assert np.array_equal(v.ravel(), f32.view(np.float32).ravel().astype(np.float64))
+    assert abs(v.mean()) < 5 * v.std() / np.sqrt(v.size)
+    # The grand normals tried by each result, and the fallbacks read from the model's output: a
+    # result equal to none of its tries (the fallback sums are strictly inside +-bound).
+    n = (field_sum(ws.reshape(-1, WORDS_PER_RESULT[mode], 2)[:, :tries]) - 186) / 32
+    fell_back = np.all(v[:, None, :] != n, axis=1)
+    assert np.array_equal(fell_back, np.all(np.abs(n) > bound, axis=1))
+    # Counts against the exact probabilities (binomial sigma, 4 sigma): the per-word tail
+    # P(|N| > bound) over every tried word, and the fallback rate per result.
+    for hits, prob in [(np.abs(n) > bound, Fraction(ih12_tail_count(32 * bound), IH12_TOTAL)),
+                       (fell_back, fallback_probability(mode))]:
+        p = float(prob)
+        expect = p * hits.size
+        sigma = math.sqrt(hits.size * p * (1 - p))
+        assert abs(hits.sum() - expect) < 4 * sigma, (int(hits.sum()), expect, sigma)
+
+
+# -- exact distribution and the seed's statistical claims ---------------------------------------
+
+def test_ih12_counts_exact():
+    c = ih12_counts()
+    assert len(c) == 373 and all(isinstance(x, int) for x in c)
+    assert sum(c) == IH12_TOTAL == 2 ** 60
+    # Independent closed form (inclusion-exclusion) for sums of 12 uniforms on 0..31.
+    closed = [sum((-1) ** j * math.comb(12, j) * math.comb(s - 32 * j + 11, 11)
+                  for j in range(12 + 1) if s - 32 * j >= 0) for s in range(373)]
+    assert list(c) == closed
+    assert c == c[::-1] and c[:3] == (1, 12, 78)
+    assert Fraction(sum(x * (s - 186) ** 2 for s, x in enumerate(c)), IH12_TOTAL) == 1023
+    assert np.array_equal(ih12_pmf(), np.array(c, dtype=float) / 2.0 ** 60)
+
+
+def test_fallback_probabilities_exact():
+    # trunc2: two grand normals beyond +-2 (|S - 186| > 64), each with probability
+    # 769886175356909 / 2^54; trunc3: one beyond +-3 (|S - 186| > 96).
+    assert TRUNC_RULE == {"trunc2": (2, 64), "trunc3": (1, 96)}
+    assert ih12_tail_count(64) == 769886175356909 * 2 ** 6
+    p2, p3 = fallback_probability("trunc2"), fallback_probability("trunc3")
+    assert p2 == Fraction(769886175356909, 2 ** 54) ** 2
+    assert p2 == Fraction(592724723005689234793534034281, 2 ** 108)
+    assert p3 == Fraction(271598028961545, 2 ** 57)
+    assert round(float(1 / p2), 1) == 547.5 and round(float(1 / p3), 1) == 530.6
+    assert round(float(1 / p2)) == 548 and round(float(1 / p3)) == 531        # the digest's
+    with pytest.raises(ValueError, match="no fallback"):
+        fallback_probability("normal")
+
+
+def test_seed_density_ratio_claims():
+    c = ih12_counts()
+    k = np.arange(-186, 187)
+    x = k / 32
+    # On the lattice the ratio is 32 P(S = 186 + k) / phi(k/32), computed here independently.
+    direct = np.array([32 * c[186 + i] / IH12_TOTAL / math.exp(-(i / 32) ** 2 / 2)
+                       * math.sqrt(2 * math.pi) for i in k])
+    assert np.allclose(ih12_density_ratio(x), direct, rtol=1e-12, atol=0)
+    # "Tails within 10 % of the ideal normal up to 2.8 sigma": every t in [-2.8, 2.8] on a grid
+    # of step 1e-4 (between lattice points the pmf is interpolated linearly).
+    t = np.linspace(-2.8, 2.8, 56001)
+    r = ih12_density_ratio(t)
+    assert np.all((r >= 0.9) & (r <= 1.1)), (r.min(), r.max())
+    assert round(float(ih12_density_ratio(89 / 32)), 3) == 0.921      # the digest's "0.921"
+    # The claim stops holding soon after: first lattice point below 0.9 is 92/32 = 2.875.
+    lattice = direct[186:]
+    assert int(np.argmax(lattice < 0.9)) == 92
+    # "PDF within 20 % up to 3 sigma": min 0.859 (at 3), max 1.025 (at 55/32).
+    inner = direct[np.abs(x) <= 3]
+    assert (round(inner.min(), 3), round(inner.max(), 3)) == (0.859, 1.025)
+    assert int(np.argmax(lattice)) == 55
+    # "0.649 at 3.5 sigma" (and 0.376 at 4 sigma): the tails fall faster than the normal's.
+    assert round(float(ih12_density_ratio(3.5)), 3) == 0.649
+    assert round(float(ih12_density_ratio(4.0)), 3) == 0.376
+    assert ih12_density_ratio(5.9) == 0.0
+
+
+def test_tail_probability_reading_differs():
+    # P(|X| > t) / P(|Z| > t) does not give the seed's numbers (so the claims are density
+    # ratios): 0.821 at 2.8 sigma, 0.479 at 3.5 sigma, below 0.9 already from t = 2.282 on.
+    for t, expect in [(2.8, 0.821), (3.0, 0.698), (3.5, 0.479)]:
+        exact = ih12_tail_count(32 * t) / IH12_TOTAL
+        assert ih12_tail_ratio(t) == pytest.approx(exact / (2 * stats.norm.sf(t)), rel=1e-12)
+        assert round(ih12_tail_ratio(t), 3) == expect
+    assert ih12_tail_ratio(2.281) > 0.9 > ih12_tail_ratio(2.282)
 
 
 def test_uniform_statistics():

@@ -16,7 +16,7 @@ import zlib
 from pathlib import Path
 
 from amaranth.build import ResourceError
-from amaranth.hdl import ClockDomain, Elaboratable, Module
+from amaranth.hdl import Cat, ClockDomain, Elaboratable, Module
 from amaranth.lib import io
 
 from .profiles import get_board
@@ -90,9 +90,12 @@ class BoardTop(Elaboratable):
         # Every subsignal raw (dir="-"): some boards' UARTs also carry rts/dtr.
         dirs = {sub.name: "-" for sub in platform.lookup("uart", 0).ios}
         uart = platform.request("uart", 0, dir=dirs)
-        m.submodules.rx_buffer = rx = io.Buffer("i", uart.rx)
+        # uart_ddr: the pin's DDR input register samples the line at both clock edges.
+        m.submodules.rx_buffer = rx = (io.DDRBuffer if accel.uart_ddr else io.Buffer)("i",
+                                                                                     uart.rx)
         m.submodules.tx_buffer = tx = io.Buffer("o", uart.tx)
-        m.d.comb += [accel.rx.eq(rx.i), tx.o.eq(accel.tx)]
+        m.d.comb += [accel.rx.eq(Cat(rx.i[0], rx.i[1]) if accel.uart_ddr else rx.i),
+                     tx.o.eq(accel.tx)]
         for i in range(len(accel.leds)):
             try:
                 led = platform.request("led", i, dir="-")

@@ -634,7 +634,12 @@ class Accelerator(wiring.Component):
     baud : int
         UART baud rate (default 1 Mbaud). The UART keeps the exact bit period
         ``clk_freq / baud`` (a fraction, :func:`lowbit.hw.uart.uart_period`), which must be at
-        least 4 cycles; IDENTIFY reports the rate and the clock.
+        least 3 cycles (2 with ``uart_ddr``); IDENTIFY reports the rate and the clock.
+    uart_ddr : bool
+        The UART receiver takes two samples of the line per cycle (``rx`` is 2 bits: the
+        samples of a DDR input register at the pin, rising edge first;
+        :class:`lowbit.hw.uart.UARTReceiver`), so the link runs at 2 cycles per bit: 12 Mbaud
+        at 24 MHz. Default ``False``.
     lanes : int
         Engine lanes, 1 to 32 (reported by IDENTIFY; engines are attached later).
     scratch_bytes : int, optional
@@ -690,8 +695,9 @@ class Accelerator(wiring.Component):
 
     Members
     -------
-    rx : In(1)
-        UART receive (``uart=True``).
+    rx : In(1), or In(2) with ``uart_ddr``
+        UART receive (``uart=True``); with ``uart_ddr`` the cycle's two line samples,
+        ``rx[0]`` the earlier.
     tx : Out(1)
         UART transmit (``uart=True``).
     i : In(stream.Signature(8))
@@ -715,7 +721,7 @@ class Accelerator(wiring.Component):
                  weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
                  multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
                  bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
-                 busy_count=True):
+                 busy_count=True, uart_ddr=False):
         p = check_top_params(
             clk_freq=clk_freq, baud=baud, lanes=lanes, scratch_bytes=scratch_bytes,
             use_spram=use_spram, frame_bytes=frame_bytes, timeout_bits=timeout_bits,
@@ -724,7 +730,9 @@ class Accelerator(wiring.Component):
             weight_depth=weight_depth, bfp=bfp, quantiser=quantiser, discrete=discrete,
             code_bits=code_bits, multiplier=multiplier, uart=uart, simulation=simulation,
             bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
-            bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined)
+            bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
+            uart_ddr=uart_ddr)
+        self._uart_ddr = uart_ddr
         self._divisor = p["divisor"]
         self._period = p["bit_period"]
         self._clk_freq = clk_freq
@@ -757,7 +765,8 @@ class Accelerator(wiring.Component):
                                   self._scratch_bytes, self._frame_bytes, self._engines,
                                   self._use_spram, baud, round(clk_freq))
         if uart:
-            members = {"rx": In(1, init=1), "tx": Out(1, init=1)}
+            members = {"rx": In(2, init=3) if uart_ddr else In(1, init=1),
+                       "tx": Out(1, init=1)}
         else:
             members = {"i": In(stream.Signature(8)), "o": Out(stream.Signature(8))}
         members["leds"] = Out(2)
@@ -774,6 +783,7 @@ class Accelerator(wiring.Component):
     frame_bytes = property(lambda self: self._frame_bytes)
     timeout_bits = property(lambda self: self._timeout_bits)
     uart = property(lambda self: self._uart)
+    uart_ddr = property(lambda self: self._uart_ddr)
     simulation = property(lambda self: self._simulation)
     identity = property(lambda self: self._identity)
     lut_tables = property(lambda self: self._lut_tables)
@@ -890,7 +900,7 @@ class Accelerator(wiring.Component):
         overrun = Signal(8)
         rx_byte = Signal()
         if self._uart:
-            m.submodules.uart_rx = urx = UARTReceiver(self._period)
+            m.submodules.uart_rx = urx = UARTReceiver(self._period, ddr=self._uart_ddr)
             m.submodules.uart_tx = utx = UARTTransmitter(self._period)
             m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
             wiring.connect(m, urx.o, link.i)

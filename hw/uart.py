@@ -17,10 +17,16 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from lowbit.sim.topparams import MAX_PERIOD_DENOMINATOR, MIN_DIVISOR, uart_divisor, uart_period
+from lowbit.sim.topparams import (
+    MAX_PERIOD_DENOMINATOR,
+    MIN_DDR_DIVISOR,
+    MIN_DIVISOR,
+    uart_divisor,
+    uart_period,
+)
 
 __all__ = ["UARTReceiver", "UARTTransmitter", "UART", "uart_period", "uart_divisor",
-           "MIN_DIVISOR"]
+           "MIN_DIVISOR", "MIN_DDR_DIVISOR"]
 
 
 def quiet_on_error(init):
@@ -37,13 +43,17 @@ def quiet_on_error(init):
     return wrapper
 
 
-def _check_divisor(divisor):
+def _check_divisor(divisor, least=MIN_DIVISOR):
     """The bit period ``divisor`` (an int, or a :class:`fractions.Fraction` with a denominator
-    of at most :data:`MAX_PERIOD_DENOMINATOR`) as a Fraction."""
+    of at most :data:`MAX_PERIOD_DENOMINATOR`; at least ``least`` cycles, whole cycles below
+    :data:`MIN_DIVISOR`) as a Fraction."""
     if isinstance(divisor, bool) or not isinstance(divisor, (int, fractions.Fraction)):
         raise TypeError(f"Divisor must be an integer or a fractions.Fraction, not {divisor!r}")
-    if divisor < MIN_DIVISOR:
-        raise ValueError(f"Divisor must be at least {MIN_DIVISOR} cycles per bit, not {divisor}")
+    if divisor < least:
+        raise ValueError(f"Divisor must be at least {least} cycles per bit, not {divisor}")
+    if divisor < MIN_DIVISOR and fractions.Fraction(divisor).denominator != 1:
+        raise ValueError(f"Divisor must be whole cycles below {MIN_DIVISOR} cycles per bit, "
+                         f"not {divisor}")
     divisor = fractions.Fraction(divisor)
     if divisor.denominator > MAX_PERIOD_DENOMINATOR:
         raise ValueError(f"Divisor must have a denominator of at most "
@@ -87,46 +97,89 @@ class UARTReceiver(_Period, wiring.Component):
     Measured in simulation (``tests/test_uart.py``, bytes back to back, edges at five phases
     within a cycle): ±3 % at 3 and 4 cycles per bit, ±3.5 % at 9/2 and 6, ±4 % at 25/3.
 
+    With ``ddr`` the line is sampled twice a cycle, at the rising and at the falling clock edge
+    (a DDR input register at the pin, e.g. :class:`amaranth.lib.io.DDRBuffer`, whose two
+    flip-flops replace the synchroniser's first stage): ``rx`` carries both samples of a cycle,
+    ``rx[0]`` the earlier. Everything above then holds in half cycles ("slots"): the edge is
+    located to a slot, bit ``k`` is sampled in the slot nearest to ``(S - 1)/2 + k·S`` slots
+    after the slot in which it was seen (``S = 2·P`` slots a bit; ties late), so the receiver
+    takes 12 Mbaud at 24 MHz, two cycles per bit, with about the margins of four cycles per
+    bit without a DDR register (measured at 2 cycles per bit: ±2.5 %). A stop bit sampled in
+    a cycle's first slot whose second slot is already low starts the next frame at that slot.
+    At least :data:`MIN_DDR_DIVISOR` cycles per bit.
+
     Parameters
     ----------
     divisor : int or fractions.Fraction
         Bit period in clock cycles, at least :data:`MIN_DIVISOR` (a fraction: the exact
-        ``clk_freq / baud`` of :func:`uart_period`).
+        ``clk_freq / baud`` of :func:`uart_period`); with ``ddr`` at least
+        :data:`MIN_DDR_DIVISOR`, whole cycles below :data:`MIN_DIVISOR`.
+    ddr : bool
+        Two line samples per cycle (default ``False``).
 
     Members
     -------
-    rx : In(1)
-        Serial input (idle high).
+    rx : In(1), or In(2) with ``ddr``
+        Serial input (idle high); with ``ddr`` the cycle's two samples, ``rx[0]`` first.
     o : Out(stream.Signature(8))
         Received bytes.
     framing_error, overrun : Out(1)
         One-cycle pulses.
+
+    Raises
+    ------
+    TypeError
+        If ``divisor`` is not an int or Fraction, or ``ddr`` not a bool.
+    ValueError
+        If ``divisor`` is too short (see above) or its denominator exceeds
+        :data:`MAX_PERIOD_DENOMINATOR`.
     """
 
     @quiet_on_error
-    def __init__(self, divisor=12):
-        self._period = _check_divisor(divisor)
+    def __init__(self, divisor=12, *, ddr=False):
+        if not isinstance(ddr, bool):
+            raise TypeError(f"ddr must be a bool, not {ddr!r}")
+        self._ddr = ddr
+        self._period = _check_divisor(divisor, MIN_DDR_DIVISOR if ddr else MIN_DIVISOR)
         super().__init__({
-            "rx": In(1, init=1),
+            "rx": In(2 if ddr else 1, init=3 if ddr else 1),
             "o": Out(stream.Signature(8)),
             "framing_error": Out(1),
             "overrun": Out(1),
         })
 
+    @property
+    def ddr(self):
+        """Two line samples per cycle."""
+        return self._ddr
+
     def elaborate(self, platform):
         m = Module()
-        p, q = self._period.numerator, self._period.denominator
-        sync1 = Signal(init=1)
-        line = Signal(init=1)
-        m.d.sync += [sync1.eq(self.rx), line.eq(sync1)]
+        # Slots per cycle: one line sample each.
+        n = 2 if self._ddr else 1
+        period = self._period * n
+        p, q = period.numerator, period.denominator
+        line = Signal(n, init=(1 << n) - 1)
+        if self._ddr:
+            m.d.sync += line.eq(self.rx)
+        else:
+            sync1 = Signal(init=1)
+            m.d.sync += [sync1.eq(self.rx), line.eq(sync1)]
 
-        # Time to the next sample point in units of 1/(2q) cycle, plus half a cycle (q units):
-        # the sample is taken in the cycle in which this is at most one cycle (2q units), i.e.
-        # in the cycle nearest to the ideal point (a tie: the earlier one). One bit is 2p
-        # units.
+        # Time from this cycle's first slot to the next sample point in units of 1/(2q) slot,
+        # plus half a slot (q units): the sample is taken in the first slot ``j`` of the cycle
+        # for which ``count - 2q·j`` is at most one slot (2q units), i.e. in the slot nearest
+        # to the ideal point. One bit is 2p units; at least 4 slots a bit with ``ddr`` (3
+        # without), so a cycle holds at most one sample point and ``count`` stays in [0, 2p].
         count = Signal(range(2 * p + 1))
+        hits = [Signal(name=f"hit{j}") for j in range(n)]
+        for j, hit in enumerate(hits):
+            m.d.comb += hit.eq((count <= 2 * q * (j + 1)) if j == 0 else
+                               (count <= 2 * q * (j + 1)) & ~hits[j - 1])
         sample = Signal()
-        m.d.comb += sample.eq(count <= 2 * q)
+        value = Signal()
+        m.d.comb += [sample.eq(Cat(*hits).any()),
+                     value.eq(Mux(hits[0], line[0], line[n - 1]))]
         bits = Signal(range(9))
         shreg = Signal(8)
 
@@ -134,45 +187,53 @@ class UARTReceiver(_Period, wiring.Component):
             m.d.sync += self.o.valid.eq(0)
         m.d.sync += [self.framing_error.eq(0), self.overrun.eq(0)]
 
+        def start(slot):
+            # First sample (S - 1)/2 slots after ``slot`` of this cycle: (p - q) units plus the
+            # half slot, counted from the next cycle's first slot.
+            m.d.sync += count.eq(p + 2 * q * (slot - n))
+
         def tick():
             """In START / DATA / STOP: count down; returns the sample condition."""
-            with m.If(sample):
-                m.d.sync += count.eq(count + 2 * (p - q))
-            with m.Else():
-                m.d.sync += count.eq(count - 2 * q)
+            m.d.sync += count.eq(count - 2 * q * n + Mux(sample, 2 * p, 0))
             return sample
 
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(~line):
-                    # First sample (P - 1)/2 cycles after this one: (p - q) units plus the half
-                    # cycle, less the cycle before START counts.
-                    m.d.sync += count.eq(p - 2 * q)
+                with m.If(~line[0]):
+                    start(0)
                     m.next = "START"
+                if n == 2:
+                    with m.Elif(~line[1]):
+                        start(1)
+                        m.next = "START"
             with m.State("START"):
                 with m.If(tick()):
                     m.d.sync += bits.eq(0)
                     m.next = "DATA"
-                    with m.If(line):
+                    with m.If(value):
                         m.next = "IDLE"
             with m.State("DATA"):
                 with m.If(tick()):
-                    m.d.sync += [shreg.eq(Cat(shreg[1:], line)), bits.eq(bits + 1)]
+                    m.d.sync += [shreg.eq(Cat(shreg[1:], value)), bits.eq(bits + 1)]
                     with m.If(bits == 7):
                         m.next = "STOP"
             with m.State("STOP"):
                 with m.If(tick()):
-                    with m.If(line):
+                    with m.If(value):
                         with m.If(self.o.valid & ~self.o.ready):
                             m.d.sync += self.overrun.eq(1)
                         with m.Else():
                             m.d.sync += [self.o.payload.eq(shreg), self.o.valid.eq(1)]
                         m.next = "IDLE"
+                        if n == 2:
+                            with m.If(hits[0] & ~line[1]):
+                                start(1)
+                                m.next = "START"
                     with m.Else():
                         m.d.sync += self.framing_error.eq(1)
                         m.next = "BREAK"
             with m.State("BREAK"):
-                with m.If(line):
+                with m.If(line[n - 1]):
                     m.next = "IDLE"
         return m
 
@@ -190,7 +251,8 @@ class UARTTransmitter(_Period, wiring.Component):
     Parameters
     ----------
     divisor : int or fractions.Fraction
-        Bit period in clock cycles, at least :data:`MIN_DIVISOR`.
+        Bit period in clock cycles, at least :data:`MIN_DDR_DIVISOR`, whole cycles below
+        :data:`MIN_DIVISOR` (so that every edge is on time).
 
     Members
     -------
@@ -202,7 +264,7 @@ class UARTTransmitter(_Period, wiring.Component):
 
     @quiet_on_error
     def __init__(self, divisor=12):
-        self._period = _check_divisor(divisor)
+        self._period = _check_divisor(divisor, MIN_DDR_DIVISOR)
         super().__init__({
             "i": In(stream.Signature(8)),
             "tx": Out(1, init=1),
@@ -245,12 +307,15 @@ class UART(_Period, wiring.Component):
         Clock frequency in Hz (default 12 MHz).
     baud : int
         Baud rate (default 1 Mbaud). The bit period is ``clk_freq / baud`` cycles, exactly
-        (:func:`uart_period`), at least :data:`MIN_DIVISOR`.
+        (:func:`uart_period`), at least :data:`MIN_DIVISOR` (with ``ddr``:
+        :data:`MIN_DDR_DIVISOR`, whole cycles below :data:`MIN_DIVISOR`).
+    ddr : bool
+        The receiver takes two line samples per cycle (:class:`UARTReceiver`).
 
     Members
     -------
-    rx : In(1)
-        Serial input.
+    rx : In(1), or In(2) with ``ddr``
+        Serial input (with ``ddr`` the cycle's two samples, ``rx[0]`` first).
     tx : Out(1)
         Serial output.
     i : In(stream.Signature(8))
@@ -267,12 +332,15 @@ class UART(_Period, wiring.Component):
     """
 
     @quiet_on_error
-    def __init__(self, *, clk_freq=12e6, baud=1_000_000):
-        self._period = uart_period(clk_freq, baud)
+    def __init__(self, *, clk_freq=12e6, baud=1_000_000, ddr=False):
+        if not isinstance(ddr, bool):
+            raise TypeError(f"ddr must be a bool, not {ddr!r}")
+        self._period = uart_period(clk_freq, baud, ddr=ddr)
         self._clk_freq = clk_freq
         self._baud = baud
+        self._ddr = ddr
         super().__init__({
-            "rx": In(1, init=1),
+            "rx": In(2 if ddr else 1, init=3 if ddr else 1),
             "tx": Out(1, init=1),
             "i": In(stream.Signature(8)),
             "o": Out(stream.Signature(8)),
@@ -288,9 +356,13 @@ class UART(_Period, wiring.Component):
     def baud(self):
         return self._baud
 
+    @property
+    def ddr(self):
+        return self._ddr
+
     def elaborate(self, platform):
         m = Module()
-        m.submodules.rx = rx = UARTReceiver(self._period)
+        m.submodules.rx = rx = UARTReceiver(self._period, ddr=self._ddr)
         m.submodules.tx = tx = UARTTransmitter(self._period)
         m.d.comb += [
             rx.rx.eq(self.rx),

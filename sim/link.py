@@ -449,7 +449,7 @@ class DeviceModel:
 
     #: Top parameters without effect on the protocol.
     HARDWARE_ONLY = frozenset({"timeout_bits", "uart", "simulation", "multiplier",
-                               "bfp_acc_block_ram", "bfp_pipelined"})
+                               "bfp_acc_block_ram", "bfp_pipelined", "uart_ddr"})
 
     def __init__(self, *, lanes=2, scratch_bytes=None, frame_bytes=512, use_spram=False,
                  lut_tables=4, grand=True, grand_modes=None, engines=None, sequencer=False,

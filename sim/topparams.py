@@ -16,7 +16,8 @@ and parameters").
 import fractions
 import numbers
 
-__all__ = ["TOP_DEFAULTS", "SPRAM_BYTES", "MIN_DIVISOR", "MULTIPLIERS", "check_int",
+__all__ = ["TOP_DEFAULTS", "SPRAM_BYTES", "MIN_DIVISOR", "MIN_DDR_DIVISOR", "MULTIPLIERS",
+           "check_int",
            "check_bool", "check_pow2", "check_scratch_bytes", "check_grand_modes",
            "check_multiplier", "uart_period", "uart_divisor", "MAX_PERIOD_DENOMINATOR",
            "check_top_params"]
@@ -26,6 +27,10 @@ SPRAM_BYTES = 32768
 #: Smallest UART bit period in cycles (mid-bit sampling needs a few cycles per bit); the same
 #: as :data:`lowbit.hw.uart.MIN_DIVISOR`.
 MIN_DIVISOR = 3
+#: Smallest bit period with the receiver sampling the line at both clock edges (``uart_ddr``):
+#: four samples per bit. Below :data:`MIN_DIVISOR` the period must be whole cycles (the
+#: transmitter's edges then have no jitter).
+MIN_DDR_DIVISOR = 2
 #: Largest denominator of a fractional UART bit period (:func:`uart_period`).
 MAX_PERIOD_DENOMINATOR = 64
 #: Multiplier styles of the BFP column (the keys of :data:`lowbit.hw.mult.MULT_STYLES`).
@@ -39,7 +44,8 @@ TOP_DEFAULTS = dict(clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None, 
                     grand_modes=None, sequencer=False, matrix_lanes=8, block=16, max_blocks=16,
                     weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
                     multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
-                    bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True)
+                    bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
+                    uart_ddr=False)
 
 
 def check_int(name, value, lo, hi):
@@ -117,20 +123,24 @@ def check_scratch_bytes(size, use_spram):
     return size
 
 
-def uart_period(clk_freq, baud):
+def uart_period(clk_freq, baud, *, ddr=False):
     """UART bit period in clock cycles, ``clk_freq / baud`` as a :class:`fractions.Fraction`
     (denominator at most :data:`MAX_PERIOD_DENOMINATOR`), with argument validation.
 
     The UART times its bits with this exact ratio (a fractional bit period: e.g. 25/3 cycles
     for 3 Mbaud on a 25 MHz clock alternates bits of 8, 8 and 9 cycles), so any rate with at
     least :data:`MIN_DIVISOR` cycles per bit is made without a rounding error of the rate.
+    With ``ddr`` (the receiver samples the line at both clock edges, ``uart_ddr``) the period
+    may be as short as :data:`MIN_DDR_DIVISOR` cycles, a whole number of cycles below
+    :data:`MIN_DIVISOR` (2 cycles per bit: 12 Mbaud at 24 MHz).
 
     Raises
     ------
     TypeError
         If ``clk_freq`` is not a real number or ``baud`` is not an integer (bools rejected).
     ValueError
-        If either is not positive, or the period is below :data:`MIN_DIVISOR` cycles.
+        If either is not positive, or the period is below :data:`MIN_DIVISOR` cycles (with
+        ``ddr``: below :data:`MIN_DDR_DIVISOR`, or fractional below :data:`MIN_DIVISOR`).
     """
     if not isinstance(clk_freq, numbers.Real) or isinstance(clk_freq, bool):
         raise TypeError(f"Clock frequency must be a number, not {clk_freq!r}")
@@ -142,9 +152,15 @@ def uart_period(clk_freq, baud):
         raise ValueError(f"Baud rate must be a positive integer, not {baud}")
     period = (fractions.Fraction(clk_freq).limit_denominator(1 << 20) / baud)
     period = period.limit_denominator(MAX_PERIOD_DENOMINATOR)
-    if period < MIN_DIVISOR:
+    least = MIN_DDR_DIVISOR if ddr else MIN_DIVISOR
+    if period < least:
         raise ValueError(f"Baud rate {baud} is too fast for a {clk_freq / 1e6:g} MHz clock: "
-                         f"divisor {float(period):g} is below {MIN_DIVISOR} cycles per bit")
+                         f"divisor {float(period):g} is below {least} cycles per bit"
+                         + ("" if ddr else f" ({MIN_DDR_DIVISOR} with uart_ddr)"))
+    if period < MIN_DIVISOR and period.denominator != 1:
+        raise ValueError(f"Baud rate {baud} at a {clk_freq / 1e6:g} MHz clock: a divisor below "
+                         f"{MIN_DIVISOR} cycles per bit must be whole cycles, not "
+                         f"{float(period):g}")
     return period
 
 
@@ -161,7 +177,8 @@ def check_top_params(**params):
     ``bit_period`` (the UART bit period in cycles, a Fraction) and ``divisor`` (it rounded)
     added.
 
-    Checked in this order (the first bad parameter raises): ``clk_freq`` / ``baud``,
+    Checked in this order (the first bad parameter raises): ``uart_ddr``, ``clk_freq`` /
+    ``baud``,
     ``lanes``, ``use_spram``, ``scratch_bytes``, ``frame_bytes``, ``timeout_bits``, ``uart``,
     ``simulation``, ``lut_tables``, ``grand``, ``grand_modes``, ``sequencer``,
     ``matrix_lanes``, ``block``, ``max_blocks``, ``weight_depth``, ``bfp``, ``quantiser``,
@@ -180,7 +197,8 @@ def check_top_params(**params):
     if unknown:
         raise TypeError(f"Unknown top parameters: {', '.join(sorted(unknown))}")
     p = {**TOP_DEFAULTS, **params}
-    p["bit_period"] = uart_period(p["clk_freq"], p["baud"])
+    p["bit_period"] = uart_period(p["clk_freq"], p["baud"],
+                                  ddr=check_bool("uart_ddr", p["uart_ddr"]))
     p["divisor"] = round(p["bit_period"])
     check_int("Lane count", p["lanes"], 1, 32)
     check_bool("use_spram", p["use_spram"])

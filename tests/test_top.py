@@ -439,13 +439,14 @@ def _line_levels(data, bit, t0=0.0):
     return levels, t
 
 
-def _run_back_to_back(clk_freq, baud, error, frames):
+def _run_back_to_back(clk_freq, baud, error, frames, ddr=False):
     """A host ``error`` off that starts each request in the cycle after the previous reply's
-    stop bit was sampled (no idle gap) and decodes ``tx`` at its own bit period. Returns the
-    replies, the model's, the cycle of every reply byte's start edge per reply, and the
-    device's bit period."""
-    top = Accelerator(clk_freq=clk_freq, baud=baud, simulation=True, **PARAMS)
-    model = L.DeviceModel(clk_freq=clk_freq, baud=baud, **PARAMS)
+    stop bit was sampled (no idle gap) and decodes ``tx`` at its own bit period. With ``ddr``
+    the top's receiver takes the line at both clock edges (``uart_ddr``: ``rx`` gets the
+    levels at ``c`` and ``c + 1/2``). Returns the replies, the model's, the cycle of every
+    reply byte's start edge per reply, and the device's bit period."""
+    top = Accelerator(clk_freq=clk_freq, baud=baud, simulation=True, uart_ddr=ddr, **PARAMS)
+    model = L.DeviceModel(clk_freq=clk_freq, baud=baud, uart_ddr=ddr, **PARAMS)
     expected = [model.feed(f) for f in frames]
     bit = float(top.bit_period) * (1 + error)
     samples = [int((k + 0.5) * bit) for k in range(10)]
@@ -454,11 +455,16 @@ def _run_back_to_back(clk_freq, baud, error, frames):
     async def bench(ctx):
         now = 0
         for frame, want in zip(frames, expected, strict=True):
-            levels, _ = _line_levels(frame, bit, t0=0.0)
+            if ddr:
+                half, _ = _line_levels(frame, 2 * bit, t0=0.0)
+                half += [1] * (len(half) % 2)
+                levels = [half[j] | half[j + 1] << 1 for j in range(0, len(half), 2)]
+            else:
+                levels, _ = _line_levels(frame, bit, t0=0.0)
             got, starts, count, byte = bytearray(), [], None, 0
             k = 0
             while len(got) < len(want):
-                ctx.set(top.rx, levels[k] if k < len(levels) else 1)
+                ctx.set(top.rx, levels[k] if k < len(levels) else 3 if ddr else 1)
                 k += 1
                 _, _, tx = await ctx.tick().sample(top.tx)
                 now += 1
@@ -484,14 +490,16 @@ def _run_back_to_back(clk_freq, baud, error, frames):
     return replies, expected, edges, float(top.bit_period)
 
 
-@pytest.mark.parametrize("clk_freq, baud, error", [
-    (18e6, 4_000_000, -0.02),                                  # iCEBreaker: 9/2 cycles per bit
-    pytest.param(25e6, 3_000_000, 0.02, marks=pytest.mark.slow),   # ULX3S: 25/3
-    pytest.param(18e6, 4_000_000, 0.02, marks=pytest.mark.slow),
-    pytest.param(25e6, 3_000_000, -0.02, marks=pytest.mark.slow),
-    pytest.param(12e6, 4_000_000, 0.02, marks=pytest.mark.slow),   # 3 cycles per bit
+@pytest.mark.parametrize("clk_freq, baud, error, ddr", [
+    (24e6, 12_000_000, -0.02, True),              # iCEBreaker: 2 cycles per bit, uart_ddr
+    pytest.param(24e6, 12_000_000, 0.02, True, marks=pytest.mark.slow),
+    (18e6, 4_000_000, -0.02, False),                                  # 9/2 cycles per bit
+    pytest.param(25e6, 3_000_000, 0.02, False, marks=pytest.mark.slow),   # ULX3S: 25/3
+    pytest.param(18e6, 4_000_000, 0.02, False, marks=pytest.mark.slow),
+    pytest.param(25e6, 3_000_000, -0.02, False, marks=pytest.mark.slow),
+    pytest.param(12e6, 4_000_000, 0.02, False, marks=pytest.mark.slow),   # 3 cycles per bit
 ])
-def test_back_to_back_frames_at_line_rate(clk_freq, baud, error):
+def test_back_to_back_frames_at_line_rate(clk_freq, baud, error, ddr):
     """Requests back to back at the boards' rates, each starting the cycle after the previous
     reply's stop bit was sampled, from a host 2 % off: every reply equals the model's, its
     bytes leave with no idle gap (start edges 10 bit periods apart), and nothing overran
@@ -507,7 +515,7 @@ def test_back_to_back_frames_at_line_rate(clk_freq, baud, error):
               rq(op.MEM_READ, L.mem_read_payload(0, 40)),
               rq(op.IDENTIFY),
               rq(op.REG_READ, L.reg_read_payload(L.REGISTER_BY_NAME["UART_ERRORS"].index))]
-    replies, expected, edges, period = _run_back_to_back(clk_freq, baud, error, frames)
+    replies, expected, edges, period = _run_back_to_back(clk_freq, baud, error, frames, ddr)
     assert replies == expected
     for starts in edges:
         gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]

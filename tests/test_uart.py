@@ -24,10 +24,37 @@ from lowbit.sim.rtl.harness import run_stream
     ((12e6, 5_000_000), ValueError, "divisor 2.4 is below 3"),
     ((18e6, 8_000_000), ValueError, "divisor 2.25 is below 3 cycles per bit"),
     ((25e6, 12_000_000), ValueError, "too fast for a 25 MHz clock"),
+    ((24e6, 12_000_000), ValueError, r"divisor 2 is below 3 cycles per bit \(2 with uart_ddr\)"),
 ])
 def test_divisor_validation(args, exc, msg):
     with pytest.raises(exc, match=msg):
         uart_divisor(*args)
+
+
+def test_ddr_divisor_validation():
+    """With the receiver's two samples per cycle: down to 2 cycles per bit, whole cycles below
+    3 (the transmitter's edges), fractions from 3 as before."""
+    assert uart_period(24e6, 12_000_000, ddr=True) == 2
+    assert uart_period(36e6, 12_000_000, ddr=True) == 3
+    assert uart_period(30e6, 9_000_000, ddr=True) == Fraction(10, 3)
+    with pytest.raises(ValueError, match="divisor 1.5 is below 2 cycles per bit$"):
+        uart_period(18e6, 12_000_000, ddr=True)
+    with pytest.raises(ValueError, match="below 3 cycles per bit must be whole cycles, not 2.5"):
+        uart_period(30e6, 12_000_000, ddr=True)
+    with pytest.raises(TypeError, match="ddr must be a bool, not 1"):
+        UARTReceiver(2, ddr=1)
+    with pytest.raises(TypeError, match="ddr must be a bool, not 'yes'"):
+        UART(clk_freq=24e6, baud=12_000_000, ddr="yes")
+    with pytest.raises(ValueError, match="Divisor must be whole cycles below 3 cycles per bit, "
+                                         "not 5/2"):
+        UARTReceiver(Fraction(5, 2), ddr=True)
+    with pytest.raises(ValueError, match="Divisor must be at least 2 cycles per bit, not 3/2"):
+        UARTReceiver(Fraction(3, 2), ddr=True)
+    for dut in (UARTReceiver(2, ddr=True), UARTTransmitter(2),
+                UART(clk_freq=24e6, baud=12_000_000, ddr=True)):
+        dut._MustUse__silence = True
+        assert dut.period == 2
+    assert len(UARTReceiver(2, ddr=True).rx) == 2 and len(UARTReceiver(3).rx) == 1
 
 
 @pytest.mark.parametrize("cls", [UARTReceiver, UARTTransmitter])
@@ -37,8 +64,13 @@ def test_component_divisor_validation(cls):
         cls(12.0)
     with pytest.raises(TypeError, match="Divisor must be an integer"):
         cls(True)
-    with pytest.raises(ValueError, match="Divisor must be at least 3 cycles per bit, not 2"):
-        cls(2)
+    if cls is UARTReceiver:
+        with pytest.raises(ValueError, match="Divisor must be at least 3 cycles per bit, not 2"):
+            cls(2)
+    else:
+        # The transmitter takes whole cycles down to 2 (12 Mbaud at 24 MHz).
+        with pytest.raises(ValueError, match="Divisor must be at least 2 cycles per bit, not 1"):
+            cls(1)
     with pytest.raises(ValueError, match="not 5/2"):
         cls(Fraction(5, 2))
     with pytest.raises(ValueError, match="denominator of at most 64, not 1001/100"):
@@ -121,10 +153,29 @@ def _levels(data, bit, stop_bits=None, phase=0.0):
     return levels + [1] * 3 * int(bit)
 
 
-def _run_rx(levels, divisor=12, ready=True):
+def _ddr_levels(data, bit, stop_bits=None, phase=0.0):
+    """Per cycle the receiver's ``rx`` with ``ddr`` (bit 0 the sample at ``c``, bit 1 at
+    ``c + 1/2``) for bytes ``data`` back to back at a bit period of ``bit`` cycles, the first
+    start edge at ``4 + phase`` cycles, every edge at its exact time."""
+    edges, t = [], 4.0 + phase
+    for k, byte in enumerate(data):
+        stop = 1 if stop_bits is None else stop_bits[k]
+        for lv in [0] + [byte >> j & 1 for j in range(8)] + [stop]:
+            edges.append((t, lv))
+            t += bit
+    out, level, e = [], 1, 0
+    for s in range(2 * int(t + 3 * bit + 1)):
+        while e < len(edges) and edges[e][0] <= s / 2:
+            level = edges[e][1]
+            e += 1
+        out.append(level)
+    return [out[c] | out[c + 1] << 1 for c in range(0, len(out), 2)]
+
+
+def _run_rx(levels, divisor=12, ready=True, ddr=False):
     """Feed ``levels`` to a receiver with bit period ``divisor``; returns (bytes, framing
     errors, overruns)."""
-    dut = UARTReceiver(divisor)
+    dut = UARTReceiver(divisor, ddr=ddr)
     got, framing, overrun = [], [0], [0]
 
     async def bench(ctx):
@@ -182,6 +233,41 @@ def test_rx_fails_beyond_its_tolerance(period, error):
     assert got != (data, 0, 0)
 
 
+# With two samples a cycle (uart_ddr): 2 (12 Mbaud at 24 MHz, the iCEBreaker), 3, 25/3.
+DDR_PERIODS = [Fraction(2), Fraction(3), Fraction(25, 3)]
+
+
+@pytest.mark.parametrize("period", DDR_PERIODS, ids=str)
+@pytest.mark.parametrize("error", [-0.025, 0.0, 0.025])
+def test_ddr_rx_baud_mismatch(period, error):
+    """Two line samples a cycle: a sender 2.5 % fast or slow, 24 bytes back to back with no
+    idle gap, the first edge at phases across both half cycles."""
+    rng = random.Random(str(period) + str(error) + "ddr")
+    data = [0x00, 0xFF, 0x7F, 0xFE, 0x55, 0xAA] + [rng.randrange(256) for _ in range(18)]
+    for phase in (0.0, 0.2, 0.45, 0.5, 0.8):
+        got = _run_rx(_ddr_levels(data, float(period) * (1 + error), phase=phase), period,
+                      ddr=True)
+        assert got == (data, 0, 0), phase
+
+
+@pytest.mark.parametrize("error", [-0.06, 0.06])
+def test_ddr_rx_fails_beyond_its_tolerance(error):
+    """At 2 cycles per bit a sender 6 % off is not received cleanly."""
+    data = [0x00, 0xFF, 0x0F, 0xF0] * 3
+    assert _run_rx(_ddr_levels(data, 2 * (1 + error)), 2, ddr=True) != (data, 0, 0)
+
+
+def test_ddr_rx_framing_error_glitch_and_recovery():
+    levels = _ddr_levels([0x3C, 0x81], 2.0, stop_bits=[1, 0]) + _ddr_levels([0x42], 2.0)
+    assert _run_rx(levels, 2, ddr=True)[:2] == ([0x3C, 0x42], 1)
+    # A low pulse shorter than half a bit is not a start bit.
+    levels = [3] * 10 + [0b10, 0b01] + [3] * 20 + _ddr_levels([0x99], 2.0)
+    assert _run_rx(levels, 2, ddr=True) == ([0x99], 0, 0)
+    # A break is one framing error, then reception resumes.
+    levels = [3] * 10 + [0] * 100 + [3] * 10 + _ddr_levels([0x5A], 2.0)
+    assert _run_rx(levels, 2, ddr=True) == ([0x5A], 1, 0)
+
+
 def test_rx_framing_error_glitch_and_recovery():
     # A byte with a low stop bit is dropped and flagged; once the line has been idle the next
     # byte arrives (back to back, the start bit after a low stop bit is ambiguous).
@@ -202,7 +288,8 @@ def test_rx_overrun():
     assert (got, framing, overrun) == ([0x11], 0, 2)
 
 
-@pytest.mark.parametrize("period", [Fraction(12), Fraction(3), Fraction(9, 2), Fraction(25, 3)],
+@pytest.mark.parametrize("period", [Fraction(12), Fraction(3), Fraction(9, 2), Fraction(25, 3),
+                                    Fraction(2)],
                          ids=str)
 @pytest.mark.parametrize("error", [-0.02, 0.02])
 def test_tx_against_mismatched_receiver(error, period):
@@ -245,7 +332,8 @@ def test_tx_against_mismatched_receiver(error, period):
     assert got == data
 
 
-@pytest.mark.parametrize("period", [Fraction(12), Fraction(3), Fraction(9, 2), Fraction(25, 3)],
+@pytest.mark.parametrize("period", [Fraction(12), Fraction(3), Fraction(9, 2), Fraction(25, 3),
+                                    Fraction(2)],
                          ids=str)
 def test_tx_back_to_back_at_full_line_rate(period):
     """Bytes offered without a gap leave with no idle cycle: start edges exactly 10 periods

@@ -109,10 +109,30 @@ def test_top_uart_verilog(tmp_path):
 ])
 def test_uart_verilog(tmp_path, clk_freq, baud, baud_error):
     params = {"clk_freq": clk_freq, "baud": baud}
+    cr.run_bench("uart", params, "tb_uart", uart_job(params, baud_error), tmp_path)
+
+
+def uart_job(params, baud_error):
     component, _ = cr.generate_verilog("uart", params)
-    job = dict(vectors.uart_vectors(n=40, seed=3), divisor=component.divisor,
-               period=float(component.period), baud_error=baud_error, valid_prob=0.3,
-               ready_prob=0.5, seed=3)
+    return dict(vectors.uart_vectors(n=40, seed=3), divisor=component.divisor,
+                period=float(component.period), baud_error=baud_error, valid_prob=0.3,
+                ready_prob=0.5, seed=3, ddr=component.ddr)
+
+
+@needs_sim
+@pytest.mark.parametrize("clk_freq, baud, baud_error", [
+    pytest.param(24_000_000, 12_000_000, -0.02, id="2-2%"),     # 2 cycles per bit
+    pytest.param(24_000_000, 12_000_000, 0.02, id="2+2%"),
+    pytest.param(25_000_000, 3_000_000, 0.02, id="25/3+2%"),
+])
+def test_uart_ddr_verilog(tmp_path, clk_freq, baud, baud_error):
+    """``UART(ddr=True)``: the bench's DDR pin register (tb_uart.ddr_pin) feeds ``rx`` the line
+    at both clock edges; 12 Mbaud at 24 MHz with the host 2 % slow and fast, and a fractional
+    period. Not vacuous: with the pin's two samples swapped the 2-cycle cases lose bytes (framing
+    errors), and with the rising-edge sample on both bits the +2 % case does."""
+    params = {"clk_freq": clk_freq, "baud": baud, "ddr": True}
+    job = uart_job(params, baud_error)
+    assert job["ddr"] and job["period"] == clk_freq / baud
     cr.run_bench("uart", params, "tb_uart", job, tmp_path)
 
 

@@ -354,6 +354,7 @@ def test_two_small_blocks_on_a_local_cluster_of_two_workers(tmp_path):
     assert all(r["seeds"][0]["cached"] for r in again)
 
 
+@pytest.mark.slow
 def test_the_benchmarks_on_two_workers(tmp_path):
     """``scripts/bench.py --workers 2``: the benchmark rows through the same engine, on an
     embedded cluster, and then from the cache it filled."""
@@ -413,6 +414,7 @@ def _listening(port, timeout=60):
     return wait
 
 
+@pytest.mark.slow
 def test_a_sweep_on_a_scheduler_and_a_worker_started_apart(tmp_path):
     """``dask scheduler`` and ``dask worker`` as a user starts them, ``lowbit explore
     --scheduler`` connecting to them."""
@@ -461,7 +463,7 @@ def test_a_sweep_on_a_scheduler_and_a_worker_started_apart(tmp_path):
     assert "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("when", ["building", "starting"])
+@pytest.mark.parametrize("when", ["building", pytest.param("starting", marks=pytest.mark.slow)])
 def test_ctrl_c_cancels_the_builds_and_leaves_no_process(tmp_path, when):
     """Ctrl-C on a terminal (SIGINT to the whole process group) while the builds run, or while
     the cluster starts: lowbit explore cancels the builds, ends their tools, closes its cluster

@@ -20,9 +20,15 @@ With ``amax`` the largest magnitude in the block:
   nearest or stochastic rounding can reach ``2^(W-1)`` and is saturated to ``2^(W-1) - 1``;
 * ``"ceil"`` (no clipping): ``e = ceil(log2(amax / (2^(W-1) - 1)))``, the least ``e`` with
   ``amax <= (2^(W-1) - 1) · 2^e``; it equals the floor exponent or exceeds it by one, and no
-  rounding mode can saturate.
+  rounding mode can saturate;
+* ``"ceil_lop"`` (seed 002 claim 8 as written: the leading-one position rounded up):
+  ``e = ceil(log2(amax)) - (W - 2)``. It equals the floor exponent for a power of two and
+  exceeds it by one otherwise, so the largest element scales to ``t`` in
+  ``(2^(W-3), 2^(W-2)]``: one bit of headroom (one bit less precision) and, like ``"ceil"``,
+  no saturation. Seed 002's 255 at ``W = 16`` gives ``-6`` and ``0x3FC0`` (``"floor"`` and
+  ``"ceil"``: ``-7`` and ``0x7F80``).
 
-Both are computed exactly from the binary exponent and fraction of ``amax`` (no ``log2``).
+All three are computed exactly from the binary exponent and fraction of ``amax`` (no ``log2``).
 The exponent is then clamped to ``[-2^(E-1) + 1, 2^(E-1) - 1]``. Clamping *up* (a block too
 small for the exponent range) makes the mantissas smaller than the rule intends: they lose low
 bits and may round to zero. Clamping *down* (a block too large) makes them larger: they
@@ -60,7 +66,7 @@ __all__ = ["ROUNDINGS", "RULES", "nan_exponent", "exponent_range", "max_mantissa
 #: Rounding mode names, in :class:`lowbit.hw.common.Rounding` order.
 ROUNDINGS = ("nearest", "zero", "stochastic")
 #: Shared-exponent rules.
-RULES = ("floor", "ceil")
+RULES = ("floor", "ceil", "ceil_lop")
 #: E8M0 scale byte that encodes NaN.
 E8M0_NAN = 0xFF
 #: Exponent bias of E8M0.
@@ -109,6 +115,9 @@ def _unclamped_exponent(amax, width, rule):
     if rule == "ceil":
         # amax · 2^-e = frac · 2^(W-1) exactly; it must not exceed 2^(W-1) - 1.
         e = e + (np.ldexp(frac, width - 1) > (1 << (width - 1)) - 1)
+    elif rule == "ceil_lop":
+        # ceil(log2(amax)) = floor(log2(amax)) + 1 unless amax is a power of two (frac = 1/2).
+        e = e + (frac != 0.5)
     return np.where(amax == 0, 0, e)
 
 
@@ -123,8 +132,9 @@ def shared_exponent(amax, *, width, exp_bits=8, rule="floor"):
         Mantissa width ``W`` (2..32).
     exp_bits : int
         Exponent width ``E`` (2..16).
-    rule : {"floor", "ceil"}
-        Exponent rule (see the module docstring).
+    rule : {"floor", "ceil", "ceil_lop"}
+        Exponent rule (see the module docstring). The all-zero block gets 0 and a NaN block
+        the NaN code under every rule.
 
     Returns
     -------
@@ -248,8 +258,11 @@ def quantise(x, *, block=16, width=8, exp_bits=8, rule="floor", rounding="neares
         Mantissa width ``W`` (2..32), sign included.
     exp_bits : int
         Exponent width ``E`` (2..16).
-    rule : {"floor", "ceil"}
-        Shared-exponent rule.
+    rule : {"floor", "ceil", "ceil_lop"}
+        Shared-exponent rule (module docstring): ``"floor"`` ``floor(log2 amax) - (W - 2)``,
+        ``"ceil"`` ``ceil(log2(amax / (2^(W-1) - 1)))``, ``"ceil_lop"``
+        ``ceil(log2 amax) - (W - 2)``; 0 for an all-zero block, the NaN code for a block with
+        a NaN or ±Inf, whatever the rule.
     rounding : {"nearest", "zero", "stochastic"}
         Mantissa rounding: half to even, toward zero, or ``floor(t + r · 2^-R)``.
     rand : array_like of int, shape (..., n), optional

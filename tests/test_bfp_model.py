@@ -85,6 +85,60 @@ def test_ceil_rule_exhaustive(width):
             assert abs(m).max() <= mx
 
 
+def test_seed_255_w16_ceil_lop():
+    """Claim 8 as written (ceil of the leading-one position) on the seed's [0079] example:
+    -6 / 0x3FC0 where Eq. 4 (floor) and the no-clipping "ceil" rule give -7 / 0x7F80."""
+    for rounding in ("nearest", "zero"):
+        m, e = quantise([255.0], block=1, width=16, rule="ceil_lop", rounding=rounding)
+        assert (e.tolist(), m.tolist()) == ([-6], [[0x3FC0]])
+        assert dequantise(m, e).tolist() == [255.0]
+        for rule in ("floor", "ceil"):
+            m, e = quantise([255.0], block=1, width=16, rule=rule, rounding=rounding)
+            assert (e.tolist(), m.tolist()) == ([-7], [[0x7F80]])
+    # Table 2's 131072 = 2^17 is a power of two: every rule gives +3, mantissa 0x4000.
+    for rule in ("floor", "ceil", "ceil_lop"):
+        m, e = quantise(TABLE2, block=5, width=16, rule=rule, rounding="zero")
+        assert (e.tolist(), m[0, 0]) == ([3], 0x4000)
+
+
+@pytest.mark.parametrize("width", [2, 3, 4, 8, 16])
+def test_ceil_lop_rule_exhaustive(width):
+    """Every amax with a 12-bit significand over several binades: e = ceil(log2 amax) - (W-2)
+    exactly (Fraction arithmetic), the largest mantissa has one bit of headroom
+    (2^(W-3) < |m| <= 2^(W-2)) in every rounding mode, and nothing saturates."""
+    sigs = np.arange(1 << 11, 1 << 12)
+    for scale in (-30, -11, 0, 7):
+        amax = np.ldexp(sigs.astype(float), scale)
+        e = shared_exponent(amax, width=width, rule="ceil_lop", exp_bits=10)
+        for a, ei in zip(amax, e, strict=True):
+            k = math.floor(math.log2(a))
+            lop = k if Fraction(a) == Fraction(2) ** k else k + 1
+            assert ei == lop - (width - 2)
+        floor = shared_exponent(amax, width=width, exp_bits=10)
+        assert np.array_equal(e - floor, (sigs != 1 << 11).astype(int))
+        x = np.stack([amax, -amax / 3, np.zeros_like(amax), -amax], axis=1)
+        for rounding in ("nearest", "zero", "stochastic"):
+            m, em = quantise(x.reshape(-1), block=4, width=width, rule="ceil_lop", exp_bits=10,
+                             rounding=rounding, rand=np.full(x.size, 255), rand_bits=8)
+            assert np.array_equal(em, e)
+            top = np.abs(m).max(axis=1)
+            assert np.all(top <= 2 ** (width - 2)) and np.all(top <= max_mantissa(width))
+            if width > 2 and rounding == "zero":
+                assert np.all(top >= 2 ** (width - 3))
+
+
+def test_ceil_lop_zero_nan_and_clamping():
+    """The all-zero block gets 0 and a NaN/±Inf block the NaN code, as in the other rules;
+    exponents clamp to the finite range."""
+    x = np.array([0.0, -0.0, 0.0, 0.0, 1.0, np.nan, 2.0, 3.0, 1.0, -np.inf, 0, 0, 3.0, 0, 0, 0])
+    m, e = quantise(x, block=4, width=8, rule="ceil_lop")
+    assert e.tolist() == [0, nan_exponent(8), nan_exponent(8), -4]
+    assert m[:3].tolist() == [[0] * 4] * 3 and m[3].tolist() == [48, 0, 0, 0]
+    e_min, e_max = exponent_range(8)
+    assert shared_exponent([2.0 ** 200, 2.0 ** -200], width=8, rule="ceil_lop").tolist() == \
+        [e_max, e_min]
+
+
 def test_ceil_and_floor_agree_on_powers_of_two():
     for k in range(-20, 20):
         assert shared_exponent(2.0 ** k, width=8, rule="ceil") == \
@@ -189,7 +243,7 @@ def test_stochastic_unbiased_within_2_pow_minus_r(rbits):
         assert 0 <= Fraction(t) - mean < Fraction(1, 2 ** rbits)
 
 
-@pytest.mark.parametrize("rule", ["floor", "ceil"])
+@pytest.mark.parametrize("rule", ["floor", "ceil", "ceil_lop"])
 @pytest.mark.parametrize("rounding", ["nearest", "zero", "stochastic"])
 @pytest.mark.parametrize("width", [4, 8, 16])
 def test_quantisation_error_bound(rule, rounding, width):
@@ -206,15 +260,18 @@ def test_quantisation_error_bound(rule, rounding, width):
         # Half an ulp, except a saturated full-scale element (< 1 ulp, floor rule only).
         assert np.all(err[~sat] <= ulp.repeat(32, 1)[~sat] / 2)
         assert np.all(err < ulp)
-        if rule == "ceil":
+        if rule != "floor":
             assert np.all(err <= ulp / 2)
     else:
         assert np.all(err < ulp)
     # Relative to the block's largest magnitude: 2^e <= amax · 2^-(W-2) with the floor rule,
-    # 2^e < 2 · amax / (2^(W-1) - 1) with the ceil rule.
+    # 2^e < 2 · amax / (2^(W-1) - 1) with the ceil rule, 2^e < 2 · amax · 2^-(W-2) with
+    # ceil_lop (one bit of headroom).
     amax = np.abs(x).reshape(-1, 32).max(axis=1, keepdims=True)
     if rule == "floor":
         assert np.all(err <= amax * 2.0 ** -(width - 2))
+    elif rule == "ceil_lop":
+        assert np.all(err < 2 * amax * 2.0 ** -(width - 2))
     else:
         assert np.all(err < 2 * amax / max_mantissa(width))
 
@@ -238,7 +295,7 @@ def test_shapes_and_dequantise_round_trip():
     ({"width": True}, TypeError, "Mantissa width"),
     ({"width": 8.0}, TypeError, "Mantissa width"),
     ({"exp_bits": 17}, ValueError, "Exponent width"),
-    ({"rule": "round"}, ValueError, "Exponent rule must be one of floor, ceil"),
+    ({"rule": "round"}, ValueError, "Exponent rule must be one of floor, ceil, ceil_lop"),
     ({"rule": 1}, TypeError, "Exponent rule"),
     ({"rounding": "up"}, ValueError, "Rounding must be one of"),
     ({"rounding": "stochastic"}, TypeError, "Random bit count"),

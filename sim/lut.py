@@ -47,13 +47,21 @@ either), which is how the demo network's ReLU tables are built. The other rules 
 - With ``narrow_range`` input, the pattern 0x80 (code -128, outside the range) is still
   dequantised and looked up normally, so the table always has 256 defined entries.
 
+**int8 / uint8 inputs with int16 outputs (256 entries).** The layers on the two sides may
+have different widths (seed 003): :func:`transfer_table` with an int16 output quantisation
+gives 256 int16 entries by the same formula, arithmetic, rounding and saturation (to
+[-32768, 32767]); the gateware keeps them in its 16-bit memories (:func:`wide_image`).
+
 **int16 inputs (513-entry interpolated tables).** The TFLite int16 scheme (``gen_lut`` /
 ``LUTPopulateInt16`` with ``FloatT = double`` and ``lut_lookup_with_interpolation``), followed
 exactly: :func:`gen_lut_int16` samples the float chain at 513 points across the whole int16 input
 range, corrects each entry by half the midpoint interpolation error, and :func:`lookup_int16`
 interpolates between two entries with the 7 low input bits using integer arithmetic, rounding
-the product half up (``(slope * offset + 64) >> 7``). :func:`int16_error_bound` is a proved
-per-input bound of the distance to the exactly quantised result (see ``docs/lut.md``).
+the product half up (``(slope * offset + 64) >> 7``). The output is int16 or, for a wide
+layer feeding a narrow one, int8 (TFLite's ``gen_lut<double, int16_t, int8_t>``: output
+scaling 256 / (255 s_out), entries clamped to [-128, 127], slope and result wrapping in
+int8). :func:`int16_error_bound` is a proved per-input bound of the distance to the exactly
+quantised result (see ``docs/lut.md``).
 
 This module is pure numpy (plus :mod:`math` for ``erf``); it never imports Amaranth.
 """
@@ -67,7 +75,8 @@ import numpy as np
 __all__ = [
     "Quant", "Op", "OP_NAMES", "make_op", "normalize_ops", "round_half_away", "dequantize",
     "quantize", "apply_ops", "transfer_table", "lookup", "gen_lut_int16", "lookup_int16",
-    "int16_error_bound", "TableBank", "WIDE_DEPTH", "ARITHMETICS",
+    "int16_error_bound", "TableBank", "WIDE_DEPTH", "ARITHMETICS", "WIDE_OUTPUTS", "WIDE_FORMATS",
+    "wide_format", "wide_image", "wide_inputs", "lookup_wide",
 ]
 
 #: Arithmetics of :func:`transfer_table`: TFLite-Micro's float32 (default) or float64.
@@ -454,14 +463,22 @@ def _tflite_codes(ops, q_in, q_out):
 
 
 def transfer_table(ops, q_in, q_out, *, arithmetic="tflite"):
-    """The 256-entry transfer table of ``ops`` from ``q_in`` to ``q_out`` (8-bit types).
+    """The 256-entry transfer table of ``ops`` from 8-bit ``q_in`` to ``q_out``.
+
+    The output may be wider than the input (seed 003: the two layers' widths may differ): an
+    int16 ``q_out`` gives 256 int16 entries by the same rule (the same arithmetic, rounding
+    half away from zero, then the output zero point, then saturation to [-32768, 32767], or
+    [-32767, 32767] with ``narrow_range``). This is ``LUTPopulateInt8`` with its output type
+    widened, one exact entry per input code; TFLite's own int8 -> int16 routine
+    (``gen_lut<float, int8_t, int16_t>``) instead samples 256 nodes spread over 255/256 of a
+    code each, with its interpolation bias, and ignores the output zero point.
 
     Parameters
     ----------
     ops
         An operator chain (:func:`normalize_ops`).
     q_in, q_out : Quant
-        Input and output quantisation (int8 or uint8).
+        Input quantisation (int8 or uint8) and output quantisation (int8, uint8 or int16).
     arithmetic : {"tflite", "float64"}
         TFLite-Micro's float32 ``LUTPopulateInt8`` (default: the table a TFLite-Micro model
         expects, entry for entry) or float64 throughout (closer to exact); see the module
@@ -470,23 +487,25 @@ def transfer_table(ops, q_in, q_out, *, arithmetic="tflite"):
     Returns
     -------
     numpy.ndarray
-        256 output codes of dtype ``q_out.dtype`` (int8 or uint8); entry ``i`` belongs to the
-        input whose code, reinterpreted as uint8, is ``i``. The memory image loaded into the
-        gateware is ``table.view(np.uint8)``.
+        256 output codes of dtype ``q_out.dtype`` (int8, uint8 or int16); entry ``i`` belongs
+        to the input whose code, reinterpreted as uint8, is ``i``. The memory image of an
+        8-bit table loaded into the gateware is ``table.view(np.uint8)``; an int16 table goes
+        into a wide slot (:func:`wide_image`).
 
     Raises
     ------
     TypeError
         If ``q_in`` or ``q_out`` is not a :class:`Quant`.
     ValueError
-        If either is not an 8-bit type, the chain produces NaN, an unknown arithmetic, or
+        If the input is not an 8-bit type, the chain produces NaN, an unknown arithmetic, or
         (``"tflite"``) a scale that is not a positive finite float32.
     """
     for name, q in (("Input", q_in), ("Output", q_out)):
         if not isinstance(q, Quant):
             raise TypeError(f"{name} quantisation must be a Quant, not {q!r}")
-        if q.bits != 8:
-            raise ValueError(f"{name} of a 256-entry table must be int8 or uint8, not {q.dtype}")
+    if q_in.bits != 8:
+        raise ValueError(f"Input of a 256-entry table must be int8 or uint8, not {q_in.dtype} "
+                         "(int16 inputs use the 513-entry interpolated tables, gen_lut_int16)")
     if arithmetic not in ARITHMETICS:
         raise ValueError(f"Arithmetic must be one of {', '.join(ARITHMETICS)}, not "
                          f"{arithmetic!r}")
@@ -505,15 +524,23 @@ def lookup(table, codes):
 
 # --- int16 interpolated tables (TFLite scheme) -----------------------------------------------
 
+#: Output types of an interpolated table (TFLite's ``gen_lut`` takes int8 and int16 outputs).
+WIDE_OUTPUTS = ("int16", "int8")
+
+
 def _check_int16(q_in, q_out):
     for name, q in (("Input", q_in), ("Output", q_out)):
         if not isinstance(q, Quant):
             raise TypeError(f"{name} quantisation must be a Quant, not {q!r}")
-        if q.dtype != "int16" or q.narrow_range:
-            raise ValueError(f"{name} of an interpolated table must be full-range int16, "
-                             f"not {q.dtype}{' narrow' if q.narrow_range else ''}")
+    if q_in.dtype != "int16" or q_in.narrow_range:
+        raise ValueError(f"Input of an interpolated table must be full-range int16, "
+                         f"not {q_in.dtype}{' narrow' if q_in.narrow_range else ''}")
+    if q_out.dtype not in WIDE_OUTPUTS or q_out.narrow_range:
+        raise ValueError(f"Output of an interpolated table must be full-range int16 or int8, "
+                         f"not {q_out.dtype}{' narrow' if q_out.narrow_range else ''}")
     if q_out.zero_point != 0:
-        # The TFLite table holds round(f * 65536 / (65535 s_out)) with no output offset.
+        # The TFLite table holds round(f * 2^bits / ((2^bits - 1) s_out)) with no output
+        # offset.
         raise ValueError(f"Output zero point of an interpolated table must be 0, "
                          f"not {q_out.zero_point}")
 
@@ -521,14 +548,15 @@ def _check_int16(q_in, q_out):
 def _gen_parts(ops, q_in, q_out):
     ops = normalize_ops(ops)
     _check_int16(q_in, q_out)
+    lo, hi = _RANGES[q_out.dtype]
     s_in, s_out = np.float64(q_in.scale), np.float64(q_out.scale)
     input_min = s_in * np.float64(-32768 - q_in.zero_point)
     input_max = s_in * np.float64(32767 - q_in.zero_point)
-    output_min = s_out * np.float64(-32768)
-    output_max = s_out * np.float64(32767)
+    output_min = s_out * np.float64(lo)
+    output_max = s_out * np.float64(hi)
     step = (input_max - input_min) / np.float64(512)
     half_step = step / np.float64(2)
-    inv = np.float64(65536) / (output_max - output_min)
+    inv = np.float64(hi - lo + 1) / (output_max - output_min)
     i = np.arange(512, dtype=np.float64)
     val = apply_ops(ops, input_min + i * step)
     val_mid = apply_ops(ops, input_min + i * step + half_step)
@@ -543,27 +571,37 @@ def _gen_parts(ops, q_in, q_out):
         mid = round_half_away(val_mid * inv)
         bias = round_half_away((interp - mid) / 2)
         lut = np.empty(WIDE_DEPTH, dtype=np.int64)
-        lut[:512] = np.clip(sample - bias, -32768, 32767)
-        lut[512] = np.clip(round_half_away(last * inv), -32768, 32767)
-    return dict(lut=lut.astype(np.int16), bias=bias, input_min=float(input_min),
-                step=float(step), inv=float(inv), ops=ops)
+        lut[:512] = np.clip(sample - bias, lo, hi)
+        lut[512] = np.clip(round_half_away(last * inv), lo, hi)
+    return dict(lut=lut.astype(_NP_DTYPES[q_out.dtype]), bias=bias, input_min=float(input_min),
+                step=float(step), inv=float(inv), ops=ops, lo=lo, hi=hi)
 
 
 def gen_lut_int16(ops, q_in, q_out):
-    """The 513-entry interpolated table of ``ops`` from int16 ``q_in`` to int16 ``q_out``.
+    """The 513-entry interpolated table of ``ops`` from int16 ``q_in`` to int16 or int8
+    ``q_out``.
 
-    Follows TFLite's ``LUTPopulateInt16`` / ``gen_lut<double, int16_t, int16_t>`` step for
-    step in float64: ``input_min/max = s_in * (-32768 - z_in)`` / ``s_in * (32767 - z_in)``,
-    ``step = (input_max - input_min) / 512``, output scaling ``65536 / (65535 * s_out)``,
-    entry ``i < 512`` = ``clamp(round(f(x_i) K) - round((round((f(x_{i+1}) K + round(f(x_i) K))
-    / 2) - round(f(x_i + step/2) K)) / 2))``, entry 512 = ``clamp(round(f(input_max) K))``, all
-    rounding half away from zero and clamping to [-32768, 32767].
+    Follows TFLite's ``LUTPopulateInt16`` / ``gen_lut<double, int16_t, LutOutT>`` (``LutOutT``
+    int16 or int8) step for step in float64, with ``[lo, hi]`` the output type's range:
+    ``input_min/max = s_in * (-32768 - z_in)`` / ``s_in * (32767 - z_in)``, ``step =
+    (input_max - input_min) / 512``, output scaling ``K = (hi - lo + 1) / (s_out hi - s_out
+    lo)`` (65536 / (65535 s_out) for int16, 256 / (255 s_out) for int8), entry ``i < 512`` =
+    ``clamp(round(f(x_i) K) - round((round((f(x_{i+1}) K + round(f(x_i) K)) / 2) - round(f(x_i
+    + step/2) K)) / 2))``, entry 512 = ``clamp(round(f(input_max) K))``, all rounding half away
+    from zero and clamping to ``[lo, hi]``. An int16 -> int8 table is how a wide layer feeds a
+    narrow one (seed 003: the widths of the two layers may differ).
+
+    Returns
+    -------
+    numpy.ndarray
+        513 entries of dtype ``q_out.dtype``.
 
     Raises
     ------
     TypeError, ValueError
-        For quantisations that are not full-range int16 (output zero point must be 0), or a
-        chain that is not finite in float64 over the input range.
+        For an input that is not full-range int16, an output that is not full-range int16 or
+        int8 (its zero point must be 0), or a chain that is not finite in float64 over the
+        input range.
     """
     return _gen_parts(ops, q_in, q_out)["lut"]
 
@@ -572,13 +610,35 @@ def _wrap16(v):
     return ((np.asarray(v, dtype=np.int64) + 32768) & 0xFFFF) - 32768
 
 
-def lookup_int16(lut, x):
+def _wrap8(v):
+    return ((np.asarray(v, dtype=np.int64) + 128) & 0xFF) - 128
+
+
+def _out_dtype(lut, dtype):
+    if dtype is None:
+        dtype = "int8" if np.asarray(lut).dtype == np.int8 else "int16"
+    if dtype not in WIDE_OUTPUTS:
+        raise ValueError(f"Output of an interpolated table must be one of "
+                         f"{', '.join(WIDE_OUTPUTS)}, not {dtype!r}")
+    return dtype
+
+
+def lookup_int16(lut, x, *, dtype=None):
     """TFLite ``lut_lookup_with_interpolation`` on int16 inputs ``x`` (exact integer model).
 
-    ``index = 256 + (x >> 7)``, ``offset = x & 0x7f``, ``slope = int16(lut[index + 1] -
-    lut[index])`` (wrapping like the C++ ``int16_t``), ``delta = (slope * offset + 64) >> 7``
-    (arithmetic shift: the product rounded half up), result ``int16(lut[index] + delta)``.
+    ``index = 256 + (x >> 7)``, ``offset = x & 0x7f``, ``slope = T(lut[index + 1] -
+    lut[index])`` (wrapping like the C++ ``LutOutT``), ``delta = (slope * offset + 64) >> 7``
+    (arithmetic shift: the product rounded half up), result ``T(lut[index] + delta)``, where
+    ``T`` is the output type: ``dtype`` (``"int16"`` or ``"int8"``), by default int8 for an
+    int8 array and int16 otherwise.
+
+    Raises
+    ------
+    ValueError
+        For a table that does not have 513 entries or an unknown ``dtype``.
     """
+    dtype = _out_dtype(lut, dtype)
+    wrap = _wrap8 if dtype == "int8" else _wrap16
     lut = np.asarray(lut, dtype=np.int64)
     if lut.shape != (WIDE_DEPTH,):
         raise ValueError(f"Interpolated table must have {WIDE_DEPTH} entries, not {lut.shape}")
@@ -586,9 +646,9 @@ def lookup_int16(lut, x):
     index = 256 + (x >> 7)
     offset = x & 0x7F
     base = lut[index]
-    slope = _wrap16(lut[index + 1] - base)
+    slope = wrap(lut[index + 1] - base)
     delta = (slope * offset + 64) >> 7
-    return _wrap16(base + delta).astype(np.int16)
+    return wrap(base + delta).astype(_NP_DTYPES[dtype])
 
 
 def _chain_constants(ops, a, b):
@@ -605,9 +665,10 @@ def _chain_constants(ops, a, b):
 def int16_error_bound(ops, q_in, q_out):
     """Proved bound, per int16 input, of ``|lookup_int16(lut, x) - ideal(x)|`` in output codes.
 
-    ``ideal(x) = clamp(round_half_away(f(s_in (x - z_in)) / s_out), -32768, 32767)``. For the
-    segment ``i = 256 + (x >> 7)`` (nodes ``t_i = input_min + i step``, scaling ``K = 65536 /
-    (65535 s_out)``, ``G = clamp(K f)``) the bound is the sum of
+    ``ideal(x) = clamp(round_half_away(f(s_in (x - z_in)) / s_out), lo, hi)``, ``[lo, hi]``
+    the output type's range (int16 or int8). For the segment ``i = 256 + (x >> 7)`` (nodes
+    ``t_i = input_min + i step``, scaling ``K = (hi - lo + 1) / ((hi - lo) s_out)``, ``G =
+    clamp(K f)``) the bound is the sum of
 
     - 1/2: rounding of ``delta`` (``(p + 64) >> 7`` is within 1/2 of ``p / 128``),
     - 1/2 + max(|bias_i|, |bias_{i+1}|): node error ``|lut[i] - G(t_i)|`` (bias_512 = 0),
@@ -615,10 +676,10 @@ def int16_error_bound(ops, q_in, q_out):
       twice differentiable there (``M2`` bounds ``|f''|``) and ``K f`` stays in the int16
       range; otherwise ``K L step / 2`` with ``L`` a Lipschitz constant of f,
     - ``K L s_in (i + 1) / 512``: the nodes sit at ``128 - 1/512`` input codes apart, not 128,
-    - ``max |f| / (65535 s_out)``: the table scales by K instead of ``1 / s_out``,
+    - ``max |f| / ((hi - lo) s_out)``: the table scales by K instead of ``1 / s_out``,
     - 1/2: the ideal result's own rounding.
 
-    A segment whose two entries differ by more than 32767 (the C++ slope wraps) gets an
+    A segment whose two entries differ by more than ``hi`` (the C++ slope wraps) gets an
     infinite bound. See ``docs/lut.md`` for the proof.
 
     Returns
@@ -629,6 +690,7 @@ def int16_error_bound(ops, q_in, q_out):
     parts = _gen_parts(ops, q_in, q_out)
     ops, lut, bias = parts["ops"], parts["lut"].astype(np.int64), parts["bias"]
     input_min, step, k = parts["input_min"], parts["step"], parts["inv"]
+    lo_t, hi_t = parts["lo"], parts["hi"]
     s_in, z_in, s_out = q_in.scale, q_in.zero_point, q_out.scale
     bias_ext = np.append(np.abs(bias), 0.0)
     seg = np.empty(512)
@@ -639,11 +701,11 @@ def int16_error_bound(ops, q_in, q_out):
         eb = max(b, s_in * (128 * (i - 256) + 127 - z_in))
         lip, second, (lo, hi) = _chain_constants(ops, a, b)
         elip, _, (elo, ehi) = _chain_constants(ops, ea, eb)
-        if elo * k >= 32767 or ehi * k <= -32768:
+        if elo * k >= hi_t or ehi * k <= lo_t:
             interp = misalign = 0.0     # G = clamp(K f) is constant here
         else:
-            # |l(clamp g) - clamp g| <= |l(g) - g| + 2 * (how far g leaves the int16 range).
-            over = 2 * max(0.0, hi * k - 32767, -32768 - lo * k)
+            # |l(clamp g) - clamp g| <= |l(g) - g| + 2 * (how far g leaves the output range).
+            over = 2 * max(0.0, hi * k - hi_t, lo_t - lo * k)
             jumps = [(x, d) for x, d in ops[0].slope_jumps() if a < x < b] if len(ops) == 1 else []
             interp = k * lip * step / 2
             if second is not None:
@@ -653,11 +715,84 @@ def int16_error_bound(ops, q_in, q_out):
                                                     for x, d in jumps))
             misalign = k * elip * s_in * (i + 1) / 512
         bound = (1.0 + max(bias_ext[i], bias_ext[i + 1]) + interp + misalign
-                 + max(abs(elo), abs(ehi)) / (65535 * s_out) + 0.5)
-        if abs(lut[i + 1] - lut[i]) > 32767 or not math.isfinite(bound):
+                 + max(abs(elo), abs(ehi)) / ((hi_t - lo_t) * s_out) + 0.5)
+        if abs(lut[i + 1] - lut[i]) > hi_t or not math.isfinite(bound):
             bound = math.inf
         seg[i] = bound
     return np.repeat(seg, 128)
+
+
+# --- wide slots: the 16-bit-entry memories of the gateware ----------------------------------
+
+#: Formats of a table held in a wide (513 x 16-bit) slot, by code (the gateware's and the
+#: link's format number): 0 = int16 input, int16 output (interpolated, 513 entries); 1 = int16
+#: input, int8 output (interpolated, 513 entries); 2 = int8 or uint8 input, int16 output (256
+#: entries, exact, no interpolation).
+WIDE_FORMATS = ("int16>int16", "int16>int8", "8>int16")
+
+
+def wide_format(table):
+    """Format code (:data:`WIDE_FORMATS`) of a table that goes into a wide slot.
+
+    Raises
+    ------
+    TypeError
+        If ``table`` is not a numpy array.
+    ValueError
+        If it is not one of: 513 int16, 513 int8 (:func:`gen_lut_int16`), 256 int16
+        (:func:`transfer_table` with an int16 output).
+    """
+    if not isinstance(table, np.ndarray):
+        raise TypeError(f"A wide table must be a numpy array, not {type(table).__name__}")
+    kinds = {((WIDE_DEPTH,), np.int16): 0, ((WIDE_DEPTH,), np.int8): 1, ((256,), np.int16): 2}
+    code = kinds.get((table.shape, table.dtype.type))
+    if code is None:
+        raise ValueError(f"A wide table must be 513 int16, 513 int8 or 256 int16 entries, not "
+                         f"{table.shape[0] if table.ndim == 1 else table.shape} {table.dtype}")
+    return code
+
+
+def wide_image(table):
+    """The 513 16-bit words (uint16) of a wide slot holding ``table``, and its format code.
+
+    Formats 0 and 1 store entry ``k`` at word ``k`` (int8 entries sign-extended). Format 2 (an
+    8-bit-input table) stores ``table[i]`` at word ``256 + int8(i)``, i.e. words 128..383 by the
+    input code taken as int8; the other words are 0. The wide datapath then looks an 8-bit code
+    ``c`` up as the int16 input ``int8(c) * 128``: index ``256 + int8(c)``, offset 0, so the
+    interpolation adds ``(slope * 0 + 64) >> 7 = 0`` and the result is the entry itself.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`wide_format`.
+    """
+    fmt = wide_format(table)
+    if fmt == 2:
+        words = np.zeros(WIDE_DEPTH, dtype=np.int64)
+        words[256 + _index_codes(Quant(1.0))] = table
+    else:
+        words = table.astype(np.int64)
+    return (words & 0xFFFF).astype(np.uint16), fmt
+
+
+def wide_inputs(codes, fmt):
+    """The int16 inputs of the wide datapath for ``codes`` looked up in format ``fmt``: the
+    codes themselves (formats 0, 1) or ``int8(code) * 128`` (format 2, 8-bit codes)."""
+    codes = np.asarray(codes, dtype=np.int64)
+    if fmt == 2:
+        return (((codes & 0xFF) ^ 0x80) - 0x80) << 7
+    return codes
+
+
+def lookup_wide(image, codes, fmt):
+    """What the gateware returns for ``codes`` looked up in a wide slot holding the words
+    ``image`` (:func:`wide_image`) in format ``fmt``: :func:`lookup_int16` on the words taken as
+    int16 (format 1: as int8, their low bytes, slope and result wrapping in int8) at
+    :func:`wide_inputs`. Returns int16 (formats 0, 2) or int8 (format 1)."""
+    words = np.asarray(image, dtype=np.int64)
+    if fmt == 1:
+        return lookup_int16(_wrap8(words), wide_inputs(codes, fmt), dtype="int8")
+    return lookup_int16(_wrap16(words), wide_inputs(codes, fmt), dtype="int16")
 
 
 # --- table sharing ---------------------------------------------------------------------------
@@ -672,9 +807,10 @@ class TableBank:
     Members
     -------
     tables : list of numpy.ndarray
-        Distinct 256-entry tables (dtype int8/uint8), slot order.
+        Distinct 256-entry 8-bit tables (dtype int8/uint8), slot order.
     wide_tables : list of numpy.ndarray
-        Distinct 513-entry int16 tables, slot order.
+        Distinct tables of the wide slots, slot order: 513-entry interpolated tables (int16 or
+        int8 output) and 256-entry int16-output tables of 8-bit inputs (:func:`wide_format`).
     generated : int
         How many tables were actually generated (cache misses).
     """
@@ -691,7 +827,8 @@ class TableBank:
             return self._by_key[key]
         table = make()
         self.generated += 1
-        digest = (kind, hashlib.sha256(np.ascontiguousarray(table).tobytes()).hexdigest())
+        digest = (kind, table.dtype.str, table.shape,
+                  hashlib.sha256(np.ascontiguousarray(table).tobytes()).hexdigest())
         if digest not in self._by_content:
             store.append(table)
             self._by_content[digest] = len(store) - 1
@@ -700,14 +837,17 @@ class TableBank:
 
     def add(self, ops, q_in, q_out, *, arithmetic="tflite"):
         """Slot of the 256-entry table of ``ops`` from ``q_in`` to ``q_out``
-        (:func:`transfer_table` in ``arithmetic``)."""
+        (:func:`transfer_table` in ``arithmetic``): a byte slot for an 8-bit output, a wide
+        slot (in :attr:`wide_tables`) for an int16 output."""
         ops = normalize_ops(ops)
-        return self._add("byte", ("byte", ops, q_in, q_out, arithmetic),
+        wide = isinstance(q_out, Quant) and q_out.dtype == "int16"
+        return self._add("wide" if wide else "byte", ("byte", ops, q_in, q_out, arithmetic),
                          lambda: transfer_table(ops, q_in, q_out, arithmetic=arithmetic),
-                         self.tables)
+                         self.wide_tables if wide else self.tables)
 
     def add_wide(self, ops, q_in, q_out):
-        """Slot of the 513-entry int16 table of ``ops`` from ``q_in`` to ``q_out``."""
+        """Slot (in :attr:`wide_tables`) of the 513-entry interpolated table of ``ops`` from
+        int16 ``q_in`` to int16 or int8 ``q_out``."""
         ops = normalize_ops(ops)
         return self._add("wide", ("wide", ops, q_in, q_out),
                          lambda: gen_lut_int16(ops, q_in, q_out), self.wide_tables)
@@ -716,13 +856,14 @@ class TableBank:
         """The ``i_write`` stream payloads that load every table into the gateware.
 
         Byte tables: ``{"wide": 0, "table": slot, "addr": i, "data": uint8 pattern}`` for
-        i in 0..255; wide tables: ``{"wide": 1, ..., "data": uint16 pattern}`` for i in 0..512.
+        i in 0..255; wide slots: ``{"wide": 1, ..., "data": word}`` for the 513 words of
+        :func:`wide_image` (look them up in the format :func:`wide_format` gives).
         """
         out = []
         for slot, table in enumerate(self.tables):
             for addr, v in enumerate(table.view(np.uint8).tolist()):
                 out.append({"wide": 0, "table": slot, "addr": addr, "data": v})
         for slot, table in enumerate(self.wide_tables):
-            for addr, v in enumerate(table.view(np.uint16).tolist()):
+            for addr, v in enumerate(wide_image(table)[0].tolist()):
                 out.append({"wide": 1, "table": slot, "addr": addr, "data": v})
         return out

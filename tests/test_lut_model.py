@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from lowbit.sim.lut import (
     OP_NAMES,
     WIDE_DEPTH,
+    WIDE_FORMATS,
     Op,
     Quant,
     TableBank,
@@ -23,11 +24,15 @@ from lowbit.sim.lut import (
     int16_error_bound,
     lookup,
     lookup_int16,
+    lookup_wide,
     make_op,
     normalize_ops,
     quantize,
     round_half_away,
     transfer_table,
+    wide_format,
+    wide_image,
+    wide_inputs,
 )
 
 # --- an independent float64 reference: Python floats, math and scipy, one entry at a time ---
@@ -427,13 +432,24 @@ def test_quant_ranges():
     (lambda: normalize_ops([3]), TypeError, "Operator spec must be"),
     (lambda: transfer_table("tanh", 0.1, Quant(1.0)), TypeError, "must be a Quant"),
     (lambda: transfer_table("tanh", Quant(1.0, dtype="int16"), Quant(1.0)), ValueError,
-     "must be int8 or uint8"),
+     "Input of a 256-entry table must be int8 or uint8, not int16"),
+    (lambda: gen_lut_int16("tanh", Quant(1.0, dtype="int16"), Quant(1.0, 0, "uint8")),
+     ValueError, "Output of an interpolated table must be full-range int16 or int8, not uint8"),
+    (lambda: gen_lut_int16("tanh", Quant(1.0, dtype="int16"), Quant(1.0, narrow_range=True)),
+     ValueError, "full-range int16 or int8, not int8 narrow"),
+    (lambda: gen_lut_int16("tanh", Quant(1.0, dtype="int16"), Quant(1.0, 2)),
+     ValueError, "Output zero point of an interpolated table must be 0, not 2"),
+    (lambda: lookup_int16(np.zeros(WIDE_DEPTH), 0, dtype="uint8"), ValueError,
+     "must be one of int16, int8, not 'uint8'"),
+    (lambda: wide_format([0] * 256), TypeError, "must be a numpy array, not list"),
+    (lambda: wide_format(np.zeros(256, np.int8)), ValueError, "not 256 int8"),
+    (lambda: wide_image(np.zeros(513, np.uint16)), ValueError, "not 513 uint16"),
     (lambda: transfer_table("tanh", Quant(1.0), Quant(1.0), arithmetic="float32"), ValueError,
      "Arithmetic must be one of tflite, float64"),
     (lambda: transfer_table("tanh", Quant(1e-50), Quant(1.0)), ValueError,
      "positive finite float32"),
     (lambda: gen_lut_int16("tanh", Quant(1.0), Quant(1.0, dtype="int16")), ValueError,
-     "full-range int16"),
+     "Input of an interpolated table must be full-range int16, not int8"),
     (lambda: gen_lut_int16("tanh", Quant(1.0, dtype="int16"), Quant(1.0, 3, "int16")),
      ValueError, "Output zero point of an interpolated table must be 0"),
     (lambda: gen_lut_int16("exp", Quant(1.0, dtype="int16"), Quant(1.0, dtype="int16")),
@@ -447,16 +463,18 @@ def test_op_and_table_validation(call, exc, msg):
 
 # --- int16 interpolated tables ---------------------------------------------------------------
 
-def ref_gen_lut(name, alpha, s_in, z_in, s_out):
-    """TFLite's LUTPopulateInt16<double> transcribed line by line, scalar, with math/scipy."""
+def ref_gen_lut(name, alpha, s_in, z_in, s_out, out="int16"):
+    """TFLite's gen_lut<double, int16_t, LutOutT> (LutOutT = ``out``) transcribed line by line,
+    scalar, with math/scipy."""
     def f(x):
         return ref_op(name, x, alpha)
+    lo, hi = _RANGE[out]
     input_min = s_in * (-32768 - z_in)
     input_max = s_in * (32767 - z_in)
-    output_min, output_max = s_out * -32768, s_out * 32767
+    output_min, output_max = s_out * lo, s_out * hi
     step = (input_max - input_min) / 512
     half_step = step / 2
-    inv = 65536 / (output_max - output_min)
+    inv = (hi - lo + 1) / (output_max - output_min)
     lut = []
     for i in range(512):
         val = f(input_min + i * step)
@@ -466,15 +484,16 @@ def ref_gen_lut(name, alpha, s_in, z_in, s_out):
         interp = ref_round((val_next * inv + ref_round(val * inv)) / 2)
         mid = ref_round(val_mid * inv)
         bias = ref_round((interp - mid) / 2)
-        lut.append(int(min(max(sample - bias, -32768), 32767)))
-    lut.append(int(min(max(ref_round(f(input_max) * inv), -32768), 32767)))
+        lut.append(int(min(max(sample - bias, lo), hi)))
+    lut.append(int(min(max(ref_round(f(input_max) * inv), lo), hi)))
     return lut
 
 
-def ref_lookup(lut, x):
-    """lut_lookup_with_interpolation with C int16_t/int semantics, scalar."""
+def ref_lookup(lut, x, bits=16):
+    """lut_lookup_with_interpolation with C int16_t (``bits`` 16) or int8_t (8) / int
+    semantics, scalar."""
     def i16(v):
-        return (v + 32768) % 65536 - 32768
+        return (v + (1 << bits - 1)) % (1 << bits) - (1 << bits - 1)
     index = 256 + (x >> 7)
     offset = x & 0x7F
     base = lut[index]
@@ -556,3 +575,135 @@ def test_int16_table_nodes_span_the_input_range():
 def test_apply_ops_matches_chain_of_ops():
     x = np.linspace(-4, 4, 101)
     assert np.array_equal(apply_ops(["tanh", "exp"], x), np.exp(np.tanh(x)))
+
+
+# --- layers of different widths (issue #24 item 3) --------------------------------------------
+
+WIDEN_PAIRS = [
+    # asymmetric int8 -> asymmetric int16, a fine output scale
+    (Quant(0.05, 3), Quant(1e-3, -7, "int16")),
+    # uint8 -> symmetric narrow-range int16, saturating (exp and the wide input range)
+    (Quant(0.5, 17, "uint8"), Quant(2 ** -6, 0, "int16", narrow_range=True)),
+    # power-of-two scales: exact ties for the identity-like operators
+    (Quant(2 ** -4, 0), Quant(2 ** -5, 5, "int16")),
+]
+
+
+@pytest.mark.parametrize("qi,qo", WIDEN_PAIRS,
+                         ids=lambda q: f"{q.dtype}:{q.scale:g}:{q.zero_point}")
+@pytest.mark.parametrize("name,alpha", ALL_OPS, ids=lambda v: str(v))
+def test_int8_to_int16_entries_match_independent_references(name, alpha, qi, qo):
+    chain = [(name, alpha)]
+    codes = [ref_code_of_index(i, qi.dtype) for i in range(256)]
+    exact = transfer_table(_spec(name, alpha), qi, qo, arithmetic="float64")
+    assert exact.shape == (256,) and exact.dtype == np.int16
+    assert exact.astype(int).tolist() == ref_table(chain, qtuple(qi), qtuple(qo))
+    tflite = transfer_table(_spec(name, alpha), qi, qo)
+    assert tflite.dtype == np.int16
+    assert tflite.astype(int).tolist() == [ref_entry_f32(chain, j, qtuple(qi), qtuple(qo))
+                                           for j in codes]
+    assert tflite.min() >= qo.qmin and tflite.max() <= qo.qmax
+
+
+def test_int8_to_int16_keeps_the_precision_an_int8_output_loses():
+    # Identity from int8 at s into int16 at s / 128: every code j maps to 128 (j - z_in) + z.
+    qi, qo = Quant(0.1, -3), Quant(0.1 / 128, 100, "int16")
+    table = transfer_table("identity", qi, qo, arithmetic="float64")
+    codes = np.arange(-128, 128)
+    assert np.array_equal(lookup(table, codes), 128 * (codes + 3) + 100)
+    # The same into int8 at s / 2 saturates half the codes.
+    narrow = transfer_table("identity", qi, Quant(0.05, 0), arithmetic="float64")
+    assert (np.abs(lookup(narrow, codes).astype(int)) >= 127).sum() > 100
+
+
+INT8_OUT_CASES = [
+    ("sigmoid", 0.0, Quant(2 ** -12, 0, "int16"), Quant(1 / 256, 0, "int8")),
+    ("tanh", 0.0, Quant(2 ** -12, 0, "int16"), Quant(1 / 128, 0, "int8")),
+    ("tanh", 0.0, Quant(3e-4, 1000, "int16"), Quant(0.009, 0, "int8")),
+    ("gelu", 0.0, Quant(2 ** -11, 0, "int16"), Quant(0.06, 0, "int8")),
+    ("relu", 0.0, Quant(2 ** -10, 0, "int16"), Quant(2 ** -2, 0, "int8")),
+    ("identity", 0.0, Quant(1e-3, -500, "int16"), Quant(0.3, 0, "int8")),
+    ("exp", 0.0, Quant(2 ** -12, 16384, "int16"), Quant(0.2, 0, "int8")),
+]
+
+
+@pytest.mark.parametrize("name,alpha,qi,qo", INT8_OUT_CASES,
+                         ids=lambda v: str(v) if isinstance(v, str) else None)
+def test_int16_to_int8_table_follows_tflite_gen_lut(name, alpha, qi, qo):
+    lut = gen_lut_int16(_spec(name, alpha), qi, qo)
+    assert lut.shape == (WIDE_DEPTH,) and lut.dtype == np.int8
+    assert lut.astype(int).tolist() == ref_gen_lut(name, alpha, qi.scale, qi.zero_point,
+                                                   qo.scale, "int8")
+
+
+def test_int8_interpolation_wraps_like_the_cxx_int8_t():
+    rng = np.random.default_rng(8)
+    lut = rng.integers(-128, 128, WIDE_DEPTH).astype(np.int8)
+    lut[100:102] = [-128, 127]               # slope 255 wraps to -1 in int8_t
+    lut[300:302] = [120, -120]               # slope -240 wraps to 16; the result wraps too
+    x = np.r_[-32768, 32767, -1, 0, 127, 128, -129, np.arange(100 * 128 - 32768, 101 * 128 - 32768),
+              np.arange(300 * 128 - 32768, 301 * 128 - 32768), rng.integers(-32768, 32768, 3000)]
+    got = lookup_int16(lut, x)
+    assert got.dtype == np.int8
+    expected = [ref_lookup(lut.astype(int).tolist(), int(v), 8) for v in x]
+    assert got.astype(int).tolist() == expected
+    # The wrap is real: without it segment 300 would not leave [-120, 120].
+    seg = got[7 + 128:7 + 256].astype(int)
+    assert seg.max() > 120 or seg.min() < -120
+    # An int16 view of the same table (no wrap) answers differently there.
+    assert not np.array_equal(lookup_int16(lut.astype(np.int16), x).astype(int), expected)
+
+
+@pytest.mark.parametrize("name,alpha,qi,qo", INT8_OUT_CASES,
+                         ids=lambda v: str(v) if isinstance(v, str) else None)
+def test_int16_to_int8_error_within_bound_for_every_input(name, alpha, qi, qo):
+    spec = _spec(name, alpha)
+    lut = gen_lut_int16(spec, qi, qo)
+    x = np.arange(-32768, 32768)
+    got = lookup_int16(lut, x).astype(np.int64)
+    y = [ref_op(name, qi.scale * float(v - qi.zero_point), alpha) / qo.scale for v in x.tolist()]
+    ideal = np.clip(np.array([ref_round(v) for v in y]), -128, 127)
+    err = np.abs(got - ideal)
+    bound = int16_error_bound(spec, qi, qo)
+    assert np.all(err <= bound + 1e-9), (int(err.max()), int(np.argmax(err - bound)))
+    assert np.isfinite(bound).all() and np.median(bound) <= 3.0
+    # 128 input codes per node against ~1 output code per node: nearly exact.
+    assert err.max() <= 2
+
+
+@pytest.mark.parametrize("fmt", [0, 1, 2])
+def test_wide_image_and_lookup_wide_are_the_tables_lookups(fmt):
+    wide_in = Quant(2 ** -12, 0, "int16")
+    table = {0: gen_lut_int16("tanh", wide_in, Quant(2 ** -15, 0, "int16")),
+             1: gen_lut_int16("tanh", wide_in, Quant(1 / 128, 0, "int8")),
+             2: transfer_table("tanh", Quant(0.05, 3), Quant(1e-4, -9, "int16"))}[fmt]
+    image, got_fmt = wide_image(table)
+    assert got_fmt == fmt == wide_format(table) and WIDE_FORMATS[fmt]
+    assert image.shape == (WIDE_DEPTH,) and image.dtype == np.uint16
+    if fmt == 2:
+        codes = np.r_[np.arange(256), np.arange(-128, 0)]
+        assert np.array_equal(wide_inputs(codes, 2)[[0, 127, 128, 255, 256]],
+                              [0, 127 * 128, -128 * 128, -128, -128 * 128])
+        assert np.array_equal(lookup_wide(image, codes, 2), lookup(table, codes))
+        assert not image[:128].any() and not image[384:].any()
+        assert int(image[256 - 1]) == int(table[255]) & 0xFFFF       # code -1 at word 255
+    else:
+        x = np.arange(-32768, 32768)
+        expected = lookup_int16(table, x)
+        got = lookup_wide(image, x, fmt)
+        assert got.dtype == expected.dtype and np.array_equal(got, expected)
+
+
+def test_table_bank_puts_int16_outputs_in_wide_slots():
+    a, w = Quant(0.05, 3), Quant(1e-3, 0, "int16")
+    bank = TableBank()
+    assert bank.add("tanh", a, Quant(1 / 128, 0)) == 0
+    assert bank.add("tanh", a, w) == 0 and bank.add("sigmoid", a, w) == 1
+    assert bank.add_wide("tanh", Quant(2 ** -12, 0, "int16"), Quant(1 / 128, 0)) == 2
+    assert bank.add("tanh", a, w) == 0 and bank.generated == 4
+    assert len(bank.tables) == 1 and len(bank.wide_tables) == 3
+    assert [wide_format(t) for t in bank.wide_tables] == [2, 2, 1]
+    writes = bank.write_payloads()
+    assert len(writes) == 256 + 3 * WIDE_DEPTH
+    wide = [w for w in writes if w["wide"] and w["table"] == 1]
+    assert [w["data"] for w in wide] == wide_image(bank.wide_tables[1])[0].tolist()

@@ -1,6 +1,6 @@
 """Transfer lookup-table engine (DESIGN §3.5, seed 003); golden model :mod:`lowbit.sim.lut`."""
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -32,6 +32,17 @@ class TransferLUT(wiring.Component):
     ``slope = int16(lut[index + 1] - base)``, result ``int16(base + ((slope * (x & 0x7f) + 64)
     >> 7))``. The even and odd entries sit in two 256 x 16 memories per lane so that both
     neighbours are read in one cycle; entry 512 (only ever a right neighbour) is a register.
+    Each wide beat carries a ``format`` (:data:`lowbit.sim.lut.WIDE_FORMATS`), so that one slot
+    also serves layers of different widths:
+
+    - 0, int16 -> int16: as above.
+    - 1, int16 -> int8: TFLite's int8-output interpolation: the slope is the low byte of
+      ``lut[index + 1] - lut[index]`` as an int8 and the result the low byte of ``base +
+      delta`` as an int8 (sign-extended on ``o_wide``); only the entries' low bytes matter.
+    - 2, int8/uint8 -> int16: an exact 256-entry table stored at entries ``256 + int8(c)``
+      (:func:`lowbit.sim.lut.wide_image`); lane code ``c`` is taken from the low 8 bits of the
+      lane and looked up as the int16 input ``int8(c) * 128`` (offset 0, so the result is the
+      entry). Format 3 acts as 0.
 
     **Loading** (``i_write``): one entry per beat, always ready. ``wide = 0`` writes byte table
     ``table`` at ``addr`` (0..255) with ``data[0:8]``; ``wide = 1`` writes interpolated table
@@ -58,7 +69,8 @@ class TransferLUT(wiring.Component):
     i : In(stream.Signature(StructLayout({"table": unsigned, "code": ArrayLayout(8, lanes)})))
     o : Out(stream.Signature(ArrayLayout(unsigned(8), lanes)))
     i_write : In(stream.Signature(StructLayout({"wide": 1, "table", "addr": 10, "data": 16})))
-    i_wide : In(stream.Signature(StructLayout({"table", "code": ArrayLayout(signed(16), lanes)})))
+    i_wide : In(stream.Signature(StructLayout({"table", "format": 2,
+                                               "code": ArrayLayout(signed(16), lanes)})))
     o_wide : Out(stream.Signature(ArrayLayout(signed(16), lanes)))
 
     Raises
@@ -89,7 +101,7 @@ class TransferLUT(wiring.Component):
         }
         if wide_tables:
             members["i_wide"] = In(stream.Signature(data.StructLayout({
-                "table": unsigned(self._wbits),
+                "table": unsigned(self._wbits), "format": unsigned(2),
                 "code": data.ArrayLayout(signed(16), lanes)})))
             members["o_wide"] = Out(stream.Signature(data.ArrayLayout(signed(16), lanes)))
         super().__init__(members)
@@ -169,11 +181,21 @@ class TransferLUT(wiring.Component):
         # the block RAMs (and their read-during-write logic) see addresses straight from FFs.
         s0_table = _data(self._wbits, "s0_table")
         s1_table = _data(self._wbits, "s1_table")
+        fmt = self.i_wide.payload.format
+        # Format 1 (int8 output) travels with the beat to the slope and the output stages.
+        narrow = [_data(1, f"s{n}_narrow") for n in range(5)]
         with m.If(advance):
-            m.d.sync += [s0_table.eq(self.i_wide.payload.table), s1_table.eq(s0_table)]
+            m.d.sync += [s0_table.eq(self.i_wide.payload.table), s1_table.eq(s0_table),
+                         narrow[0].eq(fmt == 1)]
+            m.d.sync += [narrow[n + 1].eq(narrow[n]) for n in range(4)]
+        byte_in = Signal()
+        m.d.comb += byte_in.eq(fmt == 2)
 
         for lane in range(self._lanes):
-            x = self.i_wide.payload.code[lane]
+            code = self.i_wide.payload.code[lane]
+            # Format 2: the 8-bit code c as the int16 input int8(c) * 128.
+            x = Signal(signed(16), name=f"x{lane}")
+            m.d.comb += x.eq(Mux(byte_in, Cat(Const(0, 7), code[:8], code[7]), code))
             index = Signal(9, name=f"index{lane}")      # 256 + (x >> 7)
             m.d.comb += index.eq(Cat(x[7:15], ~x[15]))
             k, p = index[1:], index[0]
@@ -215,7 +237,8 @@ class TransferLUT(wiring.Component):
                     left.eq(Mux(s1_p, orp.data, erp.data)),
                     right.eq(Mux(s1_p, Mux(s1_top, last[s1_table], erp.data), orp.data)),
                     base.eq(left),
-                    slope.eq(right - left),             # wraps like the C++ int16_t slope
+                    # wraps like the C++ int16_t (int8_t for format 1) slope
+                    slope.eq(Mux(narrow[2], (right - left)[:8].as_signed(), right - left)),
                 ]
             # Stage 4: a second copy of base and slope; synthesis may absorb these registers
             # into a DSP's input registers, which keeps the subtraction out of the DSP's setup.
@@ -226,5 +249,8 @@ class TransferLUT(wiring.Component):
             # Stage 5 (output): base + round-half-up(slope * offset / 128).
             delta = Signal(signed(17), name=f"delta{lane}")
             m.d.comb += delta.eq((slope_d * offsets[4] + 64) >> 7)
+            result = Signal(signed(16), name=f"result{lane}")
+            m.d.comb += result.eq(base_d + delta)
             with m.If(advance):
-                m.d.sync += self.o_wide.payload[lane].eq(base_d + delta)
+                m.d.sync += self.o_wide.payload[lane].eq(
+                    Mux(narrow[4], result[:8].as_signed(), result))

@@ -8,7 +8,16 @@ from amaranth.back import verilog
 
 from lowbit.hw.lut import TransferLUT
 from lowbit.hw.registry import build_block
-from lowbit.sim.lut import Quant, TableBank, lookup, lookup_int16
+from lowbit.sim.lut import (
+    WIDE_DEPTH,
+    Quant,
+    TableBank,
+    lookup,
+    lookup_int16,
+    lookup_wide,
+    wide_format,
+    wide_image,
+)
 from lowbit.sim.rtl.harness import payload_value, run_stream
 
 Q16_IN, Q16_OUT = Quant(2 ** -12, 0, "int16"), Quant(2 ** -15, 0, "int16")
@@ -37,9 +46,10 @@ def byte_beats(slots, lanes, codes=range(256)):
     return beats
 
 
-def wide_beats(slot, xs, lanes):
+def wide_beats(slot, xs, lanes, fmt=0):
     xs = [int(v) for v in xs] + [0] * (-len(xs) % lanes)
-    return [{"table": slot, "code": xs[j:j + lanes]} for j in range(0, len(xs), lanes)]
+    return [{"table": slot, "format": fmt, "code": xs[j:j + lanes]}
+            for j in range(0, len(xs), lanes)]
 
 
 def run_rtl(dut, bank, byte=(), wide=(), extra_writes=(), **kw):
@@ -162,6 +172,75 @@ def test_tables_reload_at_run_time():
     assert first != byte_model(new, [0], 4)
 
 
+# --- layers of different widths: formats 1 (int16 -> int8) and 2 (8-bit -> int16) ----------
+
+#: Every segment's first, second, middle and last two inputs, and the extremes.
+SEGMENT_EDGES = np.unique(np.concatenate(
+    [(np.arange(512) - 256) * 128 + d for d in (0, 1, 64, 126, 127)] + [[-32768, 32767]]))
+
+
+def mixed_width_bank():
+    bank = TableBank()
+    bank.add("identity", A8, A8)
+    wide = Quant(2 ** -12, 0, "int16")
+    slots = [bank.add_wide("tanh", wide, Quant(1 / 128, 0)),                    # format 1
+             bank.add("sigmoid", A8, Quant(2 ** -15, -16384, "int16")),          # format 2
+             bank.add("gelu", U8, Quant(1e-3, 500, "int16")),                   # format 2, uint8
+             bank.add_wide("silu", wide, Quant(2 ** -12, 0, "int16"))]          # format 0
+    # format 1 with int8 slopes that wrap (entries 100/101 and 300/301), as the C++ int8_t does
+    crafted = np.random.default_rng(4).integers(-128, 128, WIDE_DEPTH).astype(np.int8)
+    crafted[100:102], crafted[300:302] = [-128, 127], [120, -120]
+    bank.wide_tables.append(crafted)
+    return bank, slots + [len(bank.wide_tables) - 1]
+
+
+def test_wide_formats_for_layers_of_different_widths():
+    bank, slots = mixed_width_bank()
+    rng = np.random.default_rng(11)
+    xs = np.r_[SEGMENT_EDGES, rng.integers(-32768, 32768, 300)]
+    codes = np.arange(256)
+    runs = [(slots[0], xs), (slots[1], codes), (slots[2], codes), (slots[3], xs),
+            (slots[4], np.r_[np.arange(100 * 128 - 32768, 102 * 128 - 32768),
+                             np.arange(300 * 128 - 32768, 302 * 128 - 32768)])]
+    beats, expected = [], []
+    for slot, inputs in runs:
+        table = bank.wide_tables[slot]
+        fmt = wide_format(table)
+        beats += wide_beats(slot, inputs, 3, fmt)
+        padded = np.r_[inputs, [0] * (-len(inputs) % 3)]
+        want = lookup_wide(wide_image(table)[0], padded, fmt)
+        # the model's lookups of the tables themselves, independently of the wide image
+        own = lookup(table, inputs) if fmt == 2 else lookup_int16(table, inputs)
+        assert np.array_equal(want[:len(inputs)], own)
+        expected += want.astype(int).tolist()
+    assert [wide_format(bank.wide_tables[s]) for s in slots] == [1, 2, 2, 0, 1]
+    dut = TransferLUT(lanes=3, tables=1, wide_tables=5)
+    _, got = run_rtl(dut, bank, wide=beats, valid_prob=0.8, ready_prob=0.7, seed=12)
+    assert got == expected
+
+
+def test_wide_format_two_takes_the_low_byte_of_each_lane():
+    bank = TableBank()
+    bank.add("identity", A8, A8)
+    slot = bank.add("tanh", A8, Quant(1e-4, 3, "int16"))
+    codes = np.arange(256)
+    junk_high = codes | (np.random.default_rng(2).integers(-128, 128, 256) << 8)
+    dut = TransferLUT(lanes=4, tables=1, wide_tables=1)
+    _, got = run_rtl(dut, bank, wide=wide_beats(slot, junk_high, 4, 2), seed=3)
+    assert got == lookup(bank.wide_tables[slot], codes).astype(int).tolist()
+
+
+@pytest.mark.slow
+def test_int16_to_int8_all_inputs():
+    bank = TableBank()
+    bank.add("identity", A8, A8)
+    slot = bank.add_wide("sigmoid", Q16_IN, Quant(1 / 256, 0))
+    xs = np.arange(-32768, 32768)
+    dut = TransferLUT(lanes=8, tables=1, wide_tables=1)
+    _, got = run_rtl(dut, bank, wide=wide_beats(slot, xs, 8, 1), ready_prob=0.9)
+    assert got == lookup_int16(bank.wide_tables[slot], xs).astype(int).tolist()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["sigmoid", "tanh", "gelu", ("leaky_relu", 0.1), "exp"])
 def test_wide_interpolation_all_inputs(spec):
@@ -201,6 +280,7 @@ def test_properties_and_signature():
     with pytest.raises(AttributeError):
         dut.lanes = 4
     assert dut.i.payload.shape().size == 3 + 3 * 8
+    assert dut.i_wide.payload.shape().size == 1 + 2 + 3 * 16
     assert dut.o_wide.payload.shape().size == 3 * 16
     assert dut.i_write.payload.shape().size == 1 + 3 + 10 + 16
     narrow = TransferLUT(wide_tables=0)

@@ -817,6 +817,87 @@ class Accelerator:
             out += body
         return np.frombuffer(bytes(out), dtype=np.uint8).copy()
 
+    # -- wide slots of the transfer-LUT engine (tables between layers of different widths) --
+    def _wide_format(self, fmt):
+        from lowbit.sim.lut import WIDE_FORMATS
+        if isinstance(fmt, str):
+            if fmt not in WIDE_FORMATS:
+                raise ValueError(f"Wide LUT format must be one of {', '.join(WIDE_FORMATS)} or "
+                                 f"0..{len(WIDE_FORMATS) - 1}, not {fmt!r}")
+            return WIDE_FORMATS.index(fmt)
+        return _check_int("Wide LUT format", fmt, 0, len(WIDE_FORMATS) - 1)
+
+    def lut_load_wide(self, table, lut):
+        """Load wide slot ``table`` with a table between layers of different widths (or an
+        int16 one): 513 int16 or 513 int8 entries (:func:`lowbit.sim.lut.gen_lut_int16`) or
+        256 int16 entries of an 8-bit input (:func:`lowbit.sim.lut.transfer_table` with an
+        int16 output). Sends its 513 words (:func:`lowbit.sim.lut.wide_image`) with
+        ``LUT_WRITE_WIDE``, as many frames as ``frame_bytes`` needs; the table number is
+        checked by the device on the first frame, so a bad one changes nothing. Returns the
+        format (0..2) to look the slot up with.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``table`` not a non-negative integer; ``lut`` not a numpy array of one of those
+            shapes and dtypes (the message names what it is).
+        MissingEngine
+            The device has no wide slots (no ``lut_wide`` engine).
+        BadAddress
+            For a slot the device does not have (nothing written).
+        """
+        from lowbit.sim.lut import WIDE_DEPTH, wide_image
+        table = _check_int("Wide LUT table", table, 0, 0xFF)
+        words, fmt = wide_image(lut)
+        self._require("lut_wide")
+        step = max((self._chunk() - 3) // 2, 1)
+        raw = words.astype("<u2")
+        for start in range(0, WIDE_DEPTH, step):
+            chunk = raw[start:start + step].tobytes()
+            self.command(Opcode.LUT_WRITE_WIDE,
+                         bytes([table]) + start.to_bytes(2, "little") + chunk)
+        return fmt
+
+    def lut_apply_wide(self, table, codes, fmt):
+        """Look ``codes`` (1-D integers) up in wide slot ``table`` in format ``fmt`` (0..2 or
+        a name of :data:`lowbit.sim.lut.WIDE_FORMATS`): int16 codes -> int16 (0), int16 codes
+        -> int8 (1), int8/uint8 codes -> int16 (2). Returns int16 (0, 2) or int8 (1) values,
+        :func:`lowbit.sim.lut.lookup_wide` of the slot's words.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``table`` or ``fmt`` malformed or out of range, ``codes`` not a 1-D integer array
+            in -32768..32767 (formats 0, 1) or -128..255 (format 2).
+        MissingEngine
+            The device has no wide slots.
+        BadAddress
+            For a slot the device does not have.
+        """
+        table = _check_int("Wide LUT table", table, 0, 0xFF)
+        fmt = self._wide_format(fmt)
+        codes = _int_values("Wide LUT codes", codes, 1)
+        lo, hi = (-128, 255) if fmt == 2 else (-32768, 32767)
+        if codes.size and (codes.min() < lo or codes.max() > hi):
+            raise ValueError(f"Wide LUT codes of format {fmt} must be in {lo}..{hi}, not "
+                             f"{codes.min()}..{codes.max()}")
+        self._require("lut_wide")
+        codes = codes.astype(np.int64)
+        size_in, size_out = (1, 2) if fmt == 2 else (2, 1 if fmt == 1 else 2)
+        step = max((self._chunk() - 2) // max(size_in, size_out), 1)
+        out = []
+        for k in range(0, len(codes), step):
+            chunk = codes[k:k + step]
+            raw = ((chunk & 0xFF).astype(np.uint8).tobytes() if fmt == 2
+                   else chunk.astype("<i2").tobytes())
+            body = self.command(Opcode.LUT_APPLY_WIDE, bytes([table, fmt]) + raw)
+            if len(body) != size_out * len(chunk):
+                raise ReplyError(f"LUT_APPLY_WIDE reply has {len(body)} bytes, not "
+                                 f"{size_out * len(chunk)}")
+            out.append(np.frombuffer(body, dtype=np.int8 if fmt == 1 else "<i2"))
+        dtype = np.int8 if fmt == 1 else np.int16
+        return np.concatenate(out).astype(dtype) if out else np.zeros(0, dtype)
+
     # -- grand unit -----------------------------------------------------------------------------
     def grand_seed(self, seed, mode=None):
         """Seed the grand unit from a 64-bit ``seed`` (states by

@@ -93,6 +93,11 @@ class Opcode(enum.IntEnum):
     GRAND_SAMPLES = 0x41  #: payload: count u16, format u8 (0 f16, 1 f32); reply: samples
     LUT_WRITE = 0x48  #: payload: table u8, start u8, entries; reply: empty
     LUT_APPLY = 0x49  #: payload: table u8, codes; reply: table[code] per code
+    #: payload: wide slot u8, start u16, 16-bit words (u16 each); reply: empty
+    LUT_WRITE_WIDE = 0x4A
+    #: payload: wide slot u8, format u8, codes (formats 0, 1: i16 each; 2: u8 each); reply: the
+    #: looked-up values (formats 0, 2: i16 each; 1: i8 each)
+    LUT_APPLY_WIDE = 0x4B
     RUN = 0x50        #: payload: start byte address u32, instruction limit u32; reply: 16 bytes
 
 
@@ -111,7 +116,8 @@ PACKED_TRANSFERS = {
 
 
 #: Engine name -> bit of the IDENTIFY / ID_PARAMS engine bitmask.
-ENGINE_BITS = {"grand": 0, "bfp": 1, "discrete": 2, "quantiser": 3, "lut": 4, "sequencer": 5}
+ENGINE_BITS = {"grand": 0, "bfp": 1, "discrete": 2, "quantiser": 3, "lut": 4, "sequencer": 5,
+               "lut_wide": 6}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -435,6 +441,11 @@ class DeviceModel:
         Clock (Hz) and UART rate, reported by IDENTIFY (``clk_hz`` rounded).
     engines : int, optional
         Engine bitmask of the identity record; default: derived from the parameters.
+    lut_wide_tables : int
+        Wide (513 x 16-bit) slots of the LUT engine, 0..16 (default 0), served by
+        ``LUT_WRITE_WIDE`` / ``LUT_APPLY_WIDE`` and listed as the ``lut_wide`` engine. A
+        protocol-model parameter: the gateware top has no wide slots yet (its LUT handler
+        answers those opcodes ``BAD_OPCODE``, as the model does with 0).
     **hardware
         Parameters of :class:`lowbit.hw.top.Accelerator` that do not change the protocol
         (:data:`HARDWARE_ONLY`, e.g. ``clk_freq``), checked and otherwise ignored so that one
@@ -456,7 +467,7 @@ class DeviceModel:
                  matrix_lanes=8, block=16, max_blocks=16, weight_depth=512, bfp=True,
                  quantiser=True, discrete=True, frac_bits=3, rand_bits=8, disc_acc_width=16,
                  code_bits=3, bfp_stochastic=True, bfp_predictor=True, busy_count=True,
-                 clk_freq=12e6, baud=1_000_000, **hardware):
+                 clk_freq=12e6, baud=1_000_000, lut_wide_tables=0, **hardware):
         unknown = set(hardware) - self.HARDWARE_ONLY
         if unknown:
             raise TypeError(f"Unknown DeviceModel parameters: {', '.join(sorted(unknown))}")
@@ -469,13 +480,19 @@ class DeviceModel:
             code_bits=code_bits, bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
             clk_freq=clk_freq, baud=baud, **hardware)
         scratch_bytes = top["scratch_bytes"]
+        if not isinstance(lut_wide_tables, int) or isinstance(lut_wide_tables, bool):
+            raise TypeError(f"Wide LUT table count must be an integer between 0 and 16, not "
+                            f"{lut_wide_tables!r}")
+        if not 0 <= lut_wide_tables <= 16:
+            raise ValueError(f"Wide LUT table count must be an integer between 0 and 16, not "
+                             f"{lut_wide_tables!r}")
         if engines is not None and (not isinstance(engines, int) or isinstance(engines, bool)
                                     or not 0 <= engines < 1 << len(ENGINE_BITS)):
             raise ValueError(f"The engine bitmask must be an integer between 0 and "
                              f"{(1 << len(ENGINE_BITS)) - 1}, not {engines!r}")
         present = {"grand": grand, "bfp": bfp and sequencer, "discrete": discrete and sequencer,
                    "quantiser": quantiser and sequencer, "lut": bool(lut_tables),
-                   "sequencer": sequencer}
+                   "sequencer": sequencer, "lut_wide": bool(lut_wide_tables)}
         if engines is None:
             engines = sum(1 << ENGINE_BITS[name] for name, on in present.items() if on)
         self.lanes = lanes
@@ -490,7 +507,8 @@ class DeviceModel:
             weight_depth=weight_depth, scratch_bytes=scratch_bytes, lanes=lanes,
             lut_tables=lut_tables, frac_bits=frac_bits, rand_bits=rand_bits,
             disc_acc_width=disc_acc_width, grand_modes=grand_modes,
-            engines=frozenset(n for n, on in present.items() if on and n != "sequencer"),
+            engines=frozenset(n for n, on in present.items()
+                              if on and n not in ("sequencer", "lut_wide")),
             bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor)
         self.identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, lanes, scratch_bytes,
                                  frame_bytes, engines, use_spram, baud, round(clk_freq))
@@ -505,6 +523,8 @@ class DeviceModel:
         self.scratch = bytearray(scratch_bytes)
         #: Byte tables of the LUT engine, ``luts[table][code]`` (power-on contents are 0).
         self.luts = [bytearray(256) for _ in range(lut_tables)]
+        #: Wide slots of the LUT engine, 513 16-bit words each (power-on contents are 0).
+        self.wide_luts = [np.zeros(513, dtype=np.uint16) for _ in range(lut_wide_tables)]
         self.machine = Machine(self.design, scratch=self.scratch, regs=self.regs, luts=self.luts,
                                busy_count=busy_count)
         #: Outcome (:class:`lowbit.sim.program.RunResult`) of the last RUN that executed.
@@ -611,6 +631,8 @@ class DeviceModel:
             return self._execute_grand(opcode, payload)
         if opcode in (Opcode.LUT_WRITE, Opcode.LUT_APPLY) and self.lut_tables:
             return self._execute_lut(opcode, payload)
+        if opcode in (Opcode.LUT_WRITE_WIDE, Opcode.LUT_APPLY_WIDE) and self.wide_luts:
+            return self._execute_lut_wide(opcode, payload)
         if opcode == Opcode.RUN and self.sequencer:
             return self._execute_run(payload)
         return self._reply(Status.BAD_OPCODE)
@@ -685,6 +707,40 @@ class DeviceModel:
             return self._reply(Status.BAD_LENGTH)
         self.luts[table][start:start + len(entries)] = entries
         return self._reply(Status.OK)
+
+    def _execute_lut_wide(self, opcode, payload):
+        """LUT_WRITE_WIDE / LUT_APPLY_WIDE, checked whole before anything changes: a short or
+        odd payload -> BAD_LENGTH; slot >= ``lut_wide_tables`` -> BAD_ADDRESS; (write) words
+        past entry 512 -> BAD_LENGTH; (apply) format > 2 -> BAD_ADDRESS, a reply longer than
+        ``frame_bytes`` -> BAD_LENGTH. Lookups are :func:`lowbit.sim.lut.lookup_wide`."""
+        from lowbit.sim.lut import WIDE_DEPTH, lookup_wide
+        n = len(payload)
+        write = opcode == Opcode.LUT_WRITE_WIDE
+        if n < (3 if write else 2):
+            return self._reply(Status.BAD_LENGTH)
+        table = payload[0]
+        if table >= len(self.wide_luts):
+            return self._reply(Status.BAD_ADDRESS)
+        if write:
+            start, data = int.from_bytes(payload[1:3], "little"), bytes(payload[3:])
+            if len(data) % 2 or start + len(data) // 2 > WIDE_DEPTH:
+                return self._reply(Status.BAD_LENGTH)
+            self.wide_luts[table][start:start + len(data) // 2] = np.frombuffer(data, "<u2")
+            return self._reply(Status.OK)
+        fmt, data = payload[1], bytes(payload[2:])
+        if fmt > 2:
+            return self._reply(Status.BAD_ADDRESS)
+        if fmt == 2:
+            codes = np.frombuffer(data, dtype=np.uint8)
+        elif len(data) % 2:
+            return self._reply(Status.BAD_LENGTH)
+        else:
+            codes = np.frombuffer(data, dtype="<i2")
+        out = lookup_wide(self.wide_luts[table], codes, fmt)
+        reply = out.astype("<i2").tobytes() if fmt != 1 else out.astype(np.int8).tobytes()
+        if len(reply) > self.frame_bytes:
+            return self._reply(Status.BAD_LENGTH)
+        return self._reply(Status.OK, reply)
 
     def _read_reg(self, reg):
         if reg.name == "LINK_SKIPPED":

@@ -76,7 +76,8 @@ __all__ = [
     "Quant", "Op", "OP_NAMES", "make_op", "normalize_ops", "round_half_away", "dequantize",
     "quantize", "apply_ops", "transfer_table", "lookup", "gen_lut_int16", "lookup_int16",
     "int16_error_bound", "TableBank", "WIDE_DEPTH", "ARITHMETICS", "WIDE_OUTPUTS", "WIDE_FORMATS",
-    "wide_format", "wide_image", "wide_inputs", "lookup_wide",
+    "wide_format", "wide_image", "wide_inputs", "lookup_wide", "add_int8", "mul_int8",
+    "AddByTables",
 ]
 
 #: Arithmetics of :func:`transfer_table`: TFLite-Micro's float32 (default) or float64.
@@ -867,3 +868,157 @@ class TableBank:
             for addr, v in enumerate(wide_image(table)[0].tolist()):
                 out.append({"wide": 1, "table": slot, "addr": addr, "data": v})
         return out
+
+
+# --- two-input operators (seed 003 §1.6: multi-input operators) ------------------------------
+
+def _quantize_multiplier(real):
+    """TFLite's ``QuantizeMultiplier``: ``real = q * 2^(shift - 31)``, q in [2^30, 2^31)."""
+    if real == 0:
+        return 0, 0
+    frac, shift = math.frexp(real)
+    q = int(round_half_away(np.float64(frac * (1 << 31))))
+    if q == 1 << 31:
+        q //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return q, shift
+
+
+def _srdhm(a, b):
+    """gemmlowp ``SaturatingRoundingDoublingHighMul`` on int32 values (int64 arrays)."""
+    a = np.asarray(a, dtype=np.int64)
+    ab = a * np.int64(b)
+    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    v = ab + nudge
+    q = np.where(v >= 0, v >> 31, -((-v) >> 31))        # C++ division: toward zero
+    return np.where((a == -(1 << 31)) & (b == -(1 << 31)), (1 << 31) - 1, q)
+
+
+def _rdbpot(x, exponent):
+    """gemmlowp ``RoundingDivideByPOT``: ``x / 2^exponent``, ties away from zero."""
+    mask = (1 << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
+
+
+def _mbqm(x, q, shift):
+    """TFLite ``MultiplyByQuantizedMultiplier`` (double rounding, the reference kernels')."""
+    left, right = max(shift, 0), max(-shift, 0)
+    return _rdbpot(_srdhm(np.asarray(x, dtype=np.int64) << left, q), right)
+
+
+def _check_binary(qa, qb, q_out):
+    for name, q in (("First input", qa), ("Second input", qb), ("Output", q_out)):
+        if not isinstance(q, Quant):
+            raise TypeError(f"{name} quantisation must be a Quant, not {q!r}")
+        if q.dtype != "int8":
+            raise ValueError(f"{name} of an int8 element-wise operator must be int8, "
+                             f"not {q.dtype}")
+
+
+def _codes(name, x):
+    x = np.asarray(x)
+    if x.dtype.kind not in "iu":
+        raise TypeError(f"{name} codes must be integers, not {x.dtype}")
+    if x.size and (x.min() < -128 or x.max() > 127):
+        raise ValueError(f"{name} codes must be in -128..127, not {x.min()}..{x.max()}")
+    return x.astype(np.int64)
+
+
+def add_int8(a, qa, b, qb, q_out):
+    """Element-wise ``a + b`` of two int8 tensors, TFLite(-Micro)'s reference int8 ``ADD``.
+
+    Integer-only, transcribed from ``reference_integer_ops::AddElementwise`` and its
+    preparation: ``left_shift = 20``; with the scales as float32 widened to double, ``twice_max
+    = 2 max(s_a, s_b)``, input multipliers ``s_a / twice_max``, ``s_b / twice_max`` and output
+    multiplier ``twice_max / (2^20 s_out)``, each ``QuantizeMultiplier``-ed (``q`` in
+    [2^30, 2^31), ``round(frac * 2^31)`` half away from zero); per element ``v = (x - z) <<
+    20``, ``scaled = RoundingDivideByPOT(SaturatingRoundingDoublingHighMul(v, q), -shift)`` for
+    both inputs, then the same on their sum with the output multiplier, ``+ z_out``, clamped to
+    [-128, 127] (no fused activation). Rounding: the doubling high multiply rounds half away
+    from zero, ``RoundingDivideByPOT`` rounds half away from zero. Broadcasting follows numpy.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For quantisations that are not int8 :class:`Quant`, or codes that are not integers in
+        -128..127.
+    """
+    _check_binary(qa, qb, q_out)
+    a, b = _codes("First input", a), _codes("Second input", b)
+    sa, sb, so = (float(np.float32(q.scale)) for q in (qa, qb, q_out))
+    twice_max = 2 * max(sa, sb)
+    (m1, e1), (m2, e2) = _quantize_multiplier(sa / twice_max), _quantize_multiplier(sb / twice_max)
+    mo, eo = _quantize_multiplier(twice_max / ((1 << 20) * so))
+    s1 = _rdbpot(_srdhm((a - qa.zero_point) << 20, m1), -e1)
+    s2 = _rdbpot(_srdhm((b - qb.zero_point) << 20, m2), -e2)
+    raw = _rdbpot(_srdhm(s1 + s2, mo), -eo) + q_out.zero_point
+    return np.clip(raw, -128, 127).astype(np.int8)
+
+
+def mul_int8(a, qa, b, qb, q_out):
+    """Element-wise ``a * b`` of two int8 tensors, TFLite(-Micro)'s reference int8 ``MUL``:
+    ``clamp(z_out + MultiplyByQuantizedMultiplier((a - z_a)(b - z_b), q, shift), -128, 127)``
+    with ``(q, shift) = QuantizeMultiplier(s_a s_b / s_out)`` (float32 scales widened to double);
+    rounding as in :func:`add_int8`. Errors as :func:`add_int8`."""
+    _check_binary(qa, qb, q_out)
+    a, b = _codes("First input", a), _codes("Second input", b)
+    sa, sb, so = (float(np.float32(q.scale)) for q in (qa, qb, q_out))
+    q, shift = _quantize_multiplier(sa * sb / so)
+    raw = _mbqm((a - qa.zero_point) * (b - qb.zero_point), q, shift) + q_out.zero_point
+    return np.clip(raw, -128, 127).astype(np.int8)
+
+
+@dataclass(frozen=True)
+class AddByTables:
+    """Element-wise ``op(a + b)`` of two int8 tensors decomposed for the LUT engine (seed 003
+    §1.6 without a 65,536-entry two-input table): two int8 -> int16 tables rescale each input
+    to a common int16 quantisation ``mid`` (scale ``max(s_a, s_b) / 64``, zero point 0, so each
+    rescaled value is within ±16320 and their sum fits int16), an int16 adder, and one int16 ->
+    int8 interpolated table applies ``op`` and requantises to ``q_out``::
+
+        out = lookup_int16(out_table, wrap16(a_table[uint8(a)] + b_table[uint8(b)]))
+
+    Build it with :meth:`make`. Each rescale rounds half away from zero (±1/2 ``mid`` code);
+    the output table adds the interpolated scheme's error (:func:`int16_error_bound`), so the
+    result is within a code or two of the exactly quantised ``op(r_a + r_b)``, not bit-exact
+    with TFLite's integer ``ADD`` (:func:`add_int8`). The output zero point must be 0 (the
+    interpolated table has no output offset).
+
+    Members
+    -------
+    a_table, b_table : numpy.ndarray
+        256 int16 entries each (:func:`transfer_table`; wide-slot format 2).
+    out_table : numpy.ndarray
+        513 int8 entries (:func:`gen_lut_int16`; wide-slot format 1).
+    mid : Quant
+        The int16 quantisation of the rescaled inputs and of their sum.
+    """
+    a_table: np.ndarray
+    b_table: np.ndarray
+    out_table: np.ndarray
+    mid: Quant
+
+    @classmethod
+    def make(cls, qa, qb, q_out, ops=()):
+        """Tables for ``op(a + b)`` from int8 ``qa``, ``qb`` to int8 ``q_out`` (zero point 0).
+
+        Raises
+        ------
+        TypeError, ValueError
+            For quantisations that are not int8 :class:`Quant` or an output zero point other
+            than 0 (from :func:`gen_lut_int16`).
+        """
+        _check_binary(qa, qb, q_out)
+        mid = Quant(max(qa.scale, qb.scale) / 64, 0, "int16")
+        return cls(transfer_table("identity", qa, mid), transfer_table("identity", qb, mid),
+                   gen_lut_int16(ops, mid, q_out), mid)
+
+    def __call__(self, a, b):
+        """``op(a + b)`` for int8 codes ``a``, ``b`` (numpy broadcasting); int8 result."""
+        a, b = _codes("First input", a), _codes("Second input", b)
+        total = lookup(self.a_table, a).astype(np.int64) + lookup(self.b_table, b)
+        return lookup_int16(self.out_table, _wrap16(total))

@@ -16,9 +16,11 @@ from lowbit.sim.lut import (
     OP_NAMES,
     WIDE_DEPTH,
     WIDE_FORMATS,
+    AddByTables,
     Op,
     Quant,
     TableBank,
+    add_int8,
     apply_ops,
     gen_lut_int16,
     int16_error_bound,
@@ -26,6 +28,7 @@ from lowbit.sim.lut import (
     lookup_int16,
     lookup_wide,
     make_op,
+    mul_int8,
     normalize_ops,
     quantize,
     round_half_away,
@@ -707,3 +710,103 @@ def test_table_bank_puts_int16_outputs_in_wide_slots():
     assert len(writes) == 256 + 3 * WIDE_DEPTH
     wide = [w for w in writes if w["wide"] and w["table"] == 1]
     assert [w["data"] for w in wide] == wide_image(bank.wide_tables[1])[0].tolist()
+
+
+# --- two-input operators -----------------------------------------------------------------------
+
+def ref_srdhm(a, b):
+    if a == b == -(1 << 31):
+        return (1 << 31) - 1
+    ab = a * b
+    v = ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30))
+    return (abs(v) >> 31) * (1 if v >= 0 else -1)        # C++ division: toward zero
+
+
+def ref_rdbpot(x, e):
+    mask = (1 << e) - 1
+    return (x >> e) + (1 if (x & mask) > (mask >> 1) + (1 if x < 0 else 0) else 0)
+
+
+def ref_qm(d):
+    frac, shift = math.frexp(d)
+    q = int(ref_round(frac * 2.0 ** 31))
+    if q == 1 << 31:
+        q, shift = q // 2, shift + 1
+    return q, shift
+
+
+def ref_add(x, qa, y, qb, qo):
+    """TFLite's int8 AddElementwise, scalar Python integers."""
+    sa, sb, so = (float(np.float32(q.scale)) for q in (qa, qb, qo))
+    tm = 2 * max(sa, sb)
+    (m1, e1), (m2, e2), (mo, eo) = ref_qm(sa / tm), ref_qm(sb / tm), ref_qm(tm / (2 ** 20 * so))
+    s1 = ref_rdbpot(ref_srdhm((x - qa.zero_point) * 2 ** 20, m1), -e1)
+    s2 = ref_rdbpot(ref_srdhm((y - qb.zero_point) * 2 ** 20, m2), -e2)
+    return min(max(ref_rdbpot(ref_srdhm(s1 + s2, mo), -eo) + qo.zero_point, -128), 127)
+
+
+def ref_mul(x, qa, y, qb, qo):
+    sa, sb, so = (float(np.float32(q.scale)) for q in (qa, qb, qo))
+    q, shift = ref_qm(sa * sb / so)
+    v = (x - qa.zero_point) * (y - qb.zero_point) * 2 ** max(shift, 0)
+    return min(max(ref_rdbpot(ref_srdhm(v, q), max(-shift, 0)) + qo.zero_point, -128), 127)
+
+
+BINARY_QUANTS = [(Quant(0.05, 3), Quant(0.031, -20), Quant(0.07, -5)),
+                 (Quant(2 ** -4, 0), Quant(2 ** -4, 0), Quant(2 ** -3, 0)),      # ties
+                 (Quant(0.9, -128), Quant(0.002, 127), Quant(0.01, 60))]       # saturating
+
+
+@pytest.mark.parametrize("qa,qb,qo", BINARY_QUANTS)
+def test_add_and_mul_int8_follow_the_tflite_reference_kernels(qa, qb, qo):
+    a, b = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128))
+    add, mul = add_int8(a, qa, b, qb, qo), mul_int8(a, qa, b, qb, qo)
+    assert add.dtype == mul.dtype == np.int8
+    rng = np.random.default_rng(1)
+    pairs = np.r_[[[-128, -128], [-128, 127], [127, 127], [0, 0], [qa.zero_point, qb.zero_point]],
+                  rng.integers(-128, 128, (400, 2))]
+    for x, y in pairs.tolist():
+        assert add[y + 128, x + 128] == ref_add(x, qa, y, qb, qo)
+        assert mul[y + 128, x + 128] == ref_mul(x, qa, y, qb, qo)
+    # Both within one code of the exactly quantised result, for every pair.
+    ra, rb = qa.scale * (a - qa.zero_point), qb.scale * (b - qb.zero_point)
+    for got, exact in ((add, ra + rb), (mul, ra * rb)):
+        ideal = np.clip(round_half_away(exact / qo.scale) + qo.zero_point, -128, 127)
+        assert np.abs(got.astype(int) - ideal).max() <= 1
+
+
+def test_add_int8_ties_round_away_from_zero():
+    q, qo = Quant(2 ** -4, 0), Quant(2 ** -3, 0)
+    assert add_int8([1, -1, 3, -3], q, [0, 0, 0, 0], q, qo).tolist() == [1, -1, 2, -2]
+
+
+@pytest.mark.parametrize("ops", [(), "tanh", "relu"])
+def test_add_by_tables_is_within_one_code_for_every_pair(ops):
+    qa, qb, qo = Quant(0.05, 3), Quant(0.031, -20), Quant(1 / 64 if ops else 0.07, 0)
+    plan = AddByTables.make(qa, qb, qo, ops)
+    assert plan.a_table.dtype == np.int16 and plan.out_table.dtype == np.int8
+    assert [wide_format(t) for t in (plan.a_table, plan.b_table, plan.out_table)] == [2, 2, 1]
+    a, b = np.meshgrid(np.arange(-128, 128), np.arange(-128, 128))
+    got = plan(a, b).astype(int)
+    r = apply_ops(ops, qa.scale * (a - qa.zero_point) + qb.scale * (b - qb.zero_point))
+    ideal = np.clip(round_half_away(r / qo.scale), -128, 127)
+    assert np.abs(got - ideal).max() <= 1
+    total = plan.a_table.astype(int)[a & 0xFF] + plan.b_table.astype(int)[b & 0xFF]
+    assert np.abs(total).max() <= 32767                   # the int16 adder never overflows
+
+
+@pytest.mark.parametrize("call,exc,msg", [
+    (lambda: add_int8([0], Quant(1.0, 0, "uint8"), [0], Quant(1.0), Quant(1.0)), ValueError,
+     "First input of an int8 element-wise operator must be int8, not uint8"),
+    (lambda: mul_int8([0], Quant(1.0), [0], 2.0, Quant(1.0)), TypeError,
+     "Second input quantisation must be a Quant, not 2.0"),
+    (lambda: add_int8([128], Quant(1.0), [0], Quant(1.0), Quant(1.0)), ValueError,
+     "First input codes must be in -128..127, not 128..128"),
+    (lambda: add_int8([0.5], Quant(1.0), [0], Quant(1.0), Quant(1.0)), TypeError,
+     "must be integers, not float64"),
+    (lambda: AddByTables.make(Quant(1.0), Quant(1.0), Quant(1.0, 4)), ValueError,
+     "Output zero point of an interpolated table must be 0, not 4"),
+])
+def test_binary_validation(call, exc, msg):
+    with pytest.raises(exc, match=msg):
+        call()

@@ -12,7 +12,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from lowbit.hw.common import Rounding
+from lowbit.hw.common import Rounding, check_bool
 from lowbit.hw.common import check_int as _check_int
 from lowbit.hw.discrete import CodeEntry
 
@@ -22,7 +22,9 @@ __all__ = ["Quantiser", "QuantTarget", "FORMATS"]
 FORMATS = ("f16", "fixed")
 
 # Left-shift headroom of the shifter: an int8 value whose scaled magnitude would need more than
-# this many left shifts is at least 2^9 and saturates; BFP never needs more than W_max - 2.
+# this many left shifts is at least 2^9 and saturates; BFP needs up to W_max - 2 (a block whose
+# largest element is the smallest one of the input format), so the shifter takes
+# max(_HEADROOM, w_max - 2).
 _HEADROOM = 8
 # Scaled int8 values are clamped to ±_INT8_CLAMP before the zero point is added; any value
 # beyond it saturates after the zero point anyway.
@@ -103,6 +105,10 @@ class Quantiser(wiring.Component):
         Largest discrete code width ``n``, 0..3; the ``book`` port has ``2**code_bits``
         entries and the run-time ``code_width`` selects ``n <= code_bits``. 0 leaves the
         discrete path out (``target = DISCRETE`` then outputs zeros). Default 3.
+    ceil_lop : bool
+        Also build the ``"ceil_lop"`` shared-exponent rule (seed 002 claim 8 as written,
+        ``ceil(log2 amax) - (W - 2)``): the ``rule`` port becomes 2 bits wide. Default
+        ``False`` (the ``rule`` port is 1 bit, the accelerator top's ``QUANT_RULE``).
 
     Members
     -------
@@ -120,8 +126,9 @@ class Quantiser(wiring.Component):
         Nearest-even, toward zero or stochastic.
     mant_width : In(range(w_max + 1))
         Run-time mantissa width ``W``, 2..w_max (BFP).
-    rule : In(1)
-        Shared-exponent rule (BFP): 0 = "floor", 1 = "ceil".
+    rule : In(1), or In(2) with ``ceil_lop``
+        Shared-exponent rule (BFP, :data:`lowbit.sim.bfp.RULES`): 0 = "floor", 1 = "ceil",
+        2 = "ceil_lop" (3 acts as 2).
     shift : In(signed(exp_bits))
         int8 scale exponent: ``q = clamp(round(x · mult · 2^-shift) + zero, -128, 127)``.
     mult : In(unsigned(mult_bits))
@@ -154,7 +161,7 @@ class Quantiser(wiring.Component):
     """
 
     def __init__(self, *, fmt="f16", width=32, frac_bits=16, lanes=2, block=16, w_max=8,
-                 exp_bits=8, rand_bits=8, mult_bits=12, code_bits=3):
+                 exp_bits=8, rand_bits=8, mult_bits=12, code_bits=3, ceil_lop=False):
         if not isinstance(fmt, str):
             raise TypeError(f"Input format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         if fmt not in FORMATS:
@@ -171,6 +178,7 @@ class Quantiser(wiring.Component):
         _check_int("Random bit count", rand_bits, 1, 16)
         _check_int("Multiplier width", mult_bits, 0, 16)
         _check_int("Code width", code_bits, 0, 3)
+        check_bool("ceil_lop", ceil_lop)
         if fmt == "fixed" and width + mult_bits > 53:
             raise ValueError(f"Fixed-point width plus multiplier width must be at most 53, "
                              f"not {width + mult_bits}")
@@ -187,6 +195,7 @@ class Quantiser(wiring.Component):
         self._lanes, self._block, self._w_max = lanes, block, w_max
         self._exp_bits, self._rand_bits, self._mult_bits = exp_bits, rand_bits, mult_bits
         self._code_bits = code_bits
+        self._ceil_lop = ceil_lop
 
         elem = unsigned(16) if fmt == "f16" else signed(width)
         members = {
@@ -199,7 +208,7 @@ class Quantiser(wiring.Component):
             "target": In(QuantTarget),
             "rounding": In(Rounding),
             "mant_width": In(range(w_max + 1), init=w_max),
-            "rule": In(1),
+            "rule": In(2 if ceil_lop else 1),
             "shift": In(signed(exp_bits)),
             "zero": In(signed(8)),
         }
@@ -220,6 +229,7 @@ class Quantiser(wiring.Component):
     rand_bits = property(lambda self: self._rand_bits)
     mult_bits = property(lambda self: self._mult_bits)
     code_bits = property(lambda self: self._code_bits)
+    ceil_lop = property(lambda self: self._ceil_lop)
 
     @property
     def out_bits(self):
@@ -410,7 +420,13 @@ class Quantiser(wiring.Component):
         with m.Elif(s1b_zero):
             m.d.comb += e_blk.eq(0)
         with m.Else():
-            m.d.comb += e_blk.eq(s1b_fl - (self.mant_width - 2) + (self.rule & ceil_inc))
+            if self._ceil_lop:
+                # "ceil_lop": floor + 1 unless amax is a power of two (a lone leading one).
+                lop_inc = (norm & ((1 << (n_sig - 1)) - 1)) != 0
+                inc = Mux(self.rule[1], lop_inc, self.rule[0] & ceil_inc)
+                m.d.comb += e_blk.eq(s1b_fl - (self.mant_width - 2) + inc)
+            else:
+                m.d.comb += e_blk.eq(s1b_fl - (self.mant_width - 2) + (self.rule & ceil_inc))
 
         # Stage 2: element data and the block exponent.
         s2_valid = Signal()
@@ -470,7 +486,8 @@ class Quantiser(wiring.Component):
         # Integer bits kept after the shift: BFP/int8 need max(10, w_max) + 1; discrete codes
         # need x · 2^7 up to beyond the largest code value 2^7, i.e. 16 + 1.
         qw = max(10, self._w_max, 16 if self._code_bits else 0) + 1
-        n_v = max(p_bits + _HEADROOM + G, G + qw + 1)
+        hr = max(_HEADROOM, self._w_max - 2)
+        n_v = max(p_bits + hr + G, G + qw + 1)
         sh_max = n_v
         sh_shape = unsigned((sh_max).bit_length())
         s4_valid = Signal()
@@ -487,7 +504,7 @@ class Quantiser(wiring.Component):
                          s4_rand.eq(s3_rand)]
         for lane in range(L):
             a_h = Signal(signed(a_shape.width + 2), name=f"a_h{lane}")
-            m.d.comb += a_h.eq(s3_a[lane] + _HEADROOM)
+            m.d.comb += a_h.eq(s3_a[lane] + hr)
             with m.If(en):
                 m.d.sync += [
                     s4_p[lane].eq(s3_v[lane] * mult),
@@ -497,7 +514,7 @@ class Quantiser(wiring.Component):
                     s4_isnan[lane].eq(s3_isnan[lane]),
                 ]
 
-        # Stage 4: y = floor(p · 2^(HEADROOM + G) / 2^sh) with a sticky bit of the lost bits.
+        # Stage 4: y = floor(p · 2^(hr + G) / 2^sh) with a sticky bit of the lost bits.
         # Only the low G + QW bits of y are kept (QW-bit integer part, enough for every
         # unsaturated result); `big` flags a y whose integer part does not fit them.
         s5_valid = Signal()
@@ -546,7 +563,7 @@ class Quantiser(wiring.Component):
                          s5_rand.eq(s4b_rand)]
         for lane in range(L):
             val = Signal(signed(n_v), name=f"shin{lane}")
-            m.d.comb += val.eq(s4_p[lane] << (_HEADROOM + G))
+            m.d.comb += val.eq(s4_p[lane] << (hr + G))
             val, sticky = shift_steps(val, Const(0, 1), s4_sh[lane],
                                       range(n_steps - 1, split - 1, -1), lane, "a")
             with m.If(en):

@@ -30,11 +30,16 @@ def prng_rand(n, rand_bits, seed=99):
 
 
 TARGET = {"bfp": QuantTarget.BFP, "int8": QuantTarget.INT8, "discrete": QuantTarget.DISCRETE}
+#: ``rule`` port codes (``lowbit.sim.bfp.RULES`` order); "ceil_lop" needs ``ceil_lop=True``.
+RULE = {"floor": 0, "ceil": 1, "ceil_lop": 2}
 
 
 def run_rtl(dut, elems, *, target="bfp", rounding="nearest", width=8, rule="floor", shift=0,
-            mult=1, zero=0, rand=None, book=None, valid_prob=1.0, ready_prob=1.0, seed=0):
-    """Stream the flat ``elems`` through ``dut``; return (flat outputs, exponent per beat)."""
+            mult=1, zero=0, rand=None, book=None, valid_prob=1.0, ready_prob=1.0, seed=0,
+            rule_code=None):
+    """Stream the flat ``elems`` through ``dut``; return (flat outputs, exponent per beat).
+
+    ``rule_code`` overrides the ``rule`` port's value (the model still follows ``rule``)."""
     L = dut.lanes
     elems = np.asarray(elems, dtype=np.int64)
     assert elems.size % L == 0
@@ -47,7 +52,7 @@ def run_rtl(dut, elems, *, target="bfp", rounding="nearest", width=8, rule="floo
         ctx.set(dut.target, TARGET[target])
         ctx.set(dut.rounding, ROUND[rounding])
         ctx.set(dut.mant_width, width)
-        ctx.set(dut.rule, int(rule == "ceil"))
+        ctx.set(dut.rule, RULE[rule] if rule_code is None else rule_code)
         ctx.set(dut.shift, shift)
         ctx.set(dut.zero, zero)
         if dut.mult_bits:
@@ -93,7 +98,7 @@ def check(dut, elems, **kw):
     rand = kw.get("rand")
     if kw.get("rounding") == "stochastic" and rand is None:
         kw["rand"] = rand = prng_rand(len(elems), dut.rand_bits)
-    sim_kw = {k: kw.pop(k) for k in ("valid_prob", "ready_prob", "seed")
+    sim_kw = {k: kw.pop(k) for k in ("valid_prob", "ready_prob", "seed", "rule_code")
               if k in kw}
     got_q, got_e = run_rtl(dut, elems, **kw, **sim_kw)
     want_q, want_e = model(elems, dut, **kw)
@@ -120,6 +125,10 @@ def check(dut, elems, **kw):
     ({"w_max": 17}, ValueError, "Mantissa width"),
     ({"exp_bits": 2}, ValueError, "Exponent width"),
     ({"exp_bits": 5}, ValueError, "too small for f16"),
+    ({"w_max": 16, "exp_bits": 6}, ValueError, r"too small for f16 input with w_max=16: "
+                                               r"exponents reach -38\.\.16"),
+    ({"fmt": "fixed", "width": 16, "frac_bits": 2, "w_max": 16, "exp_bits": 5}, ValueError,
+     "too small"),
     ({"fmt": "fixed", "width": 40, "frac_bits": 0, "exp_bits": 6}, ValueError, "too small"),
     ({"rand_bits": 0}, ValueError, "Random bit count"),
     ({"rand_bits": 8.0}, TypeError, "Random bit count"),
@@ -129,6 +138,7 @@ def check(dut, elems, **kw):
     ({"code_bits": -1}, ValueError, "Code width"),
     ({"code_bits": 2.0}, TypeError, "Code width"),
     ({"code_bits": False}, TypeError, "Code width"),
+    ({"ceil_lop": 1}, TypeError, "ceil_lop must be a bool, not 1"),
 ])
 def test_validation(kwargs, exc, match):
     with pytest.raises(exc, match=match):
@@ -248,6 +258,117 @@ def test_bfp_ceil_boundaries():
     for w in (2, 3, 5, 8):
         for rule in ("floor", "ceil"):
             check(dut, codes, rounding="nearest", width=w, rule=rule)
+
+
+# ---- the "ceil_lop" rule (seed 002 claim 8 as written) --------------------------------------
+
+def test_ceil_lop_port_width_and_default_unchanged():
+    """The rule port is 2 bits only with ``ceil_lop``; without it the quantiser is the one the
+    accelerator top builds (1-bit ``QUANT_RULE``)."""
+    assert Quantiser().rule.shape().width == 1 and not Quantiser().ceil_lop
+    dut = Quantiser(ceil_lop=True)
+    assert dut.rule.shape().width == 2 and dut.ceil_lop
+    Fragment.get(dut, None)
+
+
+@pytest.mark.parametrize("width", [2, 3, 5, 8])
+def test_ceil_lop_every_block_maximum(width):
+    """Exhaustive over the rule's input: 10-bit fixed point, one block per block maximum
+    magnitude 0..512 (both signs, with smaller elements beside it), each of the three rules
+    through one ``ceil_lop=True`` quantiser (nearest-even), bit for bit with the model."""
+    dut = Quantiser(fmt="fixed", width=10, frac_bits=3, lanes=4, block=4, exp_bits=6,
+                    mult_bits=0, code_bits=0, ceil_lop=True)
+    a = np.arange(513)
+    sign = np.where(a % 2, -1, 1)
+    blocks = np.stack([np.minimum(a, 511) * sign, -(a * 5 // 7), a // 3, -(a // 2)], axis=1)
+    blocks[512, 0] = -512                  # the largest magnitude only exists negative
+    vals = blocks.reshape(-1)
+    for rule in ("ceil_lop", "floor", "ceil"):
+        check(dut, vals, rounding="nearest", width=width, rule=rule)
+
+
+@pytest.mark.parametrize("order,rounding,width", [("sorted", "nearest", 8),
+                                                  ("shuffled", "stochastic", 5),
+                                                  ("shuffled", "zero", 16)])
+def test_ceil_lop_f16_codes(order, rounding, width):
+    """The f16 subset (zero, subnormal-only and NaN/Inf blocks when sorted), W up to 16 (the
+    smallest exponent width that covers f16 at w_max = 16 is 7); code 3 acts as 2."""
+    codes = _order(np.sort(SOME_F16), order)
+    dut = Quantiser(lanes=8, block=16, w_max=16, exp_bits=7, mult_bits=0, code_bits=0,
+                    ceil_lop=True)
+    check(dut, codes, rounding=rounding, width=width, rule="ceil_lop")
+    if order == "sorted":
+        check(dut, codes, rounding=rounding, width=width, rule="ceil_lop", rule_code=3)
+
+
+def test_ceil_lop_power_of_two_boundaries():
+    """f16 block maxima on every power of two, one ulp above it (only the lowest significand
+    bit set beside the leading one) and one ulp below the next, for every exponent field,
+    and subnormal maxima, both signs: the rule adds one exactly when the maximum is not a
+    power of two."""
+    dut = Quantiser(lanes=4, block=4, w_max=16, exp_bits=7, mult_bits=0, code_bits=0,
+                    ceil_lop=True)
+    maxima = [(ex << 10) | frac for ex in range(1, 31) for frac in (0, 1, 0x3FF)]
+    maxima += [1, 2, 3, 0x200, 0x201, 0x3FF]
+    codes = [[c, 0x8000 | (c >> 1), c >> 3, 0] if k % 2 else [0x8000 | c, c >> 2, 1, 0x8001]
+             for k, c in enumerate(maxima)]
+    codes = np.array(codes).reshape(-1)
+    for width in (2, 8, 16):
+        for rule in ("ceil_lop", "floor", "ceil"):
+            check(dut, codes, rounding="nearest", width=width, rule=rule)
+
+
+def test_ceil_lop_seed_255():
+    """Seed 002's 255 at W = 16: -6 / 0x3FC0 with ceil_lop, -7 / 0x7F80 with floor and ceil
+    (16-bit fixed point, one fraction bit, the claim-29 5-bit exponent)."""
+    dut = Quantiser(fmt="fixed", width=16, frac_bits=1, lanes=2, block=2, w_max=16, exp_bits=5,
+                    mult_bits=0, code_bits=0, ceil_lop=True)
+    vals = np.array([255 << 1, 0])
+    for rule, want in (("ceil_lop", (0x3FC0, -6)), ("floor", (0x7F80, -7)),
+                       ("ceil", (0x7F80, -7))):
+        q, e = run_rtl(dut, vals, width=16, rule=rule, rounding="zero")
+        assert (int(q[0]), int(e[0])) == want
+
+
+# ---- seed 002 claim 29: 16-bit mantissas, 5-bit exponents ------------------------------------
+
+@pytest.mark.parametrize("rounding", ["nearest", "zero", "stochastic"])
+def test_claim29_w16_e5_fixed_point(rounding):
+    """w_max = 16 with the 5-bit exponent: the widest input E = 5 covers is 16-bit fixed point
+    with one fraction bit (exponents -15..15). Values over every bit position, ±full scale,
+    the smallest magnitudes (a block of ±1 needs a left shift of 14, beyond the shifter's
+    former fixed 8-bit headroom), zero blocks; runtime W = 16, 9 and 2, all three rules;
+    exponents from -15 (the smallest finite one) to 14."""
+    dut = Quantiser(fmt="fixed", width=16, frac_bits=1, lanes=4, block=8, w_max=16,
+                    exp_bits=5, rand_bits=6, mult_bits=0, code_bits=0, ceil_lop=True)
+    rng = np.random.default_rng(290)
+    mags = rng.integers(0, 16, 256)
+    vals = (rng.integers(0, 1 << 15, 256) >> (15 - mags)) * rng.choice([-1, 1], 256)
+    edges = [-(1 << 15), (1 << 15) - 1, 0, 1, -1, 3, -2, 0,       # full scale and tiny values
+             1, -1, 0, 0, 1, 0, 0, 0,                              # a block of ±1: e = -15
+             0, 0, 0, 0, 0, 0, 0, 0,                               # an all-zero block
+             -(1 << 15), -(1 << 15), (1 << 15) - 1, 0, 0, 0, 0, 0]  # W = 2: e = 14
+    vals = np.concatenate([vals, edges]).astype(np.int64)
+    for width, rule in ((16, "floor"), (16, "ceil"), (9, "ceil_lop"), (2, "floor")):
+        q, e = run_rtl(dut, vals, rounding=rounding, width=width, rule=rule,
+                       rand=prng_rand(len(vals), 6), ready_prob=0.7, seed=width)
+        want_q, want_e = model(vals, dut, rounding=rounding, width=width, rule=rule,
+                               rand=prng_rand(len(vals), 6))
+        assert np.array_equal(q, want_q) and np.array_equal(e, want_e)
+        if width == 16:
+            assert e.min() == -15
+        if width == 2:
+            assert e.max() == 14            # -2^15 · 2^-1 = 2^14, the largest magnitude
+
+
+@pytest.mark.parametrize("rounding,rule", [("nearest", "floor"), ("stochastic", "ceil")])
+def test_w16_f16_codes(rounding, rule):
+    """f16 at w_max = 16 needs E >= 7 (exponents -38..16; the quantiser has no exponent
+    clamp): the f16 subset, sorted (zero, subnormal and NaN/Inf blocks). The 14-bit left
+    shifts of blocks of tiny maxima are in ``test_ceil_lop_power_of_two_boundaries`` and
+    ``test_claim29_w16_e5_fixed_point``."""
+    dut = Quantiser(lanes=8, block=16, w_max=16, exp_bits=7, mult_bits=0, code_bits=0)
+    check(dut, np.sort(SOME_F16), rounding=rounding, width=16, rule=rule)
 
 
 @pytest.mark.parametrize("target,rounding,width,rule", [

@@ -689,3 +689,97 @@ def _set_rounding(col, code):
         assert not ctx.get(col.i_rand.ready)
         await ctx.tick()
     return setup
+
+
+# -- seed 002 claim 29: 16-bit mantissas, 5-bit exponents --------------------------------------
+
+#: The claim-29 format (W = 16, E = 5: finite exponents -15..15, NaN code -16) on a small column.
+W16E5 = {"lanes": 4, "block": 4, "max_blocks": 4, "width": 16, "exp_bits": 5}
+
+
+def w16e5_jobs(rng, nb, count, *, bias=False):
+    """Random products in the 16/5 format with exponents over the whole finite range, plus
+    edge products: -2^15·-2^15 everywhere at the largest exponents (e4 clamps at 15, every
+    output saturates), full scale at the smallest (e4 clamps at -15, outputs round to 0),
+    exponent sums ±30, zero products and rows, and the NaN code in each operand."""
+    n, k = 4, nb * 4
+    mx = (1 << 15) - 1
+    jobs = []
+    for _ in range(count):
+        w_m = rng.integers(-mx, mx + 1, (n, k)) >> rng.integers(0, 16, (n, 1))
+        x_m = rng.integers(-mx, mx + 1, k) >> rng.integers(0, 16)
+        jobs.append({"w_m": w_m, "w_e": rng.integers(-15, 16, (n, nb)), "x_m": x_m,
+                     "x_e": rng.integers(-15, 16, nb), "rand": rng.integers(0, 256, n)})
+    edge = [
+        {"w_m": np.full((n, k), -(1 << 15)), "w_e": np.full((n, nb), 15),
+         "x_m": np.full(k, -(1 << 15)), "x_e": np.full(nb, 15)},
+        {"w_m": np.array([[mx], [-mx], [mx], [-mx]]).repeat(k, axis=1),
+         "w_e": np.full((n, nb), -15), "x_m": np.full(k, mx), "x_e": np.full(nb, -15)},
+        {"w_m": np.arange(n * k).reshape(n, k) * 4099 % (2 * mx + 1) - mx,
+         "w_e": np.resize([15, -15, 0, 7, -8, 3], (n, nb)),
+         "x_m": np.arange(k) * 7919 % (2 * mx + 1) - mx, "x_e": np.resize([15, -15, 1], nb)},
+        {"w_m": np.zeros((n, k), int), "w_e": np.full((n, nb), 15),
+         "x_m": np.full(k, mx), "x_e": np.full(nb, 15)},
+    ]
+    for job in edge:
+        job["rand"] = rng.integers(0, 256, n)
+    jobs[1:1] = edge
+    jobs[-1]["w_m"][2] = 0                                 # a zero row
+    if bias:
+        for job in jobs:
+            job["b_m"] = rng.integers(-mx, mx + 1, n) >> rng.integers(0, 16)
+            job["b_e"] = rng.integers(-15, 16, n)
+        jobs[2]["b_e"][:] = 15
+    return jobs
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "zero", "stochastic"])
+def test_claim29_w16_e5(rounding):
+    """The column at W = 16, E = 5 (LUT multipliers) bit for bit with the model: random and
+    edge products with bias, under back-pressure, in every rounding mode."""
+    rng = np.random.default_rng(29)
+    jobs = w16e5_jobs(rng, 2, 4, bias=True)
+    got = check(W16E5, jobs, rounding=rounding, bias=True, valid_prob=0.8, ready_prob=0.6,
+                seed=3)
+    assert got[1][1] == 15 and {abs(v) for v in got[1][0]} == {(1 << 15) - 1}
+
+
+def test_claim29_w16_e5_nan_widths_and_fixed_exponents():
+    """NaN code -16 in a weight block, a vector block and a bias element; runtime widths 9
+    and 2 (saturation at the narrow width); fixed exponents at both ends of the range; the
+    MULT18X18D column (16x16 products in one block each) and the unpipelined "lite" column
+    at full width."""
+    rng = np.random.default_rng(30)
+    nan = nan_exponent(5)
+    jobs = w16e5_jobs(rng, 3, 3, bias=True)
+    jobs[0]["w_e"][1, 2] = nan
+    jobs[3]["x_e"][0] = nan
+    jobs[5]["b_e"][3] = nan
+    got = check(W16E5, jobs, bias=True, rounding="nearest")
+    assert [e for _, e in got].count(nan) == 3 and got[0][0] == [0] * 4
+    for width in (9, 2):
+        got = check(W16E5, jobs[1:3], width=width, rounding="zero")
+        assert max(abs(v) for m, _ in got for v in m) == 2 ** (width - 1) - 1
+    for fixed in (-15, 15):
+        check(W16E5, jobs[1:3], exp_mode="fixed", fixed_exp=fixed, rounding="nearest")
+    check({**W16E5, "mult": "mult18x18d"}, jobs, bias=True, rounding="stochastic",
+          ready_prob=0.5, seed=1)
+    check({**W16E5, **LITE}, jobs, bias=True, rounding="zero", ready_prob=0.7, seed=2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+def test_claim29_w16_e5_default_size(rounding):
+    """N = B = 16, W = 16, E = 5, four blocks with bias, in max and predicted mode."""
+    rng = np.random.default_rng(31)
+    params = {**W16E5, "lanes": 16, "block": 16}
+    jobs = []
+    for _ in range(6):
+        mx = (1 << 15) - 1
+        jobs.append({"w_m": rng.integers(-mx, mx + 1, (16, 64)) >> rng.integers(0, 16, (16, 1)),
+                     "w_e": rng.integers(-15, 16, (16, 4)),
+                     "x_m": rng.integers(-mx, mx + 1, 64), "x_e": rng.integers(-15, 16, 4),
+                     "b_m": rng.integers(-mx, mx + 1, 16), "b_e": rng.integers(-15, 16, 16),
+                     "rand": rng.integers(0, 256, 16)})
+    check(params, jobs, rounding=rounding, bias=True, ready_prob=0.7, seed=5)
+    check(params, jobs, rounding=rounding, bias=True, exp_mode="predicted")

@@ -11,7 +11,7 @@ element. The next product is accumulated into the other bank meanwhile.
 import contextlib
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -188,8 +188,11 @@ class OutputUnit(wiring.Component):
         s_ea = Signal(signed(eb + 1))
         t_len = Signal(range(aw + 1))
         t_ea = Signal(signed(eb + 1))
-        top = Signal(signed(eb + 3))
-        top_max = Signal(signed(eb + 3))
+        # top = bitlen(|A|) + ea lies in [-2^E, aw + 2^E - 1]: E + 3 bits unless the
+        # accumulator is wide against the exponent range (e.g. W = 16 with E <= 4).
+        tb = max(eb + 3, Shape.cast(range(-(1 << eb), aw + (1 << eb))).width)
+        top = Signal(signed(tb))
+        top_max = Signal(signed(tb))
         any_nz = Signal()
         any_nan = Signal()
         e4 = Signal(signed(eb))
@@ -226,7 +229,7 @@ class OutputUnit(wiring.Component):
             m.d.sync += any_nan.eq(any_nan | self.rd_data.nan)
         uv = Signal()
         scan_empty = Signal(init=1)
-        top_gt = Signal(signed(eb + 4))
+        top_gt = Signal(signed(tb + 1))
         if self._pipelined:
             # |A| in two stages of half the width, both free-running (their valid flags
             # travel beside them): X negates the low half, inverts the high half of a negative
@@ -336,7 +339,9 @@ class OutputUnit(wiring.Component):
                 rq = Signal(rr)
                 m.d.sync += rq.eq(r0)
                 merged += ra.eq(rq)
-            e4_off = Signal(signed(eb + 1))
+            # e4 + F + W + 1 needs more than E + 1 bits when F + W + 1 > 2^(E-1) (W = 16
+            # with E = 5: up to 15 + 20).
+            e4_off = Signal(range(-(1 << (eb - 1)), (1 << (eb - 1)) + f + w + 1))
             m.d.sync += [e4_off.eq(e4 + (f + w + 1)), a_a.eq(q_a), a_s.eq(e4_off - q_ea)]
         else:
             merged += [a_a.eq(self.rd_data.a), a_s.eq(e4 - self.rd_data.ea + (f + w + 1))]
@@ -506,7 +511,7 @@ class OutputUnit(wiring.Component):
         with m.If(issue):
             m.d.sync += [idx.eq(idx + 1), more.eq(idx != n - 1)]
 
-        raw = Signal(signed(eb + 4))
+        raw = Signal(signed(tb + 1))
         dwin = Signal(signed(max(len(raw), len(pred.unit_exp)) + 1))
         in_window = Signal()
         raw_c = Signal(signed(eb))

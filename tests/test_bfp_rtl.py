@@ -14,6 +14,7 @@ from lowbit.hw.common import ROUNDING_NAMES, Rounding
 from lowbit.hw.registry import build_block
 from lowbit.sim.bfp import nan_exponent, quantise
 from lowbit.sim.bfp_column import ColumnModel
+from lowbit.sim.bfp_ops import add
 from lowbit.sim.rtl.harness import run_stream
 from lowbit.sim.vectors import bfp_tie_job
 
@@ -783,3 +784,42 @@ def test_claim29_w16_e5_default_size(rounding):
                      "rand": rng.integers(0, 256, 16)})
     check(params, jobs, rounding=rounding, bias=True, ready_prob=0.7, seed=5)
     check(params, jobs, rounding=rounding, bias=True, exp_mode="predicted")
+
+
+# -- seed 002 Table 1: M + V and M - V on the column's bias path -------------------------------
+
+
+@pytest.mark.parametrize("width,exp_bits", [(8, 8), (16, 5)])
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+def test_table1_add_and_subtract_on_the_column(width, exp_bits, rounding):
+    """``a ± b`` of BFP blocks (lowbit.sim.bfp_ops.add) is the column's ``(±I)·b + a``:
+    identity weights of exponent 0, x = b, bias = a (per-lane exponents). Exponents over the
+    whole range (the aligning shift drops bits), zero elements, exact cancellation, the NaN
+    code; bit for bit."""
+    rng = np.random.default_rng(width)
+    n = 4
+    mx = (1 << (width - 1)) - 1
+    lim = (1 << (exp_bits - 1)) - 1
+    blocks = 10
+    a_m = rng.integers(-mx, mx + 1, (blocks, n)) >> rng.integers(0, width, (blocks, 1))
+    b_m = rng.integers(-mx, mx + 1, (blocks, n)) >> rng.integers(0, width, (blocks, 1))
+    a_e, b_e = rng.integers(-lim, lim + 1, blocks), rng.integers(-lim, lim + 1, blocks)
+    a_e[:4] = b_e[:4] + rng.integers(-3, 4, 4)        # close exponents: exact sums
+    a_m[4, 1:] = 0
+    b_m[5] = a_m[5]                                    # a - b cancels exactly
+    b_e[5] = a_e[5]
+    b_e[6] = nan_exponent(exp_bits)
+    rand = rng.integers(0, 256, (blocks, n))
+    params = {"lanes": n, "block": n, "max_blocks": 1, "width": width, "exp_bits": exp_bits}
+    for subtract in (False, True):
+        w = (-1 if subtract else 1) * np.eye(n, dtype=np.int64)
+        jobs = [{"w_m": w, "w_e": np.zeros((n, 1), np.int64), "x_m": b_m[k],
+                 "x_e": b_e[k:k + 1], "b_m": a_m[k], "b_e": np.repeat(a_e[k], n),
+                 "rand": rand[k]} for k in range(blocks)]
+        got = run_rtl(BFPColumn(**params), jobs, rounding=rounding, bias=True,
+                      valid_prob=0.8, ready_prob=0.7, seed=int(subtract))
+        m, e = add(a_m, a_e, b_m, b_e, width=width, exp_bits=exp_bits, rounding=rounding,
+                   rand=rand, subtract=subtract)
+        assert got == [(m[k].tolist(), int(e[k])) for k in range(blocks)]
+        if subtract:
+            assert got[5] == ([0] * n, 0)

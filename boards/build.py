@@ -47,7 +47,8 @@ def top_parameters(profile, clk_freq=None):
     params = {"clk_freq": profile.clk_freq if clk_freq is None else clk_freq}
     unused = {}
     for key, value in profile.top.items():
-        (params if key in accepted else unused)[key] = value
+        if key != "clk_freq":
+            (params if key in accepted else unused)[key] = value
     return params, unused
 
 

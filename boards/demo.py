@@ -267,8 +267,9 @@ def board_top(board):
 
 
 #: Top parameters that never change a RUN's cycle count: the clock and baud rate the UART
-#: divides, and whether the RUN reply counts busy cycles.
-CYCLE_NEUTRAL = ("clk_freq", "baud", "busy_count")
+#: divides, whether its receiver samples at both clock edges, and whether the RUN reply counts
+#: busy cycles.
+CYCLE_NEUTRAL = ("clk_freq", "baud", "uart_ddr", "busy_count")
 
 
 def _canonical_top(params, ignore=()):

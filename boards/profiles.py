@@ -2,7 +2,8 @@
 
 A profile picks what of the accelerator goes on the device: lanes, scratchpad memory, the
 multiplier style and the host-link baud rate (the fastest exact rate of the board's USB bridge
-that the UART samples at the profile's clock, at least 3 cycles per bit: :mod:`lowbit.hw.uart`).
+that the UART samples at the profile's clock: at least 3 cycles per bit, or 2 with the rx pin's
+DDR register, ``uart_ddr``: :mod:`lowbit.hw.uart`).
 Boards stay thin: all the gateware lives in :mod:`hw` and takes these values as parameters.
 """
 
@@ -33,7 +34,10 @@ class BoardProfile:
         iCE40: the oscillator's pin is a PLL input pad (``SB_PLL40_PAD``); otherwise the PLL
         takes the buffered oscillator clock (``SB_PLL40_CORE``). Unused on ECP5.
     top : dict
-        Keyword parameters of :class:`lowbit.hw.top.Accelerator` for this device.
+        Keyword parameters of :class:`lowbit.hw.top.Accelerator` for this device, ``clk_freq``
+        among them, always equal to the profile's ``clk_freq`` (filled in and kept in step by
+        the constructor, so that the top, its model and the driver built from ``top`` alone
+        time the UART as the board does).
     programmer : str
         The programming tool amaranth-boards runs for this board.
     programmer_env : str
@@ -57,6 +61,9 @@ class BoardProfile:
     pll_pad: bool = False
     notes: str = ""
 
+    def __post_init__(self):
+        object.__setattr__(self, "top", {**self.top, "clk_freq": self.clk_freq})
+
     def platform_class(self):
         """Import and return the amaranth-boards platform class."""
         import importlib
@@ -70,15 +77,15 @@ BOARDS = {
         platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=24e6,
         pll_pad=True,
         top=dict(lanes=1, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
-                 baud=4_000_000, lut_tables=4, grand=False, sequencer=True, matrix_lanes=4,
-                 block=16, max_blocks=4, weight_depth=1024, bfp=True, bfp_stochastic=False,
-                 bfp_predictor=False, bfp_acc_block_ram=True, bfp_pipelined=False,
-                 busy_count=True, quantiser=False, discrete=False, code_bits=3),
+                 baud=12_000_000, uart_ddr=True, lut_tables=4, grand=False, sequencer=True,
+                 matrix_lanes=4, block=16, max_blocks=4, weight_depth=1024, bfp=True,
+                 bfp_stochastic=False, bfp_predictor=False, bfp_acc_block_ram=True,
+                 bfp_pipelined=False, busy_count=True, quantiser=False, discrete=False,
+                 code_bits=3),
         notes="8 SB_MAC16 DSPs, 4 SPRAM; 24 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
-              "oscillator); UART over the FT2232H's second channel at 4 Mbaud (12 MHz / 3; 6 "
-              "cycles per bit at 24 MHz, and still 3 at the top's 12 MHz default, which tools "
-              "that take these parameters without the clock use; 12 Mbaud, the FT2232H's "
-              "fastest, needs a clock of at least 36 MHz). "
+              "oscillator); UART over the FT2232H's second channel at 12 Mbaud, its fastest "
+              "(2 cycles per bit: the rx pin's DDR input register samples the line at both "
+              "clock edges, uart_ddr). "
               "The link, the sequencer, the LUT engine and a 4-lane BFP column (MATVEC, "
               "K <= 64, nearest / toward-zero rounding, max or fixed output exponent: a MATVEC "
               "with ROUNDING 2 or EXP_SELECT 2 fails with BAD_OPCODE); the input is quantised "

@@ -904,7 +904,17 @@ class Accelerator(wiring.Component):
             m.submodules.uart_tx = utx = UARTTransmitter(self._period)
             m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
             wiring.connect(m, urx.o, link.i)
-            wiring.connect(m, link.o, utx.i)
+            # One byte register between the link and the transmitter: the link's ready is a
+            # flip-flop, not the transmitter's bit counter feeding the link, the dispatcher and
+            # the handlers in one cycle. It costs no line time: a byte lasts 10 bit periods.
+            tx_byte = Signal(8)
+            tx_full = Signal()
+            m.d.comb += [link.o.ready.eq(~tx_full), utx.i.valid.eq(tx_full),
+                         utx.i.payload.eq(tx_byte)]
+            with m.If(link.o.valid & ~tx_full):
+                m.d.sync += [tx_byte.eq(link.o.payload), tx_full.eq(1)]
+            with m.Elif(utx.i.ready):
+                m.d.sync += tx_full.eq(0)
             with m.If(urx.framing_error & (framing != 0xFF)):
                 m.d.sync += framing.eq(framing + 1)
             with m.If(urx.overrun & (overrun != 0xFF)):

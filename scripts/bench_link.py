@@ -14,7 +14,8 @@ Usage::
     python scripts/bench_link.py                        # all four devices, seeds 1 2 3
     python scripts/bench_link.py --quick                # up5k only, one seed
     python scripts/bench_link.py --devices hx8k --seeds 1 2 --blocks top
-    python scripts/bench_link.py --link-only            # the per-board link table only (fast)
+    python scripts/bench_link.py --link-only            # the per-board link table only (fast;
+                                                        # rewrites only its entry of the JSON)
 
 Writes ``docs/bench/link.json``.
 """
@@ -78,7 +79,9 @@ def board_links():
         params = demo.board_top(name)
         baud = params["baud"]
         row = {"board": name, "clock_mhz": profile.clk_freq / 1e6, "baud": baud,
-               "cycles_per_bit": str(uart_period(profile.clk_freq, baud)),
+               "cycles_per_bit": str(uart_period(profile.clk_freq, baud,
+                                                 ddr=params.get("uart_ddr", False))),
+               "uart_ddr": params.get("uart_ddr", False),
                **throughput(baud, params.get("frame_bytes", 512))}
         from lowbit.boards.driver import Accelerator
         column = Accelerator.model(**params).design.column()
@@ -135,6 +138,15 @@ def main(argv=None):
               f"{r['cycles_per_bit']:<10}  {r['mem_write_Bps'] / 1e3:8.1f}        {cells[0]}"
               f"          {cells[1]}")
     if args.link_only:
+        # Only the boards' entry of the file changes; the place-and-route rows stay.
+        out = Path(args.output)
+        try:
+            old = json.loads(out.read_text())
+        except (OSError, ValueError):
+            old = {"rows": []}
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({**old, "boards": links}, indent=2) + "\n")
+        print(f"wrote the boards' entry of {out}")
         return 0
     rows = []
     for dev in args.devices:

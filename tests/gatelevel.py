@@ -142,7 +142,8 @@ def prepare_netlist(routed_json, out_json, *, f_in=None):
 
     Returns a dict: ``top`` (module name), ``pll`` (the PLL's parameters as ints, or ``None``
     without a PLL), ``pll_freq`` (its output frequency from the dividers, Hz, when ``f_in``,
-    the oscillator's frequency, is given), ``cells`` (cell count per type).
+    the oscillator's frequency, is given), ``cells`` (cell count per type), ``ddr_inputs``
+    (I/O cells whose falling-edge input ``D_IN_1`` drives a net: DDR input registers).
     """
     with open(routed_json) as f:
         netlist = json.load(f)
@@ -152,7 +153,9 @@ def prepare_netlist(routed_json, out_json, *, f_in=None):
     for cell in cells.values():
         counts[cell["type"]] = counts.get(cell["type"], 0) + 1
     plls = [c for c in cells.values() if c["type"] == "ICESTORM_PLL"]
-    info = {"top": top, "pll": None, "pll_freq": None, "cells": counts}
+    ddr = sum(1 for c in cells.values() if c["type"] == "SB_IO" and any(
+        isinstance(b, int) for b in c["connections"].get("D_IN_1", [])))
+    info = {"top": top, "pll": None, "pll_freq": None, "cells": counts, "ddr_inputs": ddr}
     if len(plls) > 1:
         raise ValueError(f"{len(plls)} PLLs in the netlist; the stub handles one")
     if plls:

@@ -277,9 +277,9 @@ def test_open_probes_the_profile_rates():
     from lowbit.boards.profiles import BOARDS
     rates = profile_rates()
     assert rates == sorted({p.top["baud"] for p in BOARDS.values()}, reverse=True)
-    assert rates[0] == 4_000_000 and 3_000_000 in rates
+    assert rates[0] == 12_000_000 and 4_000_000 in rates and 3_000_000 in rates
     with pytest.raises(LinkError, match="Cannot open serial port '/dev/lowbit-no-such-port' at "
-                                        "4000000 baud"):
+                                        "12000000 baud"):
         Accelerator.open("/dev/lowbit-no-such-port")
 
 

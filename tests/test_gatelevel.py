@@ -2,7 +2,8 @@
 
 ``test_routed_icebreaker_netlist_answers_like_the_model`` (``slow``) builds the board with
 nextpnr's routed netlist, simulates that netlist in Icarus Verilog with Yosys's iCE40 cell
-models and a PLL stub, sends the host driver's frames on the UART rx pin at 1 Mbaud and checks
+models and a PLL stub, sends the host driver's frames on the UART rx pin at the profile's
+baud rate (12 Mbaud through the pin's DDR register on the iCEBreaker) and checks
 every reply decoded from tx against :class:`lowbit.sim.link.DeviceModel` byte for byte
 (``tests/gatelevel.py``; ``docs/verification.md``, "Gate level"). The quick tests
 check the host sequence and the comparison on the model alone.
@@ -94,6 +95,8 @@ def test_routed_icebreaker_netlist_answers_like_the_model(tmp_path, require_tool
     profile = get_board(gatelevel.BOARD)
     assert info["pll_freq"] == profile.clk_freq and info["cells"]["ICESTORM_PLL"] == 1
     assert {"ICESTORM_DSP", "ICESTORM_SPRAM", "ICESTORM_RAM"} <= set(info["cells"])
+    # uart_ddr: the rx pin's falling-edge flip-flop is in the netlist, and in the simulation.
+    assert info["ddr_inputs"] == int(profile.top.get("uart_ddr", False))
     assert not outcome.problems, "\n".join(outcome.problems)
     assert len(result.replies) == len(outcome.transactions)
     # Stop-and-wait: the simulation lasted at least every request's and reply's line time.

@@ -133,6 +133,7 @@ class SimulatedSerial:
         top = self.top
         bit = self._bit
         out_level = self._line   # line levels still to send, one per cycle
+        ddr_ones = (1 << len(top.rx)) - 1
         t_frac = 0.0
         # tx decoder: cycles since the start edge was seen, and the next bit to sample.
         samples = [int((k + 0.5) * bit) for k in range(10)]
@@ -148,7 +149,9 @@ class SimulatedSerial:
                     n = int(t_frac)
                     t_frac -= n
                     out_level.extend([lv] * n)
-            ctx.set(top.rx, out_level.popleft() if out_level else 1)
+            level = out_level.popleft() if out_level else 1
+            # uart_ddr: both of the cycle's samples (the line holds for the whole cycle here).
+            ctx.set(top.rx, level * ddr_ones)
             if rx_k < 0:
                 if not tx:
                     rx_count, rx_k, rx_bits = 0, 0, 0

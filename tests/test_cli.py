@@ -311,7 +311,8 @@ def test_build_report_names_the_timing_report_and_warns_when_nearly_full():
 
 
 def test_readme_board_table_pins_match_the_platforms():
-    """The README's pin columns are what `lowbit boards` reads from amaranth-boards."""
+    """The README's pin columns are what `lowbit boards` reads from amaranth-boards, and its
+    link column the profile's baud rate."""
     from pathlib import Path
 
     from lowbit.boards.cli import board_pins
@@ -320,12 +321,14 @@ def test_readme_board_table_pins_match_the_platforms():
     rows = {}
     for line in readme.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 6 and cells[0].startswith("`"):
+        if len(cells) == 7 and cells[0].startswith("`"):
             rows[cells[0].split("`")[1]] = cells
     assert set(rows) == set(BOARDS)
     for name, profile in BOARDS.items():
         pins = board_pins(profile)
-        uart, leds = rows[name][3], rows[name][4]
+        link, uart, leds = rows[name][3], rows[name][4], rows[name][5]
+        assert link.startswith(f"{profile.top['baud'] / 1e6:g} Mbaud"), name
+        assert ("DDR" in link) == profile.top.get("uart_ddr", False), name
         assert uart.startswith(f"{pins['uart']['rx']['pin']} / {pins['uart']['tx']['pin']}"), name
         if pins["leds"]:
             assert leds.startswith(", ".join(led["pin"] for led in pins["leds"])), name

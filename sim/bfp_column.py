@@ -37,7 +37,9 @@ has mantissas ``x[kB:(k+1)B]`` and exponent ``ex[k]``. Exponent codes are ``E``-
    over lanes with ``A_i != 0`` (= the floor rule ``floor(log2(max|y|)) - (W - 2)``), 0 if every
    lane is zero; ``"fixed"``: the configured exponent; ``"predicted"``: the exponent predicted
    from the running statistics of earlier products (:class:`ExponentPredictor`, which also
-   defines when the max rule is used instead). Then clamped to ``[-2^(E-1)+1, 2^(E-1)-1]``.
+   defines when the max rule is used instead); ``"window"``: the exponent predicted from the
+   mean and σ of the last 512 / 1024 / 8192 output magnitudes (:class:`WindowPredictor`, the
+   same fallback rules). Then clamped to ``[-2^(E-1)+1, 2^(E-1)-1]``.
    If any lane is NaN, the whole output block is NaN: exponent ``-2^(E-1)``, mantissas 0.
 5. **Output mantissa shifter**: ``s = e4 - ea_i + F``; ``t = A_i · 2^-s``.
    ``s <= 0``: exact left shift. ``s > 0``: rounding of ``t`` with ``s`` clamped to ``AW + R``
@@ -52,15 +54,23 @@ Error bound (vs. the exact product of the dequantised operands, per output eleme
 ``e4`` is not clamped. See :func:`error_bound`.
 """
 
+from collections import deque
+
 import numpy as np
 
 from .bfp import ROUNDINGS, dequantise, exponent_range, nan_exponent
 
-__all__ = ["ColumnModel", "ExponentPredictor", "predict_exponent", "clog2", "reference_matvec",
-           "error_bound", "EXP_MODES", "PREDICTOR_EVENTS"]
+__all__ = ["ColumnModel", "ExponentPredictor", "WindowPredictor", "predict_exponent",
+           "window_exponent", "clog2", "reference_matvec", "error_bound", "EXP_MODES",
+           "PREDICTOR_EVENTS", "WINDOW_LENGTHS", "WINDOW_GUARD"]
 
-#: Output exponent selector modes, in the order of the gateware's ``exp_mode`` port.
-EXP_MODES = ("max", "fixed", "predicted")
+#: Output exponent selector modes, in the order of the gateware's ``exp_mode`` port
+#: (``"window"``, code 3, is the max rule on a column without the window predictor).
+EXP_MODES = ("max", "fixed", "predicted", "window")
+#: Window lengths of the windowed mean/sigma predictor (seed 002 [0052], [0093]).
+WINDOW_LENGTHS = (512, 1024, 8192)
+#: Guard bits ``G`` of the window's values above ``W_max - 1`` (see :class:`WindowPredictor`).
+WINDOW_GUARD = 2
 #: What the predicted selector did for a product (:attr:`ExponentPredictor.event`).
 PREDICTOR_EVENTS = ("predicted", "max", "overflow", "underflow", "zero", "nan")
 
@@ -243,6 +253,160 @@ class ExponentPredictor:
                 "unit_exp": self.unit_exp}
 
 
+def window_exponent(n, s1, s2, *, k, width, vw, unit_exp=0):
+    """Eq. 3/4 on ``μ + k·σ`` of a window, by integer comparisons in the squared domain.
+
+    ``n`` values ``x_i`` (non-negative integers below ``2^vw``, in units of ``2^unit_exp``) have
+    ``s1 = Σx`` and ``s2 = Σx²``; ``μ = s1/n``, ``σ = sqrt(s2/n - μ²)`` (population). Returns
+    ``unit_exp + L - (width - 2)`` with ``L = floor(log2(μ + k·σ))`` clamped below at 0: ``L + 1``
+    is the smallest ``j`` in ``1..vw+3`` with ``μ + k·σ < 2^j``, i.e. (times ``n``, squared)
+    ``A_j = n·2^j - s1 > 0`` and ``k²·(n·s2 - s1²) < A_j²``. Exact: no division, no square
+    root, no rounding. ``None`` if ``s1 == 0`` (the window holds only zeros). The seed's example
+    ``μ = 10``, ``σ = 0.5``, ``k = 3`` (``μ + 3σ = 11.5``), ``W = 16``: −11.
+    """
+    n, s1, s2, k = int(n), int(s1), int(s2), int(k)
+    if s1 == 0:
+        return None
+    v = k * k * (n * s2 - s1 * s1)
+    if v < 0:
+        raise ValueError("The window sums are inconsistent (n·Σx² < (Σx)²)")
+    for j in range(1, vw + 4):
+        a = (n << j) - s1
+        if a > 0 and a * a > v:
+            return int(unit_exp) + j - 1 - (int(width) - 2)
+    raise ValueError(f"μ + kσ is not below 2^{vw + 3}: values wider than {vw} bits?")
+
+
+class WindowPredictor(ExponentPredictor):
+    """The windowed mean/σ predictor of seed 002 claim 1 (``exp_mode="window"``).
+
+    Seed 002 updates the output exponent from the mean μ and the standard deviation σ of the
+    **absolute values of the output values** (claim 1) over the last ``N_w`` = 512, 1024 or 8192
+    of them, held in a FIFO (claim 5), with running sums of ``x`` and ``x²`` (claims 3, 4, 14,
+    19; σ = sqrt(E[x²] - E[x]²), seed Eq. 5), applies Eq. 3/4 to ``μ + kσ`` (claim 20, [0088]-
+    [0091]), keeps the previous exponent when the error of doing so is small (claim 21) and
+    clears the history on overflow or underflow (claims 23, 30, 31). Every choice below is
+    mirrored bit for bit by :class:`lowbit.hw.bfp.WindowPredictor`.
+
+    Selection
+        :meth:`select` is :meth:`ExponentPredictor.select` (the same events, the same
+        overflow/underflow window ``[raw, raw + u]``, the max rule as the fallback, the history
+        cleared on overflow/underflow, all-zero and NaN products leave it unchanged).
+    What enters the window
+        Every output element of every product that is neither all-zero nor NaN: ``|m_i|``, the
+        output mantissa magnitudes after rounding and saturation at the runtime width ``W``, in
+        lane order 0..N-1, converted to the units ``2^h`` of the history exponent ``h``:
+        ``x_i = |m_i| · 2^(e4 - h)`` (exact left shift if ``e4 >= h``, floor right shift
+        else). ``h`` is the exponent ``e4`` of the product that started the history. If
+        ``|e4 - h| > G`` (``G`` = :data:`WINDOW_GUARD` = 2) the history is **re-based**: cleared,
+        and the product's values start a new history with ``h = e4`` (:attr:`rebased`). So
+        every ``x_i < 2^VW``, ``VW = W_max - 1 + G`` bits (the FIFO's width).
+    Running sums
+        ``n`` (values held, ``<= N_w``), ``S1 = Σx``, ``S2 = Σx²``, exact integers of
+        ``VW + log2 N_w`` and ``2·VW + log2 N_w`` bits. Adding ``x`` to a full window first
+        removes the oldest value ``x_o`` (``S1 -= x_o``, ``S2 -= x_o²``); the window is a
+        sliding FIFO, not block-reset sums. A window not yet full uses its ``n`` values (no
+        division: the comparison below is multiplied through by ``n``).
+    Prediction, after the product's last value (:func:`window_exponent`)
+        ``S1 == 0`` clears the history (nothing to predict from). Else
+        ``e_new = h + L - (W - 2)``, ``L = floor(log2(μ + kσ))`` clamped below at 0, found as
+        the smallest ``j`` in ``1..VW+3`` with ``A_j = n·2^j - S1 > 0`` and
+        ``k²·(n·S2 - S1²) < A_j²`` (``μ + kσ < 2^j`` multiplied by ``n`` and squared: no square
+        root; exact, so no rounding and no ties). ``k`` is the programmable spread multiple
+        (1..7, default the seed's 3).
+    Error test (claim 21)
+        With ``e_prev`` the product's exponent ``e4``, the error magnitude of keeping ``e_prev``
+        is ``e_prev - e_new`` bits of the predicted maximum lost to the coarser exponent; if
+        ``0 <= e_prev - e_new <= t`` (``t``, ``pred_tol``, 0..7, the predetermined value) the
+        exponent is not changed: ``unit_exp = e_prev``; else ``unit_exp = e_new`` (a larger
+        ``e_new`` would saturate the predicted maximum and is always taken). ``t = 0`` is the
+        plain rule.
+
+    Parameters
+    ----------
+    width : int
+        Maximum mantissa width ``W_max`` (2..16).
+    exp_bits : int
+        Exponent width ``E`` (3..12).
+    window : int
+        Window length ``N_w``: 512, 1024 or 8192.
+
+    Members
+    -------
+    count, unit_exp : int
+        Values held and the exponent predicted for the next product.
+    hist_exp : int
+        ``h``, the units of the window's values.
+    s1, s2 : int
+        The running sums.
+    fifo : collections.deque of int
+        The values, oldest first.
+    rebased : bool
+        The last :meth:`update` re-based the history.
+    event : str or None
+        As :class:`ExponentPredictor`.
+    """
+
+    def __init__(self, *, width=8, exp_bits=8, window=512):
+        self.width = _check_int("Mantissa width", width, 2, 16)
+        self.exp_bits = _check_int("Exponent width", exp_bits, 3, 12)
+        self.window = _check_window(window)
+        self.vw = self.width - 1 + WINDOW_GUARD
+        self.event = None
+        self.rebased = False
+        self.clear()
+
+    def clear(self):
+        """Empty the history (the next predicted product uses the max rule)."""
+        self.count = self.unit_exp = self.hist_exp = self.s1 = self.s2 = 0
+        self.fifo = deque()
+
+    def update(self, samples, e4, *, width, k=3, tol=0, restart=False):
+        """Add the product's output magnitudes ``samples`` (exponent ``e4``), then predict."""
+        width = _check_int("Runtime mantissa width", width, 2, self.width)
+        k = _check_int("Spread multiple", k, 1, 7)
+        tol = _check_int("Error tolerance", tol, 0, 7)
+        xs = [_check_int("Sample", int(v), 0, (1 << (width - 1)) - 1) for v in samples]
+        e4 = int(e4)
+        self.rebased = not restart and self.count > 0 and abs(e4 - self.hist_exp) > WINDOW_GUARD
+        if restart or self.count == 0 or self.rebased:
+            self.clear()
+            self.hist_exp = e4
+        d = e4 - self.hist_exp
+        for v in xs:
+            x = _shift(v, -d)
+            if self.count == self.window:
+                old = self.fifo.popleft()
+                self.s1 -= old
+                self.s2 -= old * old
+            else:
+                self.count += 1
+            self.fifo.append(x)
+            self.s1 += x
+            self.s2 += x * x
+        e_new = window_exponent(self.count, self.s1, self.s2, k=k, width=width, vw=self.vw,
+                                unit_exp=self.hist_exp)
+        if e_new is None:
+            self.clear()
+            return
+        self.unit_exp = e4 if 0 <= e4 - e_new <= tol else e_new
+
+    def state(self):
+        """The state as a dict (``count``, ``s1``, ``s2``, ``hist_exp``, ``unit_exp``)."""
+        return {"count": self.count, "s1": self.s1, "s2": self.s2, "hist_exp": self.hist_exp,
+                "unit_exp": self.unit_exp}
+
+
+def _check_window(window):
+    if not isinstance(window, (int, np.integer)) or isinstance(window, (bool, np.bool_)):
+        raise TypeError(f"Window length must be one of "
+                        f"{', '.join(map(str, WINDOW_LENGTHS))}, not {window!r}")
+    if window not in WINDOW_LENGTHS:
+        raise ValueError(f"Window length must be one of "
+                         f"{', '.join(map(str, WINDOW_LENGTHS))}, not {window!r}")
+    return int(window)
+
+
 class ColumnModel:
     """Bit-exact model of :class:`lowbit.hw.bfp.BFPColumn` with the same generator parameters.
 
@@ -275,6 +439,10 @@ class ColumnModel:
     predictor : bool
         The column has the predicted selector (the gateware's ``predictor`` parameter); without
         it ``exp_mode="predicted"`` is the max rule.
+    window : int or None
+        Window length of the windowed mean/σ predictor (:class:`WindowPredictor`; 512, 1024 or
+        8192; the gateware's ``window`` parameter). ``None`` (the default): no such predictor,
+        ``exp_mode="window"`` is the max rule.
 
     Members
     -------
@@ -282,7 +450,10 @@ class ColumnModel:
         Widths of the exact block product and of the accumulator (see the module docstring).
     predictor : ExponentPredictor
         The predicted selector's history, carried from one product to the next (as in the
-        gateware). Products in the ``"max"`` and ``"fixed"`` modes clear it.
+        gateware). Products in the other modes clear it.
+    window_predictor : WindowPredictor or None
+        The window selector's history (``exp_mode="window"``); products in the other modes
+        clear it.
 
     Raises
     ------
@@ -291,7 +462,7 @@ class ColumnModel:
     """
 
     def __init__(self, *, lanes=16, block=16, width=8, exp_bits=8, max_blocks=16, frac_bits=3,
-                 rand_bits=8, stat_shift=4, predictor=True):
+                 rand_bits=8, stat_shift=4, predictor=True, window=None):
         self.lanes = _check_int("Lane count", lanes, 4, 256)
         self.block = _check_int("Block size", block, 2, 256)
         self.width = _check_int("Mantissa width", width, 2, 16)
@@ -306,6 +477,9 @@ class ColumnModel:
         if not isinstance(predictor, (bool, np.bool_)):
             raise TypeError(f"predictor must be a bool, not {predictor!r}")
         self.has_predictor = bool(predictor)
+        self.window = None if window is None else _check_window(window)
+        self.window_predictor = None if window is None else WindowPredictor(
+            width=self.width, exp_bits=self.exp_bits, window=self.window)
         # The widest intermediate value of the rounding step is below 2^(AW + R + 1).
         self._dtype = np.int64 if self.aw + self.rand_bits <= 61 else object
         self._nan = nan_exponent(self.exp_bits)
@@ -346,7 +520,7 @@ class ColumnModel:
                 raise ValueError(f"Bias exponents must fit in {self.exp_bits} signed bits")
         return w_m, w_e, x_m, x_e, bias_m, bias_e
 
-    def _config(self, *, width, rounding, exp_mode, pred_k, pred_margin):
+    def _config(self, *, width, rounding, exp_mode, pred_k, pred_margin, pred_tol=0):
         if rounding not in ROUNDINGS:
             raise ValueError(f"Rounding must be one of {', '.join(ROUNDINGS)}, not {rounding!r}")
         if exp_mode not in EXP_MODES:
@@ -355,9 +529,11 @@ class ColumnModel:
         width = self._runtime_width(width)
         pred_k = _check_int("Spread multiple", pred_k, 1, 7)
         pred_margin = _check_int("Underflow margin", pred_margin, 0, 7)
-        if exp_mode == "predicted" and not self.has_predictor:
+        pred_tol = _check_int("Error tolerance", pred_tol, 0, 7)
+        if (exp_mode == "predicted" and not self.has_predictor) or \
+                (exp_mode == "window" and self.window_predictor is None):
             exp_mode = "max"
-        return width, exp_mode, pred_k, pred_margin
+        return width, exp_mode, pred_k, pred_margin, pred_tol
 
     def _fixed(self, fixed_exp):
         return _check_int("Fixed exponent", fixed_exp, -(1 << (self.exp_bits - 1)),
@@ -444,7 +620,7 @@ class ColumnModel:
         return np.minimum(np.maximum(q, -mx), mx).astype(np.int64)
 
     def _products(self, w_m, w_e, x_m, x_e, bias_m, bias_e, rand, *, width, rounding,
-                  exp_mode, fixed_exp, pred_k, pred_margin):
+                  exp_mode, fixed_exp, pred_k, pred_margin, pred_tol=0):
         """Products of checked operands, vector-major then tile: ``m`` (V, T, N), ``e4`` (V, T).
 
         ``w`` has ``T·N`` rows (padded by the caller).
@@ -456,10 +632,15 @@ class ColumnModel:
         nan = nan.reshape(v, t, n).any(axis=2)
         raw, zero = self._raw_max(acc, ea, width)
         e_min, e_max = self._e_min, self._e_max
-        if exp_mode == "predicted":
+        if exp_mode in ("predicted", "window"):
+            window = exp_mode == "window"
+            other = self.predictor if window else self.window_predictor
+            if v * t and other is not None:
+                other.clear()
+                other.event = None
             m = np.zeros((v, t, n), dtype=np.int64)
             e4 = np.full((v, t), self._nan, dtype=np.int64)
-            pred = self.predictor
+            pred = self.window_predictor if window else self.predictor
             for i, j in np.ndindex(v, t):
                 e, restart = pred.select(None if zero[i, j] else int(raw[i, j]),
                                          margin=pred_margin, nan=bool(nan[i, j]))
@@ -468,7 +649,12 @@ class ColumnModel:
                 e4[i, j] = e = min(max(int(raw[i, j]) if restart else e, e_min), e_max)
                 m[i, j] = self._round(acc[i, j], e - ea[i, j] + f, width, rounding,
                                       None if rand is None else rand[i, j])
-                if pred.event != "zero":
+                if pred.event == "zero":
+                    continue
+                if window:
+                    pred.update(np.abs(m[i, j]).tolist(), e, width=width, k=pred_k,
+                                tol=pred_tol, restart=pred.event != "predicted")
+                else:
                     pred.update(int(np.abs(m[i, j]).max()), e, width=width, k=pred_k,
                                 restart=pred.event != "predicted")
             return m, e4
@@ -482,7 +668,7 @@ class ColumnModel:
             m[nan] = 0
             e4[nan] = self._nan
         if v * t:
-            self.predictor.clear()
+            self.clear_history()
             self.predictor.event = None
         return m, e4
 
@@ -521,8 +707,11 @@ class ColumnModel:
         width = self._runtime_width(width)
         e_min, e_max = exponent_range(self.exp_bits)
         raw = self.raw_max_exponent(acc, ea, width=width)
-        if exp_mode == "predicted":
-            e4, restart = self.predictor.select(raw, margin=pred_margin, nan=any(nan))
+        if exp_mode == "window" and self.window_predictor is None:
+            exp_mode = "max"
+        if exp_mode in ("predicted", "window"):
+            pred = self.predictor if exp_mode == "predicted" else self.window_predictor
+            e4, restart = pred.select(raw, margin=pred_margin, nan=any(nan))
             if any(nan):
                 return nan_exponent(self.exp_bits)
             return min(max(raw if restart else e4, e_min), e_max)
@@ -547,12 +736,15 @@ class ColumnModel:
     # -- whole products ---------------------------------------------------------------------------
 
     def clear_history(self):
-        """Clear the predicted selector's history (the gateware's ``pred_clear``)."""
+        """Clear the predicted selectors' histories (the gateware's ``pred_clear``)."""
         self.predictor.clear()
+        if self.window_predictor is not None:
+            self.window_predictor.clear()
+            self.window_predictor.event = None
 
     def matvec(self, w_m, w_e, x_m, x_e, *, bias_m=None, bias_e=None, width=None,
                rounding="nearest", exp_mode="max", fixed_exp=0, rand=None, pred_k=3,
-               pred_margin=2):
+               pred_margin=2, pred_tol=0):
         """One matrix-vector product, exactly as the gateware computes it.
 
         Parameters
@@ -568,14 +760,19 @@ class ColumnModel:
         width : int, optional
             Runtime output mantissa width ``W`` (default ``W_max``).
         rounding : {"nearest", "zero", "stochastic"}
-        exp_mode : {"max", "fixed", "predicted"}
-            ``"predicted"`` uses and updates :attr:`predictor`; the other modes clear it.
+        exp_mode : {"max", "fixed", "predicted", "window"}
+            ``"predicted"`` uses and updates :attr:`predictor`, ``"window"``
+            :attr:`window_predictor`; each mode clears the other modes' histories.
         fixed_exp : int
             Exponent of ``"fixed"`` mode.
         pred_k : int
-            Spread multiple ``k`` of ``"predicted"`` mode (1..7): prediction ``μ + k·dev``.
+            Spread multiple ``k`` of ``"predicted"`` mode (1..7): prediction ``μ + k·dev``;
+            of ``"window"`` mode: ``μ + k·σ``.
         pred_margin : int
-            Underflow margin ``u`` of ``"predicted"`` mode (0..7).
+            Underflow margin ``u`` of ``"predicted"`` and ``"window"`` modes (0..7).
+        pred_tol : int
+            Error tolerance ``t`` of ``"window"`` mode (0..7, claim 21; see
+            :class:`WindowPredictor`).
         rand : array_like of int, shape (N,), optional
             Random numbers in ``[0, 2^R)`` of stochastic rounding, one per output element.
 
@@ -596,12 +793,13 @@ class ColumnModel:
             rand = rand.reshape(1, 1, -1)
         else:
             rand = None
-        width, exp_mode, pred_k, pred_margin = self._config(
+        width, exp_mode, pred_k, pred_margin, pred_tol = self._config(
             width=width, rounding=rounding, exp_mode=exp_mode, pred_k=pred_k,
-            pred_margin=pred_margin)
+            pred_margin=pred_margin, pred_tol=pred_tol)
         ops = self._operands(w_m, w_e, x_m, x_e, bias_m, bias_e, rows=self.lanes)
         m, e4 = self._products(*ops, rand, width=width, rounding=rounding, exp_mode=exp_mode,
-                               fixed_exp=fixed_exp, pred_k=pred_k, pred_margin=pred_margin)
+                               fixed_exp=fixed_exp, pred_k=pred_k, pred_margin=pred_margin,
+                               pred_tol=pred_tol)
         return m[0, 0], int(e4[0, 0])
 
     def tiles(self, rows):
@@ -610,7 +808,7 @@ class ColumnModel:
 
     def matvec_batch(self, w_m, w_e, x_m, x_e, *, bias_m=None, bias_e=None, width=None,
                      rounding="nearest", exp_mode="max", fixed_exp=0, rand=None, pred_k=3,
-                     pred_margin=2):
+                     pred_margin=2, pred_tol=0):
         """``V`` products ``W · x_v + b`` of a matrix of any height, as the column runs them.
 
         The ``R`` rows are processed in ``T`` = :meth:`tiles` ``(R)`` tiles of ``N`` rows, the
@@ -626,7 +824,7 @@ class ColumnModel:
         x_m : array_like of int, shape (V, nb·B)
         x_e : array_like of int, shape (V, nb)
         bias_m, bias_e : array_like of int, shape (R,) or scalar, optional
-        width, rounding, exp_mode, fixed_exp, pred_k, pred_margin
+        width, rounding, exp_mode, fixed_exp, pred_k, pred_margin, pred_tol
             As :meth:`matvec`, for every product.
         rand : array_like of int, shape (V, T, N), optional
             Stochastic rounding's random numbers in ``[0, 2^R)``, per product and lane.
@@ -636,9 +834,9 @@ class ColumnModel:
         m, e : numpy.ndarray of int64, shape (V, R)
             Output mantissas and the exponent of each element's tile.
         """
-        width, exp_mode, pred_k, pred_margin = self._config(
+        width, exp_mode, pred_k, pred_margin, pred_tol = self._config(
             width=width, rounding=rounding, exp_mode=exp_mode, pred_k=pred_k,
-            pred_margin=pred_margin)
+            pred_margin=pred_margin, pred_tol=pred_tol)
         w_m, w_e, x_m, x_e, bias_m, bias_e = self._operands(w_m, w_e, x_m, x_e, bias_m, bias_e)
         rows, v, n = w_m.shape[0], x_m.shape[0], self.lanes
         t = self.tiles(rows)
@@ -658,7 +856,7 @@ class ColumnModel:
             bias_m, bias_e = np.pad(bias_m, (0, pad)), np.pad(bias_e, (0, pad))
         m, e4 = self._products(w_m, w_e, x_m, x_e, bias_m, bias_e, rand, width=width,
                                rounding=rounding, exp_mode=exp_mode, fixed_exp=fixed_exp,
-                               pred_k=pred_k, pred_margin=pred_margin)
+                               pred_k=pred_k, pred_margin=pred_margin, pred_tol=pred_tol)
         return m.reshape(v, t * n)[:, :rows], np.repeat(e4, n, axis=1)[:, :rows]
 
 

@@ -112,7 +112,7 @@ from .schedule import PrecisionSchedule, ThresholdController, Widths, quantisati
 __all__ = ["load_digits_split", "validation_split", "RoundingPRNG", "Backend",
            "GoldenBackend", "DeviceBackend", "DISCRETE_BOOK", "FPRIME_BOOK", "FixedPolicy",
            "MixedPolicy", "TrainConfig", "Trainer", "VARIANTS", "variant_config", "check_config",
-           "discrete_dense_batch", "train"]
+           "discrete_dense_batch", "host_quantise", "train"]
 
 #: Training variants of :func:`variant_config`.
 VARIANTS = ("float64", "bfp8", "bfp4-nearest", "bfp4-stochastic", "mixed", "discrete",
@@ -665,6 +665,26 @@ def variant_config(variant, **overrides):
 
 # -- training ----------------------------------------------------------------------------------
 
+def host_quantise(x, width, block, rounding="nearest", rand=None, rand_bits=8):
+    """The host's BFP conversion of ``x`` (V, n) along the last axis for a column product.
+
+    ``x`` is padded with zeros to a multiple of ``block`` and quantised by
+    :func:`lowbit.sim.bfp.quantise` (floor rule) at mantissa width ``width``. Returns
+    ``(m, e)``: mantissas shaped like the padded ``x`` and exponents ``(V, n_blocks)``, the
+    operands of :meth:`Backend.bfp_matvec`. For stochastic rounding ``rand(shape)`` gives the
+    random integers (``rand_bits`` bits).
+    """
+    x = np.asarray(x, np.float64)
+    pad = -x.shape[-1] % block
+    if pad:
+        x = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, pad)])
+    kw = {}
+    if rounding == "stochastic":
+        kw = dict(rand=rand(x.shape), rand_bits=rand_bits)
+    m, e = quantise(x, block=block, width=width, rounding=rounding, **kw)
+    return m.reshape(x.shape), e
+
+
 def _softmax(z):
     z = z - z.max(axis=1, keepdims=True)
     p = np.exp(z)
@@ -764,17 +784,9 @@ class Trainer:
     def _q(self, x, width, rounding=None, block=None):
         """Host BFP quantisation of ``x`` (V, n) along the last axis (padded to blocks of
         ``block``, default the column's ``B``)."""
-        b = block or self.backend.column.block
-        x = np.asarray(x, np.float64)
-        pad = -x.shape[-1] % b
-        if pad:
-            x = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, pad)])
-        rounding = rounding or self.cfg.rounding
-        kw = {}
-        if rounding == "stochastic":
-            kw = dict(rand=self._host_rand(x.shape), rand_bits=self.backend.column.rand_bits)
-        m, e = quantise(x, block=b, width=width, rounding=rounding, **kw)
-        return m.reshape(x.shape), e
+        return host_quantise(x, width, block or self.backend.column.block,
+                             rounding or self.cfg.rounding, self._host_rand,
+                             self.backend.column.rand_bits)
 
     def _widths(self, layer):
         return self.cfg.policy.widths(layer, self.epoch)

@@ -93,7 +93,10 @@ epoch, the measured quantisation error of each layer (weights: relative RMS erro
 weights against the master copy; activations: of the layer's forward outputs on the epoch's
 first batch against the float64 product of the same operands, i.e. seed 004's "repeat a
 subset of the computation at high precision") and raises a width when the error is above its
-upper threshold, lowers it (down to the schedule) below the lower one.
+upper threshold, lowers it (down to the schedule) below the lower one. Within an epoch the
+schedule's step table (step within the epoch) applies, and an optional
+:class:`lowbit.sim.schedule.StepController` is fed every step's batch accuracy and loss and
+moves the widths of the next step (seed 004 ¶[0074]: moving averages of accuracy and speed).
 """
 
 import dataclasses
@@ -462,10 +465,13 @@ class FixedPolicy:
     def __init__(self, widths):
         self._w = widths if isinstance(widths, Widths) else Widths(*widths)
 
-    def widths(self, layer, epoch):
+    def widths(self, layer, epoch, step=None):
         return self._w
 
     def observe(self, layer, kind, error):
+        pass
+
+    def end_step(self, accuracy, loss):
         pass
 
     def end_epoch(self, epoch):
@@ -473,23 +479,46 @@ class FixedPolicy:
 
 
 class MixedPolicy:
-    """Seed 004: schedule (per layer, per epoch) with a threshold controller on top.
+    """Seed 004: schedule (per layer, per epoch, per step) with controllers on top.
+
+    The widths of a layer at a step are ``max(schedule, threshold controller)`` per kind,
+    then moved by the step controller's offset (when there is one, clamped to 2..8).
 
     Parameters
     ----------
     schedule : lowbit.sim.schedule.PrecisionSchedule
     controller : lowbit.sim.schedule.ThresholdController
-        Keys ``(layer, "a")`` and ``(layer, "w")``.
+        Keys ``(layer, "a")`` and ``(layer, "w")``; fed once per epoch.
+    step_controller : lowbit.sim.schedule.StepController, optional
+        Fed the batch accuracy and loss after every step (¶[0074]).
+
+    Raises
+    ------
+    ValueError
+        From :meth:`widths`, when the schedule chooses float32 for a layer: the MLP trainer
+        runs every layer on the column (float32 per gate is :mod:`lowbit.sim.gru`'s).
     """
 
-    def __init__(self, schedule, controller):
+    def __init__(self, schedule, controller, step_controller=None):
         self.schedule = schedule
         self.controller = controller
+        self.step_controller = step_controller
         self._errors = {}
 
-    def widths(self, layer, epoch):
-        s = self.schedule.widths(layer, epoch)
-        return Widths(*(max(s[k], self.controller.width((layer, k))) for k in "aw"))
+    def widths(self, layer, epoch, step=None):
+        s = self.schedule.widths(layer, epoch, step)
+        if s.is_float:
+            raise ValueError(f"Layer {layer}: the MLP trainer runs every layer on the BFP "
+                             f"column, not {s}")
+        out = Widths(*(max(s[k], self.controller.width((layer, k))) for k in "aw"))
+        if self.step_controller is not None:
+            out = self.step_controller.adjust(out)
+        return out
+
+    def end_step(self, accuracy, loss):
+        """Feed one step's batch accuracy and loss to the step controller (if any)."""
+        if self.step_controller is not None:
+            self.step_controller.update(accuracy, loss)
 
     def observe(self, layer, kind, error):
         """Record the quantisation error of ``(layer, kind)`` measured in this epoch."""
@@ -734,6 +763,8 @@ class Trainer:
         self.history = []
         self.epoch = 0
         self.steps = 0
+        self.step_in_epoch = 0
+        self.batch_acc = None
         if backend is not None:
             b = backend.column.block
             if config.batch % b or any(h % b for h in config.hidden):
@@ -789,7 +820,7 @@ class Trainer:
                              self.backend.column.rand_bits)
 
     def _widths(self, layer):
-        return self.cfg.policy.widths(layer, self.epoch)
+        return self.cfg.policy.widths(layer, self.epoch, self.step_in_epoch)
 
     # -- BFP products --------------------------------------------------------------------------
     def _bfp_forward(self, layer, a_m, a_e, *, measure=False, rounding=None):
@@ -831,6 +862,7 @@ class Trainer:
         self._errors_pending = False
         inputs, masks, z = self._forward_bfp(x, measure=measure)
         loss, g = _cross_entropy(z, y, n_real)
+        self.batch_acc = float(np.mean(np.argmax(z[:n_real], axis=1) == y[:n_real]))
         grads = [None] * len(self.weights)
         for layer in reversed(range(len(self.weights))):
             wd = self._widths(layer)
@@ -1000,6 +1032,8 @@ class Trainer:
         else:
             loss, grads = self._step_bfp(x, y, n_real)
         self._update(grads)
+        if self.cfg.policy is not None and self.batch_acc is not None:
+            self.cfg.policy.end_step(self.batch_acc, float(loss))
         self.steps += 1
         return loss
 
@@ -1042,6 +1076,7 @@ class Trainer:
         for s, k in enumerate(range(0, len(order), self.cfg.batch)):
             if limit is not None and s >= limit:
                 break
+            self.step_in_epoch = s
             idx = order[k:k + self.cfg.batch]
             losses.append(self.step(x_tr[idx], y_tr[idx]))
         widths = None

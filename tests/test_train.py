@@ -8,7 +8,7 @@ from lowbit.sim.discrete import CodeBook, SMFormat, weight_grad
 from lowbit.sim.grand import GrandModel
 from lowbit.sim.network import DiscreteDense, discrete_dense
 from lowbit.sim.prng import Xoroshiro128aox, load_state
-from lowbit.sim.schedule import PrecisionSchedule, ThresholdController, Widths
+from lowbit.sim.schedule import PrecisionSchedule, StepController, ThresholdController, Widths
 from lowbit.sim.train import (
     VARIANTS,
     DeviceBackend,
@@ -366,6 +366,41 @@ def test_mixed_run_records_widths_and_decisions(small):
     assert rec["widths"] == ["a6w6", "a4w4", "a6w6"]
     assert {tuple(k) for k, _, _ in rec["controller"]} == \
         {(layer, kind) for layer in range(3) for kind in "aw"}
+
+
+class _WidthRecorder(GoldenBackend):
+    def __init__(self):
+        super().__init__()
+        self.widths = []
+
+    def bfp_matvec(self, *args, **kw):
+        self.widths.append(kw["width"])
+        return super().bfp_matvec(*args, **kw)
+
+
+def test_mlp_widths_change_within_an_epoch(small):
+    """Per-step precision in the MLP loop: the schedule's step table, then the step controller
+    (fed every step's batch accuracy and loss) move the widths between steps of one epoch.
+    A step is 8 column products (3 forward, 3 weight gradients, 2 backward); the first is the
+    input layer's forward product, at the layer's activation width."""
+    floor = ThresholdController(2, low=0.0, high=10.0)        # never above the schedule
+    pol = MixedPolicy(PrecisionSchedule("a8w8", steps={0: "a8w8", 1: "a4w4"}), floor)
+    be = _WidthRecorder()
+    tr = Trainer(variant_config("bfp8", policy=pol, epochs=1, hidden=(16, 16)), be, small)
+    tr.run_epoch(limit=3)
+    assert be.widths[0:24:8] == [8, 4, 4]
+    ctl = StepController(warmup=1, cooldown=0, patience=1, min_offset=-2, accuracy_drop=1,
+                         speed_drop=None)
+    pol = MixedPolicy(PrecisionSchedule("a8w8"), ThresholdController(2, low=0.0, high=10.0),
+                      ctl)
+    be = _WidthRecorder()
+    tr = Trainer(variant_config("bfp8", policy=pol, epochs=1, hidden=(16, 16)), be, small)
+    tr.run_epoch(limit=3)
+    assert be.widths[0:24:8] == [8, 8, 7]
+    assert [h[5] for h in ctl.history] == ["warmup", "relax", "relax"]
+    assert tr.batch_acc == ctl.history[-1][1]                 # the batch accuracy it was fed
+    with pytest.raises(ValueError, match="Layer 1: .*, not float32"):
+        MixedPolicy(PrecisionSchedule("a8w8", layers={1: "float32"}), floor).widths(1, 0)
 
 
 def test_validation_split(data):

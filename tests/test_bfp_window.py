@@ -294,3 +294,161 @@ def test_runtime_validation():
         pred.update([8], 0, width=4, restart=True)
     with pytest.raises(ValueError, match="Mantissa width must be an integer between 2 and 16"):
         WindowPredictor(width=17)
+
+
+# -- gateware: the predictor alone (lowbit.hw.bfp.WindowPredictor) ------------------------------
+
+
+def run_window_rtl(products, *, width=8, exp_bits=8, window=512, seed=0):
+    """Drive :class:`lowbit.hw.bfp.WindowPredictor` with ``products`` and compare every state
+    with the model after each one.
+
+    ``products``: dicts with ``samples`` (signed mantissas), ``e4``, ``restart``, ``w``, ``k``,
+    ``tol`` and optionally ``clear`` (a clear pulse before the product). ``restart`` is forced
+    when the history is not usable (as the output unit does).
+    """
+    from amaranth.sim import Simulator
+
+    from lowbit.hw.bfp.window import WindowPredictor as RTL
+    dut = RTL(width=width, exp_bits=exp_bits, window=window)
+    model = WindowPredictor(width=width, exp_bits=exp_bits, window=window)
+    rng = np.random.default_rng(seed)
+    log = []
+
+    async def bench(ctx):
+        for p in products:
+            if p.get("clear"):
+                ctx.set(dut.clear, 1)
+                await ctx.tick()
+                ctx.set(dut.clear, 0)
+                await ctx.tick().repeat(2)
+                model.clear()
+            usable = bool(ctx.get(dut.usable))
+            assert usable == model.usable
+            restart = p["restart"] or not usable
+            e4 = p["e4"] if restart else model.unit_exp
+            ctx.set(dut.restart, restart)
+            ctx.set(dut.e4, p["e4"])
+            ctx.set(dut.width, p["w"])
+            ctx.set(dut.k, p["k"])
+            ctx.set(dut.tol, p["tol"])
+            ctx.set(dut.begin, 1)
+            await ctx.tick()
+            ctx.set(dut.begin, 0)
+            await ctx.tick().repeat(3)
+            for s in p["samples"]:
+                while rng.random() < 0.3:
+                    await ctx.tick()
+                ctx.set(dut.sample_valid, 1)
+                ctx.set(dut.sample, int(s))
+                await ctx.tick()
+                ctx.set(dut.sample_valid, 0)
+            await ctx.tick()
+            ctx.set(dut.commit, 1)
+            await ctx.tick()
+            ctx.set(dut.commit, 0)
+            cycles = 1
+            while ctx.get(dut.busy):
+                await ctx.tick()
+                cycles += 1
+            model.update([abs(int(s)) for s in p["samples"]], e4, width=p["w"], k=p["k"],
+                         tol=p["tol"], restart=restart)
+            got = (ctx.get(dut.count), bool(ctx.get(dut.usable)))
+            assert got == (model.count, model.usable), (len(log), got, model.state())
+            if model.count:
+                got = (ctx.get(dut.s1), ctx.get(dut.s2), ctx.get(dut.hist_exp))
+                assert got == (model.s1, model.s2, model.hist_exp), (len(log), got)
+            if model.usable:
+                assert ctx.get(dut.unit_exp) == model.unit_exp, (len(log), model.state())
+            log.append((model.count, model.unit_exp if model.usable else None, cycles))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return log
+
+
+def _random_products(rng, count, *, width=8, lanes=16, scale_steps=(), zero_at=(),
+                     p_width=0.3, p_restart=0.05):
+    out, scale = [], 0
+    for i in range(count):
+        scale += dict(scale_steps).get(i, 0)
+        w = width if rng.random() >= p_width else int(rng.integers(2, width + 1))
+        mx = (1 << (w - 1)) - 1
+        y = np.clip(np.round(rng.standard_normal(lanes) * mx / 3.2 * 2.0 ** scale), -mx, mx)
+        if i in zero_at:
+            y[:] = 0
+        out.append({"samples": y.astype(int).tolist(), "e4": int(rng.integers(-5, 6)),
+                    "restart": bool(rng.random() < p_restart), "w": w,
+                    "k": int(rng.integers(1, 8)) if rng.random() < 0.3 else 3,
+                    "tol": int(rng.integers(0, 3)) if rng.random() < 0.3 else 0})
+    return out
+
+
+def test_rtl_window_matches_model_random():
+    # 48 products of 16 samples: the 512-value window fills at product 32 and then slides;
+    # random restarts, runtime widths, k, tolerances and re-bases (e4 given on restarts).
+    rng = np.random.default_rng(1)
+    log = run_window_rtl(_random_products(rng, 30, p_width=0.5, p_restart=0.1), seed=1)
+    assert len({c for c, _, _ in log}) > 5
+    # Then a stationary stream that fills the window and slides it.
+    # A restart, and the window fills again over the old contents.
+    prods = _random_products(rng, 74, p_width=0, p_restart=0)
+    for p in prods:
+        p["k"], p["tol"] = 3, 0
+    prods[40]["restart"] = True
+    log = run_window_rtl(prods, seed=4)
+    counts = [c for c, _, _ in log]
+    assert counts[31:40] == [512] * 9 and counts[40] == 16 and counts[-2:] == [512] * 2
+    assert all(e is not None for _, e, _ in log)
+
+
+def test_rtl_window_edge_cases():
+    rng = np.random.default_rng(2)
+    prods = _random_products(rng, 14, scale_steps={5: -3, 9: 3}, zero_at=(3, 11), p_width=0)
+    for p in prods:
+        p["restart"], p["k"], p["tol"] = False, 3, 0
+    prods[3]["restart"] = True          # all-zero values only: S1 = 0 empties the history
+    prods[7]["clear"] = True            # a history clear (pred_clear / another mode)
+    prods[12]["restart"] = True         # the fallback of claims 23/30/31: a new history
+    prods[12]["e4"] = 40
+    prods[13]["e4"] = -40
+    log = run_window_rtl(prods, seed=2)
+    # A history of zeros only is emptied (S1 = 0); zeros in a history are values like others;
+    # the clear and the restart start new histories; products 8 and 9's exponents (the
+    # predictions) are 3 below their histories': re-bases.
+    counts = [c for c, _, _ in log]
+    assert log[3][:2] == (0, None) and counts[4:8] == [16, 32, 48, 16]
+    assert counts[8:12] == [16, 16, 32, 48] and log[12][:2] == (16, 40)
+
+
+def test_rtl_window_wide_mantissa_short_exponent():
+    rng = np.random.default_rng(3)
+    run_window_rtl(_random_products(rng, 10, width=16, lanes=8), width=16, exp_bits=5,
+                   window=1024, seed=3)
+
+
+def test_rtl_window_boundaries():
+    def prod(samples, **kw):
+        return {"samples": samples, "e4": 0, "restart": False, "w": 8, "k": 3, "tol": 0, **kw}
+    prods = [
+        # mu + k·sigma exactly 8 (values 4 and 8, k = 1): floor(log2 8) = 3 -> e = 3 - 6.
+        prod([4, -8], restart=True, k=1),
+        # k = 7 on values 127 and 0 predicts 2 bits up: the next values enter shifted left by
+        # 2 (the guard bits); the prediction after them lies 3 or more above h: a re-base.
+        prod([127, 0], restart=True, k=7),
+        prod([127, 0], k=7),
+        prod([127, -127, 0], k=7),
+        # A prediction exactly G + 1 = 3 above h (k = 4), then one G = 2 above: the first
+        # product at it re-bases, the second does not.
+        prod([127, 0], restart=True, k=4),
+        prod([127, 0], k=4),
+        prod([5, 0], k=4),
+        prod([127, 0], restart=True, k=7),
+        prod([127, 0], k=7),
+    ]
+    log = run_window_rtl(prods, seed=5)
+    assert log[0][1] == -3
+    assert [c for c, _, _ in log[1:]] == [2, 4, 3, 2, 4, 2, 2, 4]
+    assert log[5][1] == 3

@@ -20,6 +20,9 @@ One module per unit (each module's docstring states the unit's part); :class:`BF
    and output mantissa shifter; one output element per beat.
 4. **Predictor** (:class:`ExponentPredictor`, :mod:`lowbit.hw.bfp.predictor`, inside the output
    unit): history and update engine of the predicted output exponent selector.
+5. **Window predictor** (:class:`WindowPredictor`, :mod:`lowbit.hw.bfp.window`, inside the
+   output unit of a column built with ``window``): the windowed mean/σ selector of seed 002
+   claim 1.
 
 :mod:`lowbit.hw.bfp.shared` holds what they share (:class:`ExpMode`, :func:`column_widths`).
 """
@@ -30,6 +33,7 @@ from lowbit.hw.bfp.output import OutputUnit
 from lowbit.hw.bfp.pe import BFPLanes
 from lowbit.hw.bfp.predictor import ExponentPredictor, predictor_widths
 from lowbit.hw.bfp.shared import ExpMode, column_widths
+from lowbit.hw.bfp.window import WindowPredictor, window_widths
 
 __all__ = ["BFPColumn", "BFPLanes", "BlockCombiner", "OutputUnit", "ExponentPredictor",
-           "ExpMode", "column_widths", "predictor_widths"]
+           "ExpMode", "WindowPredictor", "column_widths", "predictor_widths", "window_widths"]

@@ -452,3 +452,204 @@ def test_rtl_window_boundaries():
     assert log[0][1] == -3
     assert [c for c, _, _ in log[1:]] == [2, 4, 3, 2, 4, 2, 2, 4]
     assert log[5][1] == 3
+
+
+# -- gateware: the column with window (lowbit.hw.bfp.BFPColumn(window=...)) --------------------
+
+
+MODE_CODE = {"max": 0, "fixed": 1, "predicted": 2, "window": 3}
+WCOL = {"lanes": 4, "block": 4, "max_blocks": 2, "stat_shift": 2, "window": 512}
+
+
+class ScheduledColumn:
+    """Build a wrapper component that sets the column's exponent selector per product."""
+
+    OWN = ("cfg_exp_mode", "cfg_pred_k", "cfg_pred_margin", "cfg_pred_tol", "pred_clear")
+
+    @classmethod
+    def build(cls, col, schedule):
+        from amaranth.hdl import Array, Module, Mux, Signal
+        from amaranth.lib import wiring
+
+        class Wrapped(wiring.Component):
+            def __init__(self):
+                self.lanes, self.block = col.lanes, col.block
+                super().__init__({name: member for name, member in col.signature.members.items()
+                                  if name not in cls.OWN})
+
+            def elaborate(self, platform):
+                m = Module()
+                m.submodules.col = col
+                for name, member in self.signature.members.items():
+                    outer, inner = getattr(self, name), getattr(col, name)
+                    if member.is_signature and member.flow == wiring.In:
+                        wiring.connect(m, wiring.flipped(outer), inner)
+                    elif member.is_signature:
+                        wiring.connect(m, inner, wiring.flipped(outer))
+                    else:
+                        m.d.comb += inner.eq(outer)
+                prod = Signal(range(len(schedule) + 1))
+                cnt = Signal(range(col.lanes))
+                last = Signal()
+                m.d.comb += last.eq(col.o.valid & col.o.ready & (cnt == col.lanes - 1))
+                with m.If(col.o.valid & col.o.ready):
+                    m.d.sync += cnt.eq(Mux(last, 0, cnt + 1))
+                    with m.If(last):
+                        m.d.sync += prod.eq(prod + 1)
+                rows = schedule + [schedule[-1]]
+                clears = [int(r["clear"]) for r in rows[1:] + [rows[-1]]]
+                m.d.comb += [
+                    col.cfg_exp_mode.eq(Array(MODE_CODE[r["exp_mode"]] for r in rows)[prod]),
+                    col.cfg_pred_k.eq(Array(r["pred_k"] for r in rows)[prod]),
+                    col.cfg_pred_margin.eq(Array(r["pred_margin"] for r in rows)[prod]),
+                    col.pred_clear.eq(last & Array(clears)[prod]),
+                ]
+                if hasattr(col, "cfg_pred_tol"):
+                    m.d.comb += col.cfg_pred_tol.eq(Array(r["pred_tol"] for r in rows)[prod])
+                return m
+        return Wrapped()
+
+
+def stationary_job(rng, n, nb, block, *, shift=0):
+    k = nb * block
+    w_m, w_e = quantise(rng.standard_normal((n, k)), block=block)
+    x_m, x_e = quantise(rng.standard_normal(k), block=block)
+    return {"w_m": w_m.reshape(n, k), "w_e": w_e, "x_m": x_m.reshape(k), "x_e": x_e + shift}
+
+
+def run_column(params, jobs, schedule, *, width=8, valid_prob=0.9, ready_prob=0.8, seed=0):
+    """The column (built with ``params``) and the model over ``jobs`` with ``schedule``:
+    ``(got, want, window events)``."""
+    from lowbit.hw.bfp import BFPColumn
+    from lowbit.sim.rtl.harness import run_stream
+    col = BFPColumn(**params)
+    dut = ScheduledColumn.build(col, schedule)
+    n, b = col.lanes, col.block
+    nb = len(jobs[0]["x_e"])
+    ws, xs = [], []
+    for job in jobs:
+        for j in range(nb * b):
+            ws.append({"m": [int(v) for v in job["w_m"][:, j]],
+                       "e": [int(v) for v in job["w_e"][:, j // b]]})
+            xs.append({"m": int(job["x_m"][j]), "e": int(job["x_e"][j // b])})
+
+    async def setup(ctx):
+        ctx.set(dut.cfg_width, width)
+        ctx.set(dut.cfg_fixed_exp, -3)
+        ctx.set(dut.cfg_blocks, nb)
+        await ctx.tick()
+
+    out = run_stream(dut, {"i_w": ws, "i_x": xs}, {"o": n * len(jobs)}, setup=setup,
+                     valid_prob=valid_prob, ready_prob=ready_prob, seed=seed)["o"]
+    got = []
+    for k in range(len(jobs)):
+        chunk = out[k * n:(k + 1) * n]
+        assert len({o["e"] for o in chunk}) == 1
+        got.append(([o["m"] for o in chunk], chunk[0]["e"]))
+    model = ColumnModel(**params)
+    want, events = [], []
+    for job, row in zip(jobs, schedule, strict=True):
+        if row["clear"]:
+            model.clear_history()
+        y, e = model.matvec(job["w_m"], job["w_e"], job["x_m"], job["x_e"], width=width,
+                            exp_mode=row["exp_mode"], fixed_exp=-3, pred_k=row["pred_k"],
+                            pred_margin=row["pred_margin"], pred_tol=row["pred_tol"])
+        want.append((y.tolist(), e))
+        events.append(model.window_predictor.event if model.window_predictor else None)
+    return got, want, events
+
+
+def _sched(count, **kw):
+    return [{"exp_mode": "window", "pred_k": 3, "pred_margin": 2, "pred_tol": 0,
+             "clear": False, **kw} for _ in range(count)]
+
+
+def test_column_window_scale_jumps_fall_back():
+    # Overflow and underflow fall back to the max rule and clear the history (claims 23, 30,
+    # 31); the prediction is used in between, and differs from the max rule.
+    rng = np.random.default_rng(41)
+    shifts = [0] * 10 + [7] * 8 + [-2] * 8
+    jobs = [stationary_job(rng, 4, 2, 4, shift=s) for s in shifts]
+    got, want, events = run_column(WCOL, jobs, _sched(len(jobs)), seed=1)
+    assert got == want
+    assert events[0] == "max" and events[10] == "overflow" and events[18] == "underflow"
+    assert events.count("predicted") >= 18
+    _, max_rule, _ = run_column(WCOL, jobs, _sched(len(jobs), exp_mode="max"), seed=1)
+    assert got != max_rule
+
+
+def test_column_window_schedule_clear_modes_zero_nan_tolerance():
+    rng = np.random.default_rng(42)
+    jobs = [stationary_job(rng, 4, 2, 4, shift=int(s)) for s in [0] * 8 + [1] * 16]
+    jobs[3]["x_m"][:] = 0                      # all-zero outputs keep the history
+    jobs[4]["x_e"][1] = nan_exponent(8)        # so does a NaN product
+    sched = _sched(len(jobs))
+    sched[7]["clear"] = True                   # pred_clear before product 7
+    sched[10]["exp_mode"] = "max"              # other modes clear the window's history
+    sched[12]["exp_mode"] = "predicted"
+    sched[14]["exp_mode"] = "fixed"
+    for i in range(16, 24):
+        sched[i]["pred_tol"] = 2               # claim 21's error test
+    sched[19]["pred_k"] = 1
+    sched[21]["pred_margin"] = 0
+    got, want, events = run_column(WCOL, jobs, sched, seed=2)
+    assert got == want
+    assert events[3:5] == ["zero", "nan"] and events[5] == "predicted"
+    assert events[7] == "max" and events[11] == "max" and events[15] == "max"
+
+
+def test_column_window_runtime_width_and_k():
+    rng = np.random.default_rng(43)
+    jobs = [stationary_job(rng, 4, 1, 4, shift=int(s))
+            for s in np.cumsum(rng.integers(-1, 2, 14))]
+    params = {**WCOL, "max_blocks": 1, "window": 1024}
+    for width, k in ((3, 1), (6, 7)):
+        got, want, events = run_column(params, jobs, _sched(len(jobs), pred_k=k), width=width,
+                                       seed=width)
+        assert got == want and "predicted" in events
+
+
+@pytest.mark.slow
+def test_column_window_fills_and_slides():
+    # 4 outputs per product: the 512-value window is full after 128 products.
+    rng = np.random.default_rng(44)
+    jobs = [stationary_job(rng, 4, 1, 4) for _ in range(150)]
+    params = {**WCOL, "max_blocks": 1}
+    got, want, events = run_column(params, jobs, _sched(len(jobs), pred_k=4, pred_margin=4),
+                                   valid_prob=1.0, ready_prob=1.0)
+    assert got == want and events.count("predicted") == 149
+    model = ColumnModel(**params)
+    for job in jobs:
+        model.matvec(job["w_m"], job["w_e"], job["x_m"], job["x_e"], exp_mode="window",
+                     pred_k=4, pred_margin=4)
+    assert model.window_predictor.count == 512
+
+
+def test_column_without_window_mode3_is_the_max_rule():
+    from lowbit.hw.bfp import BFPColumn
+    assert "cfg_pred_tol" not in BFPColumn().signature.members
+    assert BFPColumn().window is None and BFPColumn(window=1024).window == 1024
+    rng = np.random.default_rng(45)
+    jobs = [stationary_job(rng, 4, 2, 4) for _ in range(4)]
+    params = {k: v for k, v in WCOL.items() if k != "window"}
+    got, want, _ = run_column(params, jobs, _sched(len(jobs)))
+    _, max_rule, _ = run_column(params, jobs, _sched(len(jobs), exp_mode="max"))
+    assert got == want == max_rule
+
+
+@pytest.mark.parametrize("window, exc, msg", [
+    (100, ValueError, "Window length must be one of 512, 1024, 8192, not 100"),
+    (512.0, TypeError, "Window length must be one of 512, 1024, 8192, not 512.0"),
+    (True, TypeError, "Window length must be one of 512, 1024, 8192, not True"),
+])
+def test_gateware_window_validation(window, exc, msg):
+    from lowbit.hw.bfp import BFPColumn
+    from lowbit.hw.bfp import WindowPredictor as RTL
+    with pytest.raises(exc, match=msg):
+        BFPColumn(window=window)
+    with pytest.raises(exc, match=msg):
+        RTL(width=8, exp_bits=8, window=window)
+    with pytest.raises(ValueError, match="Mantissa width must be an integer between 2 and 16"):
+        RTL(width=1, exp_bits=8, window=512)
+    with pytest.raises(ValueError, match="Exponent width must be an integer between 3 and 12"):
+        RTL(width=8, exp_bits=13, window=512)

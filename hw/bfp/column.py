@@ -17,6 +17,7 @@ from lowbit.hw.bfp.combiner import BlockCombiner
 from lowbit.hw.bfp.output import OutputUnit
 from lowbit.hw.bfp.pe import BFPLanes
 from lowbit.hw.bfp.shared import _clog2, _elem_layout, _groups, column_widths
+from lowbit.hw.bfp.window import check_window
 from lowbit.hw.common import Rounding
 from lowbit.hw.common import check_int as _check_int
 from lowbit.hw.mult import MULT_STYLES
@@ -71,6 +72,11 @@ class BFPColumn(wiring.Component):
         ``True`` also computes the control decisions a cycle ahead into flip-flops (the PE
         array's and drain's enables in one copy per four lanes), and, for ``N >= 6``, adds two
         combiner stages (see :class:`BlockCombiner`): the UP5K timing work of ``docs/bfp.md``.
+    window : int or None
+        Build the windowed mean/σ exponent selector of seed 002 claim 1
+        (:class:`~lowbit.hw.bfp.WindowPredictor`, ``cfg_exp_mode`` 3) with this window length
+        (512, 1024 or 8192 output magnitudes in block RAM), and the ``cfg_pred_tol`` port.
+        ``None`` (the default) leaves both out; mode 3 is then the max rule.
 
     Members
     -------
@@ -91,7 +97,9 @@ class BFPColumn(wiring.Component):
     cfg_exp_mode : In(2)
         :class:`ExpMode`: 0 = max over the output vector, 1 = fixed, 2 = predicted from the
         statistics of earlier products (:class:`ExponentPredictor`; products in the other
-        modes clear its history), 3 = as 0.
+        modes clear its history), 3 = the windowed mean/σ prediction with ``window``
+        (:class:`~lowbit.hw.bfp.WindowPredictor`, the same fallback; the other modes clear its
+        history), else as 0.
     cfg_fixed_exp : In(signed(E))
     cfg_pred_k : In(3), init 3
         Predicted mode: spread multiple ``k`` (1..7; 0 acts as 1) of the prediction
@@ -99,7 +107,9 @@ class BFPColumn(wiring.Component):
     cfg_pred_margin : In(3), init 2
         Predicted mode: underflow margin ``u``.
     pred_clear : In(1)
-        Pulse: clear the predicted mode's history at the next product's exponent selection.
+        Pulse: clear the predicted modes' histories at the next product's exponent selection.
+    cfg_pred_tol : In(3)
+        Only with ``window``: the error tolerance ``t`` of claim 21 (0..7).
     cfg_bias_en : In(1)
     cfg_blocks : In(range(max_blocks + 1))
         Blocks per product ``nb`` (1..max_blocks); ``K = nb · B`` beats per product.
@@ -114,11 +124,13 @@ class BFPColumn(wiring.Component):
 
     def __init__(self, *, lanes=16, block=16, width=8, exp_bits=8, max_blocks=16, frac_bits=3,
                  rand_bits=8, mult="lut", sim_model=True, stat_shift=4, predictor=True,
-                 stochastic=True, acc_block_ram=False, pipelined=True):
+                 stochastic=True, acc_block_ram=False, pipelined=True, window=None):
         try:
             self._validate(lanes, block, width, exp_bits, max_blocks, frac_bits, rand_bits,
                            mult, sim_model, stat_shift, predictor, stochastic, acc_block_ram,
                            pipelined)
+            if window is not None:
+                check_window(window)
         except (TypeError, ValueError):
             self._MustUse__silence = True    # a rejected component is not "unused"
             raise
@@ -127,6 +139,7 @@ class BFPColumn(wiring.Component):
         self._mult, self._sim_model, self._stat_shift = mult, sim_model, stat_shift
         self._predictor, self._stochastic = predictor, stochastic
         self._acc_block_ram, self._pipelined = acc_block_ram, pipelined
+        self._window = window
         self._pw, self._aw = column_widths(block=block, width=width, max_blocks=max_blocks,
                                            frac_bits=frac_bits)
         elem = _elem_layout(width, exp_bits)
@@ -147,6 +160,7 @@ class BFPColumn(wiring.Component):
             "pred_clear": In(1),
             "cfg_bias_en": In(1),
             "cfg_blocks": In(range(max_blocks + 1), init=1),
+            **({"cfg_pred_tol": In(3)} if window is not None else {}),
         })
 
     @staticmethod
@@ -190,6 +204,7 @@ class BFPColumn(wiring.Component):
     stochastic = property(lambda self: self._stochastic)
     acc_block_ram = property(lambda self: self._acc_block_ram)
     pipelined = property(lambda self: self._pipelined)
+    window = property(lambda self: self._window)
     #: Width of the exact block sum.
     pw = property(lambda self: self._pw)
     #: Width of the accumulator.
@@ -211,7 +226,8 @@ class BFPColumn(wiring.Component):
                                             stat_shift=self._stat_shift,
                                             predictor=self._predictor,
                                             stochastic=self._stochastic,
-                                            pipelined=self._pipelined)
+                                            pipelined=self._pipelined,
+                                            window=self._window)
         attrs = {"ram_style": "block"} if self._acc_block_ram else {}
         # Unpipelined, the combiner writes a lane two cycles after reading it and reads it
         # again N >= 4 cycles after, and the output unit reads the other bank: no read-write
@@ -248,6 +264,8 @@ class BFPColumn(wiring.Component):
             out.cfg_pred_k.eq(self.cfg_pred_k), out.cfg_pred_margin.eq(self.cfg_pred_margin),
             out.pred_clear.eq(self.pred_clear),
         ]
+        if self._window is not None:
+            m.d.comb += out.cfg_pred_tol.eq(self.cfg_pred_tol)
 
         # Pass controller: which contribution enters the combiner, and the two banks. `pop`
         # is one gate from registers: `mid_pass` (pcnt != 0) and `can_start` (registered from

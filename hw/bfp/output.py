@@ -19,6 +19,7 @@ from amaranth.lib.wiring import In, Out
 
 from lowbit.hw.bfp.predictor import ExponentPredictor
 from lowbit.hw.bfp.shared import ExpMode, _clog2, _elem_layout, _leading_one
+from lowbit.hw.bfp.window import WindowPredictor
 from lowbit.hw.common import Rounding
 
 __all__ = ["OutputUnit"]
@@ -107,11 +108,13 @@ class OutputUnit(wiring.Component):
     """
 
     def __init__(self, *, lanes, aw, width, exp_bits, frac_bits, rand_bits, acc_layout,
-                 stat_shift=4, predictor=True, stochastic=True, pipelined=True):
+                 stat_shift=4, predictor=True, stochastic=True, pipelined=True, window=None):
         self._lanes, self._aw, self._w, self._eb = lanes, aw, width, exp_bits
         self._f, self._r, self._stat_shift = frac_bits, rand_bits, stat_shift
         self._predictor, self._stochastic = predictor, stochastic
         self._pipelined = pipelined
+        self._window = window
+        extra = {"cfg_pred_tol": In(3)} if window else {}
         super().__init__({
             "start": In(1),
             "bank": In(1),
@@ -129,6 +132,7 @@ class OutputUnit(wiring.Component):
             "cfg_pred_k": In(3, init=3),
             "cfg_pred_margin": In(3, init=2),
             "pred_clear": In(1),
+            **extra,
         })
 
     def elaborate(self, platform):
@@ -152,6 +156,18 @@ class OutputUnit(wiring.Component):
         m.d.comb += [pred.sample_valid.eq(self.o.valid & self.o.ready),
                      pred.sample.eq(self.o.payload.m)]
         m.d.sync += pred.commit.eq(self.finish)
+        # The windowed mean/σ predictor (mode 3), only on a column built with `window`.
+        windowed = Const(0, 1)
+        pred_eu = pred.unit_exp
+        if self._window:
+            m.submodules.wpred = wpred = WindowPredictor(width=w, exp_bits=eb,
+                                                         window=self._window)
+            m.d.comb += [wpred.sample_valid.eq(self.o.valid & self.o.ready),
+                         wpred.sample.eq(self.o.payload.m), wpred.tol.eq(self.cfg_pred_tol)]
+            m.d.sync += wpred.commit.eq(self.finish)
+            windowed = self.cfg_exp_mode == ExpMode.WINDOW
+            pred_eu = Signal(signed(max(len(pred.unit_exp), len(wpred.unit_exp)) + 1))
+            m.d.comb += pred_eu.eq(Mux(windowed, wpred.unit_exp, pred.unit_exp))
         # A clear request waits for the next exponent selection.
         clear_req = Signal()
         with m.If(self.pred_clear):
@@ -512,7 +528,7 @@ class OutputUnit(wiring.Component):
             m.d.sync += [idx.eq(idx + 1), more.eq(idx != n - 1)]
 
         raw = Signal(signed(tb + 1))
-        dwin = Signal(signed(max(len(raw), len(pred.unit_exp)) + 1))
+        dwin = Signal(signed(max(len(raw), len(pred_eu)) + 1))
         in_window = Signal()
         raw_c = Signal(signed(eb))
         raw_hi = Signal()       # pipelined: raw > e_max, registered in CHECK
@@ -523,6 +539,8 @@ class OutputUnit(wiring.Component):
             m.d.sync += [accepted.eq(accepted + 1), acc_last.eq(accepted == n - 2)]
 
         tail_done = ~rv & scan_empty & ~pred.busy
+        if self._window:
+            tail_done = tail_done & ~wpred.busy
         emit_done = acc_last & self.o.valid & self.o.ready
         raw_max = top_max - fw
         if self._pipelined:
@@ -550,6 +568,12 @@ class OutputUnit(wiring.Component):
             m.d.comb += [pred.begin.eq(begin_q), pred.restart.eq(restart_q),
                          pred.e4.eq(raw_c), pred.width.eq(self.cfg_width),
                          pred.k.eq(self.cfg_pred_k)]
+            if self._window:
+                wbegin_q = Signal()
+                m.d.sync += wbegin_q.eq(0)
+                m.d.comb += [wpred.begin.eq(wbegin_q), wpred.restart.eq(restart_q),
+                             wpred.e4.eq(raw_c), wpred.width.eq(self.cfg_width),
+                             wpred.k.eq(self.cfg_pred_k)]
         fsm = _OneHotFSM(m, states) if self._pipelined else _FSM(m)
         with fsm:
             with fsm.state("IDLE"):
@@ -578,7 +602,7 @@ class OutputUnit(wiring.Component):
             with fsm.state("CHECK"):
                 # Predicted mode: is the prediction within [raw, raw + u] (no overflow, no
                 # underflow)? A subtraction here, two small tests of it in WINDOW.
-                m.d.sync += dwin.eq(pred.unit_exp - raw)
+                m.d.sync += dwin.eq(pred_eu - raw)
                 if self._pipelined:
                     # The clamp's two compares here, its choice in WINDOW.
                     m.d.sync += [raw_hi.eq(raw > e_max), raw_lo.eq(raw < -e_max)]
@@ -595,14 +619,18 @@ class OutputUnit(wiring.Component):
                 fsm.goto("DECIDE" if self._pipelined else "CLAMP")
             predicted = self.cfg_exp_mode == ExpMode.PREDICTED
             usable = pred.usable & ~clear_req
+            pmode = predicted
+            if self._window:
+                usable = Mux(windowed, wpred.usable, pred.usable) & ~clear_req
+                pmode = predicted | windowed
             if self._pipelined:
                 with fsm.state("DECIDE"):
-                    m.d.sync += use_pred_r.eq(predicted & usable & (in_window | ~any_nz))
+                    m.d.sync += use_pred_r.eq(pmode & usable & (in_window | ~any_nz))
                     fsm.goto("CLAMP")
             with fsm.state("CLAMP"):
                 use_pred = (use_pred_r if self._pipelined
-                            else predicted & usable & (in_window | ~any_nz))
-                e4_sel = Mux(use_pred, pred.unit_exp, raw_c)
+                            else pmode & usable & (in_window | ~any_nz))
+                e4_sel = Mux(use_pred, pred_eu, raw_c)
                 m.d.sync += [
                     e4.eq(e4_sel),
                     o_e.eq(Mux(any_nan, nan_code, e4_sel)),
@@ -614,9 +642,13 @@ class OutputUnit(wiring.Component):
                     clear_req.eq(self.pred_clear),
                 ]
                 m.d.comb += pred.clear.eq(clear_req | ~predicted)
+                if self._window:
+                    m.d.comb += wpred.clear.eq(clear_req | ~windowed)
                 if self._pipelined:
                     m.d.sync += [begin_q.eq(predicted & any_nz & ~any_nan),
                                  restart_q.eq(~(usable & in_window))]
+                    if self._window:
+                        m.d.sync += wbegin_q.eq(windowed & any_nz & ~any_nan)
                 else:
                     m.d.comb += [
                         pred.begin.eq(predicted & any_nz & ~any_nan),
@@ -625,6 +657,14 @@ class OutputUnit(wiring.Component):
                         pred.width.eq(self.cfg_width),
                         pred.k.eq(self.cfg_pred_k),
                     ]
+                    if self._window:
+                        m.d.comb += [
+                            wpred.begin.eq(windowed & any_nz & ~any_nan),
+                            wpred.restart.eq(~(usable & in_window)),
+                            wpred.e4.eq(raw_c),
+                            wpred.width.eq(self.cfg_width),
+                            wpred.k.eq(self.cfg_pred_k),
+                        ]
                 fsm.goto("EMIT")
             with fsm.state("EMIT"):
                 with m.If(emit_done):

@@ -15,11 +15,13 @@ __all__ = ["ExpMode", "column_widths"]
 class ExpMode:
     """Values of the ``cfg_exp_mode`` port (the golden model's ``exp_mode`` names).
 
-    Code 3 behaves as ``MAX``.
+    ``WINDOW`` (code 3) is the windowed mean/σ predictor on a column built with ``window``, and
+    behaves as ``MAX`` on the others.
     """
     MAX = 0
     FIXED = 1
     PREDICTED = 2
+    WINDOW = 3
 
 
 def _clog2(n):

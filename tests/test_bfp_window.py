@@ -653,3 +653,14 @@ def test_gateware_window_validation(window, exc, msg):
         RTL(width=1, exp_bits=8, window=512)
     with pytest.raises(ValueError, match="Exponent width must be an integer between 3 and 12"):
         RTL(width=8, exp_bits=13, window=512)
+
+
+def test_rtl_window_seed_example():
+    # Seed 002 [0088]-[0091] in the gateware: 9.5 and 10.5 (units 2^-1), W = 16, k = 3:
+    # mu + 3·sigma = 11.5 -> -11; k = 1: 10.5 -> -11; values 12 and 14 (mu 13, sigma 1):
+    # 16 exactly -> -10.
+    prod = {"e4": -1, "restart": True, "w": 16, "tol": 0}
+    log = run_window_rtl([{**prod, "samples": [19, -21], "k": 3},
+                          {**prod, "samples": [-19, 21], "k": 1},
+                          {**prod, "samples": [24, 28], "k": 3}], width=16, seed=6)
+    assert [e for _, e, _ in log] == [-11, -11, -10]

@@ -446,7 +446,7 @@ class StepController:
         Per :meth:`update`: ``(step, accuracy, accuracy_avg, speed, speed_avg, event,
         offset)``, the averages *before* the step's samples, ``event`` one of ``"warmup"``,
         ``"skip"`` (not a decision step or cooling down), ``"drop"``, ``"calm"``,
-        ``"relax"`` (calm long enough: offset moved back).
+        ``"relax"`` (calm long enough: offset moved back, or held at its bound).
 
     Raises
     ------

@@ -87,6 +87,11 @@ def _schedules():
                                                          "r": "a4w4"}),
         "gates-n4-zr6": PrecisionSchedule("a8w8", gates={"n": "a4w4", "z": "a6w6",
                                                          "r": "a6w6"}),
+        # Where it breaks: 3-bit gates around a 6-bit candidate, and the reverse.
+        "gates-n6-zr3": PrecisionSchedule("a8w8", gates={"n": "a6w6", "z": "a3w3",
+                                                         "r": "a3w3"}),
+        "gates-n3-zr6": PrecisionSchedule("a8w8", gates={"n": "a3w3", "z": "a6w6",
+                                                         "r": "a6w6"}),
         # Data type per gate (¶[0059]): the candidate in float32, the other gates in BFP-4.
         "gates-nf32-zr4": PrecisionSchedule("a8w8", gates={"n": "float32", "z": "a4w4",
                                                            "r": "a4w4"}),
@@ -96,7 +101,8 @@ def _schedules():
 #: Named schedules: ``float32`` (everything float32), ``bfp8`` (all gates and the readout at
 #: a8w8), ``gates-n6-zr5`` (Example 16 / ¶[0076]: candidate ``n`` at a6w6, ``z`` and ``r`` at
 #: a5w5, readout a8w8), ``gates-n5-zr6`` (the reverse), ``gates-n6-zr4``, ``gates-n4-zr6``,
-#: ``gates-nf32-zr4`` (candidate float32, ``z`` and ``r`` BFP-4).
+#: ``gates-n6-zr3``, ``gates-n3-zr6``, ``gates-nf32-zr4`` (candidate float32, ``z`` and ``r``
+#: BFP-4).
 GRU_SCHEDULES = tuple(_schedules())
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from lowbit.sim.gru import GATES, GRU_SCHEDULES, GRUConfig, GRUTrainer, digit_sequences, train_gru
 from lowbit.sim.schedule import FLOAT32, PrecisionSchedule, StepController, Widths
-from lowbit.sim.train import GoldenBackend, load_digits_split
+from lowbit.sim.train import GoldenBackend, RoundingPRNG, load_digits_split
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +171,21 @@ def test_named_schedules():
         assert str(tr.widths("o")) in ("float32", "a8w8")
     cfg = _check(GRUConfig(schedule="gates-n6-zr5"))
     assert [str(cfg.schedule.widths(0, 0, gate=g)) for g in GATES] == ["a5w5", "a5w5", "a6w6"]
+
+
+def test_stochastic_rounding_is_reproducible(data):
+    """With stochastic rounding the column's outputs draw the rounding PRNG and the host's
+    gradient conversions its generator: the same seed gives the same weights, another seed
+    other weights."""
+    def one(seed, rounding="stochastic"):
+        tr = GRUTrainer(GRUConfig(schedule="gates-n6-zr4", hidden=16, batch=32, seed=seed,
+                                  rounding=rounding), data=data)
+        tr.step(data[0][:32], data[1][:32])
+        return tr
+    a, b, nearest = one(1), one(1), one(1, "nearest")
+    assert np.array_equal(a.params["W_z"], b.params["W_z"])
+    assert not np.array_equal(a.params["W_z"], nearest.params["W_z"])
+    fresh = RoundingPRNG(1, a.backend.column.rand_bits).draw(4)
+    assert not np.array_equal(a.backend._prng.draw(4), fresh)          # the column drew
+    assert np.array_equal(nearest.backend._prng.draw(4), fresh)         # nearest did not
+    assert a.rng.integers(1 << 30) != nearest.rng.integers(1 << 30)     # the host drew

@@ -54,17 +54,9 @@ bit as ``(±I)·b + a`` (identity weights of exponent 0, ``x = b``, bias ``a``):
 
 import numpy as np
 
-from lowbit.sim.bfp import ROUNDINGS, exponent_range, nan_exponent
+from lowbit.sim.bfp import ROUNDINGS, _check_int, exponent_range, nan_exponent
 
 __all__ = ["add", "divide"]
-
-
-def _check_int(name, value, lo, hi):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
-    return int(value)
 
 
 def _operands(a_m, a_e, b_m, b_e, exp_bits):

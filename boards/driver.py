@@ -1286,19 +1286,26 @@ class Accelerator:
         caller."""
         from lowbit.sim.network import BFPDense, bfp_dense, discrete_dense
         d = self.design
+
+        def registers():
+            _check_int("Output exponent", layer.out_exp, -128, 127)
+            if layer.table is not None:
+                _check_int("Table exponent", layer.table_exp, -128, 127)
+
         if isinstance(layer, BFPDense):
             if x is None:
                 x = (np.zeros(layer.cols, np.int64), np.zeros(layer.cols // layer.block, np.int64))
             rand = None
             if layer.rounding == "stochastic":
                 rand = np.zeros((-(-layer.rows // d.matrix_lanes), d.matrix_lanes), np.int64)
-            bfp_dense(layer, *x, d.column(), rand=rand)
+            bfp_dense(layer, *x, d.column(), rand=rand)     # its own message for out_exp first
+            registers()
         else:
+            # discrete_dense fills its output exponents with out_exp unchecked (a float too
+            # large for int64 would reach numpy's cast): the registers' check comes first.
+            registers()
             discrete_dense(layer, np.zeros(layer.cols, np.int64) if x is None else x,
                            lanes=d.matrix_lanes)
-        _check_int("Output exponent", layer.out_exp, -128, 127)
-        if layer.table is not None:
-            _check_int("Table exponent", layer.table_exp, -128, 127)
 
     # -- networks ---------------------------------------------------------------------------
     def load_network(self, layers, *, quantise_input="auto"):

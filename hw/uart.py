@@ -104,9 +104,10 @@ class UARTReceiver(_Period, wiring.Component):
     located to a slot, bit ``k`` is sampled in the slot nearest to ``(S - 1)/2 + k·S`` slots
     after the slot in which it was seen (``S = 2·P`` slots a bit; ties late), so the receiver
     takes 12 Mbaud at 24 MHz, two cycles per bit, with about the margins of four cycles per
-    bit without a DDR register (measured at 2 cycles per bit: ±2.5 %). A stop bit sampled in
-    a cycle's first slot whose second slot is already low starts the next frame at that slot.
-    At least :data:`MIN_DDR_DIVISOR` cycles per bit.
+    bit without a DDR register (measured at 2 cycles per bit, bytes back to back: a sender up
+    to 4.5 % fast or 2.5 % slow). A stop bit sampled in a cycle's first slot whose second slot
+    is already low starts the next frame at that slot (without it a sender 4 % fast loses
+    bytes). At least :data:`MIN_DDR_DIVISOR` cycles per bit.
 
     Parameters
     ----------

@@ -250,6 +250,17 @@ def test_ddr_rx_baud_mismatch(period, error):
         assert got == (data, 0, 0), phase
 
 
+def test_ddr_rx_fast_sender_restarts_in_the_stop_bit_cycle():
+    """A sender 4 % fast at 2 cycles per bit: a stop bit sampled in a cycle's first half whose
+    second half is already low starts the next frame there, half a cycle earlier than the next
+    cycle's look would (without that, bytes are lost at most phases)."""
+    rng = random.Random(5)
+    data = [0x00, 0xFF, 0x7F, 0xFE, 0x55, 0xAA] + [rng.randrange(256) for _ in range(18)]
+    for phase in (0.0, 0.2, 0.45, 0.6, 0.95):
+        got = _run_rx(_ddr_levels(data, 2 * (1 - 0.04), phase=phase), 2, ddr=True)
+        assert got == (data, 0, 0), phase
+
+
 @pytest.mark.parametrize("error", [-0.06, 0.06])
 def test_ddr_rx_fails_beyond_its_tolerance(error):
     """At 2 cycles per bit a sender 6 % off is not received cleanly."""

@@ -91,6 +91,7 @@ import os
 import numpy as np
 
 from . import bfp
+from .bfp import _check_int
 from .bfp_column import ColumnModel
 from .discrete import CodeBook, SMFormat, dot, to_codes
 from .lut import Quant, transfer_table
@@ -108,14 +109,6 @@ CLASSES = 10
 #: The fixed train/test split: ``train_test_split(test_size=TEST_SIZE, random_state=SPLIT_SEED)``.
 TEST_SIZE = 0.3
 SPLIT_SEED = 0
-
-
-def _check_int(name, value, lo, hi):
-    if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be an integer between {lo} and {hi}, not {value!r}")
-    return int(value)
 
 
 def _check_real(name, value, lo):

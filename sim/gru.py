@@ -51,7 +51,7 @@ import math
 import numpy as np
 
 from .schedule import PrecisionSchedule, StepController
-from .train import GoldenBackend, _cross_entropy, host_quantise, load_digits_split
+from .train import GoldenBackend, _cross_entropy, epoch_steps, host_quantise, load_digits_split
 
 __all__ = ["GATES", "SEQ_LEN", "FEATURES", "GRU_SCHEDULES", "GRUConfig", "GRUTrainer",
            "digit_sequences", "train_gru"]
@@ -358,16 +358,9 @@ class GRUTrainer:
         """One epoch over the shuffled training set (``limit`` caps the steps)."""
         import time
         t0 = time.perf_counter()
-        x_tr, y_tr, x_te, y_te = self.data
-        order = self.rng.permutation(len(x_tr))
-        losses = []
+        x_te, y_te = self.data[2:]
         self.step_in_epoch = 0
-        for s, k in enumerate(range(0, len(order), self.cfg.batch)):
-            if limit is not None and s >= limit:
-                break
-            self.step_in_epoch = s
-            idx = order[k:k + self.cfg.batch]
-            losses.append(self.step(x_tr[idx], y_tr[idx]))
+        losses = epoch_steps(self, limit)
         widths = {g: str(self.widths(g)) for g in (*GATES, "o")}
         acc = self.accuracy(x_te, y_te)
         ctl = self.cfg.step_controller

@@ -115,7 +115,7 @@ from .schedule import PrecisionSchedule, ThresholdController, Widths, quantisati
 __all__ = ["load_digits_split", "validation_split", "RoundingPRNG", "Backend",
            "GoldenBackend", "DeviceBackend", "DISCRETE_BOOK", "FPRIME_BOOK", "FixedPolicy",
            "MixedPolicy", "TrainConfig", "Trainer", "VARIANTS", "variant_config", "check_config",
-           "discrete_dense_batch", "host_quantise", "train"]
+           "discrete_dense_batch", "host_quantise", "epoch_steps", "train"]
 
 #: Training variants of :func:`variant_config`.
 VARIANTS = ("float64", "bfp8", "bfp4-nearest", "bfp4-stochastic", "mixed", "discrete",
@@ -1068,17 +1068,10 @@ class Trainer:
         """One epoch over the (shuffled) training set; ``limit`` caps the number of steps."""
         import time
         t0 = time.perf_counter()
-        x_tr, y_tr, x_te, y_te = self.data
-        order = self.rng.permutation(len(x_tr))
-        losses = []
+        x_te, y_te = self.data[2:]
         if self.cfg.policy is not None:
             self._errors_pending = True
-        for s, k in enumerate(range(0, len(order), self.cfg.batch)):
-            if limit is not None and s >= limit:
-                break
-            self.step_in_epoch = s
-            idx = order[k:k + self.cfg.batch]
-            losses.append(self.step(x_tr[idx], y_tr[idx]))
+        losses = epoch_steps(self, limit)
         widths = None
         decisions = []
         if self.cfg.policy is not None:
@@ -1092,6 +1085,23 @@ class Trainer:
                              "seconds": time.perf_counter() - t0})
         self.epoch += 1
         return self.history[-1]
+
+
+def epoch_steps(trainer, limit=None):
+    """The training steps of one epoch: ``trainer.step(x, y)`` on batches of
+    ``trainer.cfg.batch`` of the training set (``trainer.data[:2]``) in the order of one
+    permutation drawn from ``trainer.rng``, with ``trainer.step_in_epoch`` the step's index;
+    ``limit`` caps the steps. Returns the steps' losses."""
+    x_tr, y_tr = trainer.data[:2]
+    order = trainer.rng.permutation(len(x_tr))
+    losses = []
+    for s, k in enumerate(range(0, len(order), trainer.cfg.batch)):
+        if limit is not None and s >= limit:
+            break
+        trainer.step_in_epoch = s
+        idx = order[k:k + trainer.cfg.batch]
+        losses.append(trainer.step(x_tr[idx], y_tr[idx]))
+    return losses
 
 
 def train(config, backend=None, *, data=None, progress=None, limit=None):

@@ -19,18 +19,20 @@ from lowbit.sim.rtl.harness import run_stream
 from lowbit.sim.vectors import bfp_tie_job
 
 ROUNDING = {name: member for member, name in ROUNDING_NAMES.items()}
-EXP_MODE = {"max": ExpMode.MAX, "fixed": ExpMode.FIXED, "predicted": ExpMode.PREDICTED}
+EXP_MODE = {"max": ExpMode.MAX, "fixed": ExpMode.FIXED, "predicted": ExpMode.PREDICTED,
+            "window": ExpMode.WINDOW}
 
 
 class Scheduled(wiring.Component):
     """Test fixture: a column whose exponent-selector settings change from product to product.
 
     ``schedule[j]`` is a dict with ``exp_mode``, ``pred_k``, ``pred_margin`` and ``clear`` for
-    product ``j``. The settings switch when the previous product's last output is accepted
-    (before the next exponent selection); ``clear`` pulses ``pred_clear`` at that moment.
+    product ``j`` (and ``pred_tol`` for a column with the window predictor). The settings
+    switch when the previous product's last output is accepted (before the next exponent
+    selection); ``clear`` pulses ``pred_clear`` at that moment.
     """
 
-    OWN = ("cfg_exp_mode", "cfg_pred_k", "cfg_pred_margin", "pred_clear")
+    OWN = ("cfg_exp_mode", "cfg_pred_k", "cfg_pred_margin", "cfg_pred_tol", "pred_clear")
 
     def __init__(self, col, schedule):
         self.col, self.schedule = col, schedule
@@ -65,6 +67,8 @@ class Scheduled(wiring.Component):
             col.cfg_pred_margin.eq(Array(r["pred_margin"] for r in rows)[prod]),
             col.pred_clear.eq(last & Array(int(r["clear"]) for r in rows[1:] + [rows[-1]])[prod]),
         ]
+        if hasattr(col, "cfg_pred_tol"):
+            m.d.comb += col.cfg_pred_tol.eq(Array(r["pred_tol"] for r in rows)[prod])
         return m
 
 

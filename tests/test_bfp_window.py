@@ -457,57 +457,7 @@ def test_rtl_window_boundaries():
 # -- gateware: the column with window (lowbit.hw.bfp.BFPColumn(window=...)) --------------------
 
 
-MODE_CODE = {"max": 0, "fixed": 1, "predicted": 2, "window": 3}
 WCOL = {"lanes": 4, "block": 4, "max_blocks": 2, "stat_shift": 2, "window": 512}
-
-
-class ScheduledColumn:
-    """Build a wrapper component that sets the column's exponent selector per product."""
-
-    OWN = ("cfg_exp_mode", "cfg_pred_k", "cfg_pred_margin", "cfg_pred_tol", "pred_clear")
-
-    @classmethod
-    def build(cls, col, schedule):
-        from amaranth.hdl import Array, Module, Mux, Signal
-        from amaranth.lib import wiring
-
-        class Wrapped(wiring.Component):
-            def __init__(self):
-                self.lanes, self.block = col.lanes, col.block
-                super().__init__({name: member for name, member in col.signature.members.items()
-                                  if name not in cls.OWN})
-
-            def elaborate(self, platform):
-                m = Module()
-                m.submodules.col = col
-                for name, member in self.signature.members.items():
-                    outer, inner = getattr(self, name), getattr(col, name)
-                    if member.is_signature and member.flow == wiring.In:
-                        wiring.connect(m, wiring.flipped(outer), inner)
-                    elif member.is_signature:
-                        wiring.connect(m, inner, wiring.flipped(outer))
-                    else:
-                        m.d.comb += inner.eq(outer)
-                prod = Signal(range(len(schedule) + 1))
-                cnt = Signal(range(col.lanes))
-                last = Signal()
-                m.d.comb += last.eq(col.o.valid & col.o.ready & (cnt == col.lanes - 1))
-                with m.If(col.o.valid & col.o.ready):
-                    m.d.sync += cnt.eq(Mux(last, 0, cnt + 1))
-                    with m.If(last):
-                        m.d.sync += prod.eq(prod + 1)
-                rows = schedule + [schedule[-1]]
-                clears = [int(r["clear"]) for r in rows[1:] + [rows[-1]]]
-                m.d.comb += [
-                    col.cfg_exp_mode.eq(Array(MODE_CODE[r["exp_mode"]] for r in rows)[prod]),
-                    col.cfg_pred_k.eq(Array(r["pred_k"] for r in rows)[prod]),
-                    col.cfg_pred_margin.eq(Array(r["pred_margin"] for r in rows)[prod]),
-                    col.pred_clear.eq(last & Array(clears)[prod]),
-                ]
-                if hasattr(col, "cfg_pred_tol"):
-                    m.d.comb += col.cfg_pred_tol.eq(Array(r["pred_tol"] for r in rows)[prod])
-                return m
-        return Wrapped()
 
 
 def stationary_job(rng, n, nb, block, *, shift=0):
@@ -520,10 +470,12 @@ def stationary_job(rng, n, nb, block, *, shift=0):
 def run_column(params, jobs, schedule, *, width=8, valid_prob=0.9, ready_prob=0.8, seed=0):
     """The column (built with ``params``) and the model over ``jobs`` with ``schedule``:
     ``(got, want, window events)``."""
+    from test_bfp_rtl import Scheduled  # the per-product exponent selector fixture
+
     from lowbit.hw.bfp import BFPColumn
     from lowbit.sim.rtl.harness import run_stream
     col = BFPColumn(**params)
-    dut = ScheduledColumn.build(col, schedule)
+    dut = Scheduled(col, schedule)
     n, b = col.lanes, col.block
     nb = len(jobs[0]["x_e"])
     ws, xs = [], []

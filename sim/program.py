@@ -89,7 +89,7 @@ from .protocol import _REGISTER_BY_INDEX, REGISTER_BY_NAME, REGISTERS, Status
 
 __all__ = ["Op", "F_OFS_SRC", "F_OFS_DST", "F_BIAS", "INSTRUCTION_BYTES", "Instruction",
            "assemble", "disassemble", "ENGINES", "Design", "Fault", "RunResult", "Machine",
-           "config", "InputQuant", "NetworkLayout", "load_weights_program"]
+           "config", "hoist_configs", "InputQuant", "NetworkLayout", "load_weights_program"]
 
 INSTRUCTION_BYTES = 16
 
@@ -809,6 +809,59 @@ def config(name, value):
     return Instruction.config(_reg_index(name), int(value))
 
 
+#: Registers whose write does more than store a value (``PRNG_SEED3`` loads the PRNG):
+#: :func:`hoist_configs` never drops or moves a CONFIG of these.
+_SIDE_EFFECT_REGISTERS = frozenset(REGISTER_BY_NAME[n].index for n in
+                                   ("PRNG_SEED0", "PRNG_SEED1", "PRNG_SEED2", "PRNG_SEED3"))
+
+
+def hoist_configs(body):
+    """Split a loop body into the CONFIGs to run once before the loop and the body without
+    the CONFIGs that write a value the register already holds.
+
+    Every CONFIG costs a fetch like any instruction (about a dozen cycles on the sequencer),
+    and a network's body sets the same registers for every sample. Before the loop, each
+    register the body writes is set to the value the body leaves in it; a CONFIG of the body
+    is then kept only if the register holds another value at that point. An instruction
+    after the body's first CONFIG of a register sees the value it saw in the unhoisted
+    program, in every iteration, and the registers end the loop with the same values; only
+    the CONFIGs executed change. An instruction before the body's first CONFIG of a register
+    saw the previous iteration's value (the device's in the first) and now sees the body's
+    last value in every iteration: the network bodies of :class:`NetworkLayout` configure
+    every register before the instruction that reads it, except the MATVEC that clears the
+    predicted selector, whose output is overwritten. A body without CONFIGs is returned
+    unchanged with an empty prologue.
+
+    Parameters
+    ----------
+    body : list of Instruction
+        Straight-line instructions (no JUMP, LOOP or DJNZ).
+
+    Returns
+    -------
+    prologue, body : list of Instruction
+    """
+    def key(ins):
+        return ins.words[0], ins.words[1:3]
+
+    hoistable = [ins for ins in body
+                 if ins.op == Op.CONFIG and ins.words[0] not in _SIDE_EFFECT_REGISTERS]
+    last = dict(key(ins) for ins in hoistable)
+    state = dict(last)
+    kept = []
+    for ins in body:
+        if ins.op in (Op.JUMP, Op.LOOP, Op.DJNZ):
+            raise ValueError(f"A loop body to hoist from is straight-line, not {ins}")
+        if ins.op == Op.CONFIG and ins.words[0] in last:
+            index, value = key(ins)
+            if state[index] == value:
+                continue
+            state[index] = value
+        kept.append(ins)
+    prologue = [Instruction(Op.CONFIG, 0, (index, *value)) for index, value in last.items()]
+    return prologue, kept
+
+
 _ROUNDING_CODES = {"nearest": 0, "zero": 1, "stochastic": 2}
 _EXP_SELECT_CODES = {"max": 0, "fixed": 1, "predicted": 2}
 _INPUT_MODES = ("device", "host")
@@ -974,7 +1027,7 @@ class NetworkLayout:
         self.in_words = layers[0].cols
         self.out_words = self.out_widths[-1]
         self.bias_addr = []
-        self.program_words = 8 * len(self._body(0, 0, 0, 0, 0)) + 8 * 5
+        self.program_words = 8 * sum(self._lengths()) + 8 * 5
         addr = self.program_words
         self.bias_addr = []
         for layer, kind, width in zip(layers, kinds, self.out_widths, strict=True):
@@ -1143,17 +1196,26 @@ class NetworkLayout:
         return body
 
     def program(self, count):
-        """The program (list of :class:`Instruction`) running ``count`` samples (1..chunk)."""
+        """The program (list of :class:`Instruction`) running ``count`` samples (1..chunk).
+
+        ``SETOFS``, the loop's CONFIGs (:func:`hoist_configs`), ``LOOP count``, the body of
+        one sample, ``ADDOFS``, ``DJNZ``, ``HALT``."""
         _check_param("Sample count", count, 1, self.chunk)
-        start = 2     # SETOFS, LOOP
-        body = self._body(self.in_addr, self.out_addr, *self.buffers, start)
-        return ([Instruction.setofs(0, 0), Instruction.loop(count)] + body
+        prologue, body = hoist_configs(self._body(self.in_addr, self.out_addr, *self.buffers,
+                                                  0))
+        start = 2 + len(prologue)     # SETOFS, the CONFIGs, LOOP
+        return ([Instruction.setofs(0, 0), *prologue, Instruction.loop(count)] + body
                 + [Instruction.addofs(self.in_words, self.out_words), Instruction.djnz(start * 8),
                    Instruction.halt()])
 
+    def _lengths(self):
+        prologue, body = hoist_configs(self._body(0, 0, 0, 0, 0))
+        return len(prologue), len(body)
+
     def instructions(self, count):
         """Instructions :meth:`program` ``(count)`` executes (HALT included)."""
-        return 3 + count * (len(self._body(0, 0, 0, 0, 0)) + 2)
+        once, per_sample = self._lengths()
+        return 3 + once + count * (per_sample + 2)
 
     # -- golden reference -----------------------------------------------------------------------
     def reference(self, x):

@@ -36,6 +36,7 @@ from lowbit.sim.program import (
     assemble,
     config,
     disassemble,
+    hoist_configs,
 )
 from lowbit.sim.quantiser import decode_f16, quantise_int8
 
@@ -607,6 +608,64 @@ def test_network_input_quantisation_on_device_equals_host():
     q = quantise_int8(decode_f16(lay.f16(x)), shift=-2, rounding="zero")
     ref = [discrete_dense(layers[0], row, lanes=4)[0] for row in q]
     assert np.array_equal(outs[0][0], ref)
+
+
+def test_hoisted_configs_give_the_unhoisted_programs_results():
+    """A network body sets its layers' registers for every sample; the program sets them once
+    before the loop and keeps only the CONFIGs that change a register. Outputs, the
+    registers left behind and the PRNG's state are those of the unhoisted program, and
+    fewer instructions run."""
+    rng = np.random.default_rng(11)
+    design = Design(matrix_lanes=4, block=4, max_blocks=4, weight_depth=256, scratch_bytes=8192)
+    layers = [_bfp_layer(rng, 8, 16, 4, exp_mode="fixed", out_exp=-3, table=RELU, table_exp=-4),
+              _bfp_layer(rng, 8, 8, 4, exp_mode="max", width=6, rounding="stochastic"),
+              _bfp_layer(rng, 4, 8, 4, exp_mode="fixed", out_exp=-2, table=RELU, table_exp=-5)]
+    lay = NetworkLayout(layers, design, input=InputQuant("device", width=7))
+    count = 5
+    body = lay._body(lay.in_addr, lay.out_addr, *lay.buffers, 0)
+    plain = ([I.setofs(0, 0), I.loop(count)] + body
+             + [I.addofs(lay.in_words, lay.out_words), I.djnz(2 * 8), I.halt()])
+    hoisted = lay.program(count)
+    assert len(assemble(hoisted)) <= 2 * lay.program_words
+    once, per_sample = hoist_configs(body)
+    plain_configs = sum(ins.op == Op.CONFIG for ins in body)
+    kept = sum(ins.op == Op.CONFIG for ins in per_sample)
+    assert 0 < kept < plain_configs and hoisted[1:1 + len(once)] == once
+    words = lay.input_words(rng.normal(size=(count, 16)) * 2).reshape(-1)
+    results = []
+    for prog in (plain, hoisted):
+        m = Machine(design)
+        m.write_reg(REG["PRNG_SEED3"], 5)
+        for idx, img in lay.table_images().items():
+            m.luts[idx][:] = img.tobytes()
+        m.load_weights(0, lay.weight_words())
+        for addr, bias in lay.bias_words():
+            m.write_words(addr, bias)
+        m.write_words(lay.in_addr, words)
+        raw = assemble(prog)
+        m.scratch[:len(raw)] = raw
+        r = m.run(0, 10_000)
+        assert r.status == Status.OK
+        results.append((r, m.read_words(lay.out_addr, count * lay.out_words), dict(m.regs),
+                        m.rng.take(4)))
+    (r0, out0, regs0, rand0), (r1, out1, regs1, rand1) = results
+    assert np.array_equal(out0, out1) and regs0 == regs1 and np.array_equal(rand0, rand1)
+    assert r1.executed == lay.instructions(count) < r0.executed
+    assert r0.executed - r1.executed == count * (plain_configs - kept) - len(once)
+
+
+def test_hoist_configs_rules():
+    mw, rnd, seed = REG["MANT_WIDTH"], REG["ROUNDING"], REG["PRNG_SEED3"]
+    mv = I.matvec(0, 64, 0, 1, 1)
+    body = [I.config(mw, 6), mv, I.config(mw, 8), I.config(rnd, 1), mv, I.config(mw, 6),
+            I.config(seed, 3), mv]
+    prologue, kept = hoist_configs(body)
+    # The last value of each register goes first; a CONFIG is kept where the value changes.
+    assert prologue == [I.config(mw, 6), I.config(rnd, 1)]
+    assert kept == [mv, I.config(mw, 8), mv, I.config(mw, 6), I.config(seed, 3), mv]
+    assert hoist_configs([mv, mv]) == ([], [mv, mv])
+    with pytest.raises(ValueError, match="straight-line"):
+        hoist_configs([I.config(mw, 6), I.loop(2)])
 
 
 def test_network_stochastic_layer_runs_on_machine_only():

@@ -15,7 +15,6 @@ and a flip-flop into one logic cell where it can: the placed LC count of a UP5K 
 """
 
 import argparse
-import ast
 import os
 import re
 import subprocess
@@ -24,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from amaranth.back import rtlil
+from benchcommon import parse_set  # noqa: F401 (also this script's API)
 
 from lowbit.boards.build import top_parameters
 from lowbit.boards.profiles import BOARDS, DEFAULT_BOARD, get_board
@@ -34,20 +34,6 @@ _CELLS = {"ice40": {"LUT4": ("SB_LUT4",), "FF": ("SB_DFF",), "CARRY": ("SB_CARRY
                     "RAM": ("SB_RAM40_4K",), "DSP": ("SB_MAC16",)},
           "ecp5": {"LUT4": ("LUT4",), "FF": ("TRELLIS_FF",), "CARRY": ("CCU2C",),
                    "RAM": ("DP16KD", "TRELLIS_DPR16X4"), "DSP": ("MULT18X18D",)}}
-
-
-def parse_set(items):
-    """``["name=value", ...]`` -> dict, values as Python literals (``16``, ``True``)."""
-    out = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise SystemExit(f"--set takes name=value, not {item!r}")
-        try:
-            out[name] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[name] = value
-    return out
 
 
 def count_cells(stat_text, family):

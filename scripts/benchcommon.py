@@ -11,6 +11,7 @@ import this module and never each other.
   :func:`ratio_markdown` and helpers (``bench_float.py``, and the float section of ``bench.py``).
 """
 
+import ast
 import json
 import re
 import statistics
@@ -490,3 +491,17 @@ def whole_accelerator_markdown(rows, commands=()):
     if commands:
         lines += ["", "Reproduce: " + "; ".join(f"`{c}`" for c in commands) + "."]
     return "\n".join(lines)
+
+
+def parse_set(items):
+    """``["name=value", ...]`` -> dict, values as Python literals (``16``, ``True``)."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"--set takes name=value, not {item!r}")
+        try:
+            out[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[name] = value
+    return out

@@ -13,7 +13,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from lowbit.sim.link import Opcode, Status
+from lowbit.sim.link import MAX_LENGTH, Opcode, Status
 
 from .grand import GrandUnit
 from .link import CommandSignature, _check_int
@@ -43,14 +43,22 @@ class LUTHandler(wiring.Component):
         Engine lanes, 1..32.
     tables : int
         Resident byte tables, 1..64.
+    frame_bytes : int
+        Largest request payload (the link's frame buffer), 16..65535: the payload counter has
+        its width.
 
     The layer sequencer's LUT instruction uses the same engine (so a table written over the link
     is the one a program reads): while ``seq_en`` is high, ``seq`` drives the engine's lane 0
     (the handler is idle then, because the link is stop-and-wait).
 
+    The table and the start are read from ``args`` (the link's copy of the payload's first
+    bytes, :attr:`lowbit.hw.link.HostLink.args`); their bytes on ``command.arg`` are passed over.
+
     Members
     -------
     command : In(CommandSignature())
+    args : In(16)
+        The payload's first two bytes (:attr:`lowbit.hw.link.HostLink.args`).
     seq : In(lowbit.hw.ports.LUTPortSignature())
         One-code lookups of the sequencer.
     seq_en : In(1)
@@ -58,13 +66,15 @@ class LUTHandler(wiring.Component):
     """
 
     @quiet_on_error
-    def __init__(self, *, lanes=2, tables=4):
+    def __init__(self, *, lanes=2, tables=4, frame_bytes=MAX_LENGTH):
         _check_int("Lane count", lanes, 1, 32)
         _check_int("LUT table count", tables, 1, 64)
+        _check_int("Frame buffer size", frame_bytes, 16, MAX_LENGTH)
         self._lanes = lanes
         self._tables = tables
-        super().__init__({"command": In(CommandSignature()), "seq": In(LUTPortSignature()),
-                          "seq_en": In(1)})
+        self._frame_bytes = frame_bytes
+        super().__init__({"command": In(CommandSignature()), "args": In(16),
+                          "seq": In(LUTPortSignature()), "seq_en": In(1)})
 
     lanes = property(lambda self: self._lanes)
     tables = property(lambda self: self._tables)
@@ -76,11 +86,12 @@ class LUTHandler(wiring.Component):
         m.submodules.lut = lut = TransferLUT(lanes=lanes, tables=self._tables, wide_tables=0)
 
         applying = Signal()
-        length = Signal(16)
-        table = Signal(8)
-        start = Signal(8)
+        table = self.args[0:8]
+        start = self.args[8:16]
         status = Signal(8)
-        left = Signal(16)          # payload bytes (codes / entries) still to handle
+        # Payload bytes still to handle: counted down from the length over the table and start
+        # bytes too, so that it holds the codes / entries at CHECK without a subtracter there.
+        left = Signal(range(self._frame_bytes + 1))
         addr = Signal(9)
         beat = Signal(lut.i.payload.code.shape())
         fill = Signal(range(lanes + 1))   # codes gathered into ``beat``
@@ -103,31 +114,31 @@ class LUTHandler(wiring.Component):
                 with m.If(c.cmd.valid):
                     is_apply = c.cmd.payload.opcode == Opcode.LUT_APPLY
                     n = c.cmd.payload.length
-                    m.d.sync += [applying.eq(is_apply), length.eq(n), status.eq(Status.OK)]
+                    m.d.sync += [applying.eq(is_apply), left.eq(n), status.eq(Status.OK)]
                     with m.If(Mux(is_apply, n >= 1, n >= 2)):
                         m.next = "TABLE"
                     with m.Else():
                         m.d.sync += status.eq(Status.BAD_LENGTH)
                         m.next = "RESP"
+            # TABLE and START pass over the bytes that ``args`` holds.
             with m.State("TABLE"):
                 m.d.comb += c.arg.ready.eq(1)
                 with m.If(c.arg.valid):
-                    m.d.sync += table.eq(c.arg.payload)
+                    m.d.sync += left.eq(left - 1)
                     m.next = "CHECK"
                     with m.If(~applying):
                         m.next = "START"
             with m.State("START"):
                 m.d.comb += c.arg.ready.eq(1)
                 with m.If(c.arg.valid):
-                    m.d.sync += start.eq(c.arg.payload)
+                    m.d.sync += left.eq(left - 1)
                     m.next = "CHECK"
             with m.State("CHECK"):
-                n = Mux(applying, length - 1, length - 2)
-                m.d.sync += [left.eq(n), addr.eq(start), fill.eq(0), avail.eq(0), pos.eq(0)]
+                m.d.sync += [addr.eq(start), fill.eq(0), avail.eq(0), pos.eq(0)]
                 m.next = "RESP"
                 with m.If(table >= self._tables):
                     m.d.sync += status.eq(Status.BAD_ADDRESS)
-                with m.Elif(~applying & (start + n > 256)):
+                with m.Elif(~applying & (start + left > 256)):
                     m.d.sync += status.eq(Status.BAD_LENGTH)
                 with m.Elif(~applying):
                     m.next = "WRITE"

@@ -25,9 +25,12 @@ from .common import check_int as _check_int
 from .crc import CRC16
 from .uart import quiet_on_error
 
-__all__ = ["CMD_LAYOUT", "RESP_LAYOUT", "CommandSignature", "HostLink", "Dispatcher",
-           "PingHandler"]
+__all__ = ["CMD_LAYOUT", "RESP_LAYOUT", "ARG_BYTES", "CommandSignature", "HostLink",
+           "Dispatcher", "PingHandler"]
 
+#: Payload bytes the link keeps in :attr:`HostLink.args` (the longest fixed part of a request:
+#: REG_WRITE's index and value, MEM_READ's address and count).
+ARG_BYTES = 6
 #: A command offered by the link: the opcode and the payload length in bytes.
 CMD_LAYOUT = data.StructLayout({"opcode": 8, "length": 16})
 #: A handler's answer: status and the number of reply payload bytes that follow on ``data``.
@@ -92,6 +95,12 @@ class HostLink(wiring.Component):
         Error replies sent (saturating counter).
     reply_ok, reply_error : Out(1)
         Pulse when a reply header with status OK / another status is sent.
+    args : Out(8 * ARG_BYTES)
+        The first :data:`ARG_BYTES` payload bytes of the command on ``command``, byte ``k`` at
+        bits ``8k`` to ``8k + 7``, taken as the frame comes in (valid from ``cmd.valid`` until
+        the reply is sent; bytes past the payload's end are left from earlier frames). The
+        handlers read their fixed arguments here instead of collecting them from ``arg``
+        into registers of their own.
 
     Raises
     ------
@@ -111,6 +120,7 @@ class HostLink(wiring.Component):
             "errors": Out(16),
             "reply_ok": Out(1),
             "reply_error": Out(1),
+            "args": Out(8 * ARG_BYTES),
         })
 
     @property
@@ -139,10 +149,14 @@ class HostLink(wiring.Component):
         # is drained), so it has fewer bits than the header's field, and so do the command's
         # length and the handlers' copies (synthesis sees the upper bits are zero).
         length = Signal(self._frame_bytes.bit_length())
-        # Bytes still to come: payload, drain, or reply payload (down-counter, so that the
-        # tests against it are compares with constants).
-        remaining = Signal(range(MAX_LENGTH + 3))
-        waddr = Signal(range(self._frame_bytes))
+        # Bytes still to come: payload (or the drained payload of a frame too long for the
+        # buffer), or reply payload (down-counter, so that the tests against it are compares
+        # with constants).
+        remaining = Signal(range(MAX_LENGTH + 1))
+        # The frame is too long for the buffer: its payload is counted through PAYLOAD without
+        # being written and its CRC bytes are taken and not checked, so the drain needs no
+        # states and no ``length + 2`` adder of its own.
+        drain = Signal()
         step = Signal(2)         # byte index within the reply header / CRC
         crc_lo = Signal(8)
         status = Signal(8)
@@ -151,7 +165,8 @@ class HostLink(wiring.Component):
         m.d.comb += timed_out.eq(timer == self._timeout_cycles - 1)
 
         # Frame buffer read-out as the arg stream: the read address runs one step ahead so
-        # that rd.data always holds the byte at ``ptr``.
+        # that rd.data always holds the byte at ``ptr``. While the frame comes in, ``ptr`` is
+        # the write address (one counter for both: the read-out starts after the CRC).
         ptr = Signal(range(self._frame_bytes + 1))
         ptr_next = Signal.like(ptr)
         executing = Signal()
@@ -162,7 +177,7 @@ class HostLink(wiring.Component):
             ptr_next.eq(Mux(arg.valid & arg.ready, ptr + 1, ptr)),
             rd.addr.eq(ptr_next),
             wr.data.eq(byte),
-            wr.addr.eq(waddr),
+            wr.addr.eq(ptr),
             cmd.payload.opcode.eq(opcode),
             cmd.payload.length.eq(length),
             crc.data.eq(byte),
@@ -171,6 +186,16 @@ class HostLink(wiring.Component):
         with m.If(arg.valid & arg.ready):
             m.d.sync += more.eq(ptr + 1 != length)
 
+        # One copy of the fixed arguments for all handlers; data, so no reset.
+        args = Signal(8 * ARG_BYTES, reset_less=True)
+        m.d.comb += self.args.eq(args)
+
+        # The saturating counters stop at 0xFFFF: the carry out of the increment says so, where
+        # a compare with 0xFFFF would take five LUTs.
+        skipped_inc = Signal(17)
+        errors_inc = Signal(17)
+        m.d.comb += [skipped_inc.eq(self.skipped + 1), errors_inc.eq(self.errors + 1)]
+
         def reply(code):
             m.d.sync += [status.eq(code), remaining.eq(0), step.eq(0)]
             m.next = "HEADER"
@@ -178,22 +203,22 @@ class HostLink(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.i.ready.eq(1)
-                m.d.sync += [timer.eq(0), waddr.eq(0), ptr.eq(0), executing.eq(0)]
+                m.d.sync += [timer.eq(0), ptr.eq(0), executing.eq(0), drain.eq(0)]
                 with m.If(take):
                     with m.If(byte == SOF_REQUEST):
                         m.d.comb += crc.clear.eq(1)
                         m.next = "OPCODE"
-                    with m.Elif(self.skipped != 0xFFFF):
-                        m.d.sync += self.skipped.eq(self.skipped + 1)
+                    with m.Elif(~skipped_inc[16]):
+                        m.d.sync += self.skipped.eq(skipped_inc)
 
             # Receiving: every state below restarts the timer on each byte.
-            for state in ("OPCODE", "LEN_LO", "LEN_HI", "PAYLOAD", "CRC_LO", "CRC_HI", "DRAIN"):
+            for state in ("OPCODE", "LEN_LO", "LEN_HI", "PAYLOAD", "CRC_LO", "CRC_HI"):
                 with m.State(state):
                     m.d.comb += self.i.ready.eq(1)
                     with m.If(take):
                         m.d.sync += timer.eq(0)
                     with m.Elif(timed_out):
-                        reply(Status.BAD_LENGTH if state == "DRAIN" else Status.TRUNCATED)
+                        reply(Mux(drain, Status.BAD_LENGTH, Status.TRUNCATED))
                     with m.Else():
                         m.d.sync += timer.eq(timer + 1)
                     with m.If(take):
@@ -209,29 +234,34 @@ class HostLink(wiring.Component):
                             new_length = Cat(crc_lo, byte)
                             m.d.sync += [length.eq(new_length), remaining.eq(new_length)]
                             with m.If(new_length > self._frame_bytes):
-                                m.d.sync += remaining.eq(new_length + 2)
-                                m.next = "DRAIN"
+                                m.d.sync += drain.eq(1)
+                                m.next = "PAYLOAD"
                             with m.Elif(new_length == 0):
                                 m.next = "CRC_LO"
                             with m.Else():
                                 m.next = "PAYLOAD"
                         elif state == "PAYLOAD":
-                            m.d.comb += wr.en.eq(1)
-                            m.d.sync += [waddr.eq(waddr + 1), remaining.eq(remaining - 1)]
+                            m.d.comb += wr.en.eq(~drain)
+                            m.d.sync += [ptr.eq(ptr + 1), remaining.eq(remaining - 1)]
+                            with m.Switch(ptr):
+                                for k in range(ARG_BYTES):
+                                    with m.Case(k):
+                                        m.d.sync += args.word_select(k, 8).eq(byte)
                             with m.If(remaining == 1):
                                 m.next = "CRC_LO"
                         elif state == "CRC_LO":
                             m.d.sync += crc_lo.eq(byte)
                             m.next = "CRC_HI"
                         elif state == "CRC_HI":
-                            with m.If(Cat(crc_lo, byte) == crc.crc):
+                            with m.If(drain):
+                                reply(Status.BAD_LENGTH)
+                            with m.Elif(Cat(crc_lo, byte) == crc.crc):
                                 m.next = "DISPATCH"
                             with m.Else():
                                 reply(Status.BAD_CRC)
-                        elif state == "DRAIN":
-                            m.d.sync += remaining.eq(remaining - 1)
-                            with m.If(remaining == 1):
-                                reply(Status.BAD_LENGTH)
+                    if state == "CRC_LO":
+                        # The read-out starts at 0: rd.data holds byte 0 from DISPATCH on.
+                        m.d.sync += ptr.eq(0)
 
             with m.State("DISPATCH"):
                 m.d.comb += cmd.valid.eq(1)
@@ -266,8 +296,8 @@ class HostLink(wiring.Component):
                             m.d.comb += self.reply_ok.eq(1)
                         with m.Else():
                             m.d.comb += self.reply_error.eq(1)
-                            with m.If(self.errors != 0xFFFF):
-                                m.d.sync += self.errors.eq(self.errors + 1)
+                            with m.If(~errors_inc[16]):
+                                m.d.sync += self.errors.eq(errors_inc)
                     with m.If(step == 3):
                         with m.If(remaining != 0):
                             m.next = "DATA"
@@ -300,6 +330,10 @@ class HostLink(wiring.Component):
 
 class Dispatcher(wiring.Component):
     """Route commands by opcode to handler ports; answer unknown opcodes with ``BAD_OPCODE``.
+
+    The handlers' ``resp``, ``data`` and ``arg.ready`` are ORed together (``arg.ready`` gated by
+    the handler that has the command), so a handler must hold ``resp`` and ``data`` (valid and
+    payload) at zero from the end of its reply to the next command it takes.
 
     Parameters
     ----------
@@ -348,9 +382,12 @@ class Dispatcher(wiring.Component):
         m = Module()
         up = self.command
         ports = [getattr(self, f"handler_{k}") for k in range(len(self._table))]
-        sel = Signal(range(len(ports)))
-        unknown = Signal()       # the current command had no handler
-        pending = Signal()       # its BAD_OPCODE answer is not yet taken
+        # One-hot: the handler of the current command (none for an unknown opcode). A handler
+        # only drives its outputs between taking a command and its last reply byte (they are
+        # assigned in its FSM's states), so the answers are ORed together, not multiplexed by a
+        # handler number: a multiplexer costs about three LUTs per bit of resp and data.
+        sel = Signal(len(ports))
+        pending = Signal()       # the current command had no handler; BAD_OPCODE not yet taken
 
         match = []
         for k, row in enumerate(self._table):
@@ -362,39 +399,35 @@ class Dispatcher(wiring.Component):
         m.d.comb += none.eq(~_any(match))
 
         cmd_ready = Const(0)
+        arg_ready = Const(0)
+        resp_valid = pending
+        resp_payload = Mux(pending, Cat(Const(Status.BAD_OPCODE, 8), Const(0, 16)), 0)
+        data_valid = Const(0)
+        data_payload = Const(0, 8)
         for k, port in enumerate(ports):
             m.d.comb += [port.cmd.valid.eq(up.cmd.valid & match[k]),
                          port.cmd.payload.eq(up.cmd.payload),
                          port.arg.payload.eq(up.arg.payload),
-                         port.arg.valid.eq(up.arg.valid & (sel == k) & ~unknown)]
+                         port.arg.valid.eq(up.arg.valid & sel[k]),
+                         port.resp.ready.eq(up.resp.ready),
+                         port.data.ready.eq(up.data.ready)]
             cmd_ready = cmd_ready | (match[k] & port.cmd.ready)
-        m.d.comb += up.cmd.ready.eq(cmd_ready | (none & ~pending))
+            # arg.ready is gated: a handler may be ready for arguments while idle.
+            arg_ready = arg_ready | (sel[k] & port.arg.ready)
+            resp_valid = resp_valid | port.resp.valid
+            resp_payload = resp_payload | port.resp.payload.as_value()
+            data_valid = data_valid | port.data.valid
+            data_payload = data_payload | port.data.payload
+        m.d.comb += [up.cmd.ready.eq(cmd_ready | (none & ~pending)),
+                     up.arg.ready.eq(arg_ready),
+                     up.resp.valid.eq(resp_valid),
+                     up.resp.payload.eq(resp_payload),
+                     up.data.valid.eq(data_valid),
+                     up.data.payload.eq(data_payload)]
         with m.If(up.cmd.valid & up.cmd.ready):
-            m.d.sync += unknown.eq(none)
-            m.d.sync += pending.eq(none)
-            for k in range(len(ports)):
-                with m.If(match[k]):
-                    m.d.sync += sel.eq(k)
-
-        with m.If(unknown):
-            m.d.comb += [up.resp.valid.eq(pending),
-                         up.resp.payload.status.eq(Status.BAD_OPCODE),
-                         up.resp.payload.length.eq(0)]
-            with m.If(up.resp.ready):
-                m.d.sync += pending.eq(0)
-        with m.Else():
-            with m.Switch(sel):
-                for k, port in enumerate(ports):
-                    with m.Case(k):
-                        m.d.comb += [
-                            up.arg.ready.eq(port.arg.ready),
-                            up.resp.valid.eq(port.resp.valid),
-                            up.resp.payload.eq(port.resp.payload),
-                            port.resp.ready.eq(up.resp.ready),
-                            up.data.valid.eq(port.data.valid),
-                            up.data.payload.eq(port.data.payload),
-                            port.data.ready.eq(up.data.ready),
-                        ]
+            m.d.sync += [sel.eq(Cat(match)), pending.eq(none)]
+        with m.If(pending & up.resp.ready):
+            m.d.sync += pending.eq(0)
         return m
 
 
@@ -426,11 +459,13 @@ class PingHandler(wiring.Component):
             c.resp.payload.length.eq(length),
             # The echo is a pass-through; the link offers at most ``length`` arg bytes.
             c.data.valid.eq(c.arg.valid & ~answering),
-            c.data.payload.eq(c.arg.payload),
+            c.data.payload.eq(Mux(c.arg.valid, c.arg.payload, 0)),
             c.arg.ready.eq(c.data.ready & ~answering),
         ]
         with m.If(c.cmd.valid & c.cmd.ready):
             m.d.sync += [length.eq(c.cmd.payload.length), answering.eq(1)]
         with m.If(c.resp.valid & c.resp.ready):
-            m.d.sync += answering.eq(0)
+            # Cleared (the flip-flops' synchronous reset), so resp is zero while idle, as the
+            # dispatcher requires, without a gate per bit.
+            m.d.sync += [length.eq(0), answering.eq(0)]
         return m

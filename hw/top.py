@@ -45,7 +45,7 @@ from lowbit.sim.topparams import check_scratch_bytes as _check_scratch_bytes
 
 from .common import check_bool as _check_bool
 from .engines import GrandHandler, LUTHandler
-from .link import CommandSignature, Dispatcher, HostLink, PingHandler
+from .link import ARG_BYTES, CommandSignature, Dispatcher, HostLink, PingHandler
 from .ports import (
     COLUMN_FRAC_BITS,
     DISCRETE_ACC_WIDTH,
@@ -177,29 +177,6 @@ class Scratchpad(wiring.Component):
         return m
 
 
-class _Collector:
-    """Helper for handlers: store arg bytes at byte positions 0, 1, ... of a register (so the
-    payload's little-endian fields sit at fixed bit positions whatever the opcode)."""
-
-    def __init__(self, m, arg, nbytes, name):
-        self.value = Signal(8 * nbytes, name=f"{name}_args")
-        self.count = Signal(range(nbytes + 1), name=f"{name}_count")
-        self._m, self._arg = m, arg
-
-    def collect(self, n):
-        """Inside an FSM state: take arg bytes until ``n`` are in; returns the 'done' signal."""
-        m, arg = self._m, self._arg
-        done = self.count == n
-        m.d.comb += arg.ready.eq(~done)
-        with m.If(arg.valid & ~done):
-            m.d.sync += self.count.eq(self.count + 1)
-            with m.Switch(self.count):
-                for k in range(len(self.value) // 8):
-                    with m.Case(k):
-                        m.d.sync += self.value[8 * k:8 * k + 8].eq(arg.payload)
-        return done
-
-
 class IdentifyHandler(wiring.Component):
     """IDENTIFY: answer the 16-byte identification record (``BAD_LENGTH`` if a payload came).
 
@@ -281,6 +258,10 @@ class RegisterHandler(wiring.Component):
     to a read-only register -> ``READ_ONLY`` (nothing written); else ``OK`` with the 4-byte
     little-endian value (read) or no payload (write; bits above the width are dropped).
 
+    The index and the value are read from ``args`` (the link's copy of the payload's first
+    bytes, :attr:`lowbit.hw.link.HostLink.args`), not collected from ``command.arg``: the
+    payload bytes are left to the link to discard.
+
     A second write port, ``cfg`` (:class:`lowbit.hw.ports.ConfigPortSignature`, the sequencer's
     CONFIG), writes read-write registers; its ``ok`` says combinationally whether ``index`` is
     one. The host and the sequencer never write in the same cycle (the link is stop-and-wait and
@@ -297,6 +278,8 @@ class RegisterHandler(wiring.Component):
     Members
     -------
     command : In(CommandSignature())
+    args : In(48)
+        The payload's first six bytes (:attr:`lowbit.hw.link.HostLink.args`).
     cfg : In(lowbit.hw.ports.ConfigPortSignature())
     prng_load : Out(1)
     """
@@ -313,8 +296,8 @@ class RegisterHandler(wiring.Component):
             raise TypeError(f"Design parameters must be a dict, not {design!r}")
         self._constants = identity_registers(identity, **(design or {}))
         self._record = identity.to_bytes()
-        members = {"command": In(CommandSignature()), "cfg": In(ConfigPortSignature()),
-                   "prng_load": Out(1)}
+        members = {"command": In(CommandSignature()), "args": In(8 * ARG_BYTES),
+                   "cfg": In(ConfigPortSignature()), "prng_load": Out(1)}
         for r in REGISTERS:
             if r.access == "rw":
                 members[r.name.lower()] = Out(r.width, init=r.reset)
@@ -325,17 +308,17 @@ class RegisterHandler(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         c = self.command
-        args = _Collector(m, c.arg, 6, "reg")
-        opcode = Signal(8)
-        length = Signal(16)
+        # The command as two flags (with ``ident``), decoded once when it is taken.
+        is_write = Signal()
+        is_read = Signal()
         status = Signal(8)
         value = Signal(32)
         idx = Signal(range(IDENTITY_BYTES + 1))
         ident = Signal()          # the command is IDENTIFY
         word = Signal(range(IDENTITY_BYTES // 4 + 1))
 
-        index = args.value[0:16]
-        wvalue = args.value[16:48]
+        index = self.args[0:16]
+        wvalue = self.args[16:48]
         rw = [r for r in REGISTERS if r.access == "rw"]
         # Register indices are decoded as "upper bits zero" and a switch on the low bits, which
         # takes far fewer LUTs than a full 16-bit compare per register.
@@ -350,9 +333,11 @@ class RegisterHandler(wiring.Component):
         w_value = Signal(32)
         w_rw = Signal()
         w_mask = Signal(32)
+        w_data = Signal(32)      # the value cut to the register's width, for both copies
         m.d.comb += [w_en.eq(host_we | self.cfg.we),
                      w_index.eq(Mux(host_we, index, self.cfg.index)),
-                     w_value.eq(Mux(host_we, wvalue, self.cfg.value))]
+                     w_value.eq(Mux(host_we, wvalue, self.cfg.value)),
+                     w_data.eq(w_value & w_mask)]
         seed3 = REGISTER_BY_NAME["PRNG_SEED3"].index
         m.d.sync += self.prng_load.eq(w_en & (w_index == seed3))
         with m.If(self.cfg.index[ib:] == 0):
@@ -370,7 +355,8 @@ class RegisterHandler(wiring.Component):
                     with m.Case(r.index):
                         m.d.comb += [w_rw.eq(1), w_mask.eq((1 << r.width) - 1)]
                         with m.If(w_en):
-                            m.d.sync += regs[r.name].eq(w_value[:r.width])
+                            # The masked value: its LUTs also serve the block-RAM copy.
+                            m.d.sync += regs[r.name].eq(w_data[:r.width])
 
         ib = max(ib, (self.IDENT_BASE + IDENTITY_BYTES // 4 - 1).bit_length())
         init = [0] * (1 << ib)
@@ -395,7 +381,7 @@ class RegisterHandler(wiring.Component):
         # register; while SEND streams a word, the copy reads the next one, which ``value``
         # takes with the word's last byte.
         sending = Signal()
-        m.d.comb += [wr.addr.eq(w_index[:ib]), wr.data.eq(w_value & w_mask),
+        m.d.comb += [wr.addr.eq(w_index[:ib]), wr.data.eq(w_data),
                      wr.en.eq(w_en & w_rw),
                      rd.addr.eq(Mux(ident, self.IDENT_BASE + Mux(sending, word + 1, 0),
                                     index[:ib]))]
@@ -406,8 +392,9 @@ class RegisterHandler(wiring.Component):
                 m.d.sync += word.eq(0)
                 with m.If(c.cmd.valid):
                     is_ident = c.cmd.payload.opcode == Opcode.IDENTIFY
-                    m.d.sync += [opcode.eq(c.cmd.payload.opcode), length.eq(c.cmd.payload.length),
-                                 args.count.eq(0), idx.eq(0), ident.eq(is_ident)]
+                    m.d.sync += [is_write.eq(c.cmd.payload.opcode == Opcode.REG_WRITE),
+                                 is_read.eq(c.cmd.payload.opcode == Opcode.REG_READ),
+                                 idx.eq(0), ident.eq(is_ident)]
                     need = Mux(c.cmd.payload.opcode == Opcode.REG_READ, 2, 6)
                     with m.If(is_ident):
                         with m.If(c.cmd.payload.length == 0):
@@ -416,15 +403,11 @@ class RegisterHandler(wiring.Component):
                             m.d.sync += status.eq(Status.BAD_LENGTH)
                             m.next = "RESP"
                     with m.Elif(c.cmd.payload.length == need):
-                        m.next = "ARGS"
+                        # The arguments are in ``args`` already.
+                        m.next = "READ"
                     with m.Else():
                         m.d.sync += status.eq(Status.BAD_LENGTH)
                         m.next = "RESP"
-            with m.State("ARGS"):
-                # REG_READ needs 2 bytes, shifted in so they end at the top like a write's.
-                done = args.collect(Mux(opcode == Opcode.REG_READ, 2, 6))
-                with m.If(done):
-                    m.next = "READ"
             with m.State("READ"):
                 # The copy's read register takes the word at the address now, for EXEC.
                 m.next = "EXEC"
@@ -437,16 +420,16 @@ class RegisterHandler(wiring.Component):
                             with m.Case(r.index):
                                 if r.access == "rw":
                                     m.d.sync += status.eq(Status.OK)
-                                    m.d.comb += host_we.eq(opcode == Opcode.REG_WRITE)
+                                    m.d.comb += host_we.eq(is_write)
                                 else:
                                     if r.name in self.DYNAMIC:
                                         m.d.sync += value.eq(getattr(self, r.name.lower()))
-                                    m.d.sync += status.eq(Mux(opcode == Opcode.REG_WRITE,
+                                    m.d.sync += status.eq(Mux(is_write,
                                                               Status.READ_ONLY, Status.OK))
                 m.next = "RESP"
             with m.State("RESP"):
                 ok = status == Status.OK
-                reading = ok & (opcode == Opcode.REG_READ)
+                reading = ok & is_read
                 m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
                              c.resp.payload.length.eq(Mux(reading, 4, Mux(ok & ident,
                                                                           IDENTITY_BYTES, 0)))]
@@ -486,6 +469,10 @@ class MemoryHandler(wiring.Component):
     of two; a span of several words repeats a written byte or skips words read, one word per
     cycle.
 
+    The address and the count are read from ``args`` (the link's copy of the payload's first
+    bytes, :attr:`lowbit.hw.link.HostLink.args`); a write skips the address's four bytes on
+    ``command.arg`` before its data.
+
     Parameters
     ----------
     size : int
@@ -501,6 +488,8 @@ class MemoryHandler(wiring.Component):
     Members
     -------
     command : In(CommandSignature())
+    args : In(48)
+        The payload's first six bytes (:attr:`lowbit.hw.link.HostLink.args`).
     mem : Out(ScratchPortSignature(addr_width))
     """
 
@@ -510,23 +499,22 @@ class MemoryHandler(wiring.Component):
         self._frame_bytes = frame_bytes
         self._block = block
         self._tile = tile
-        super().__init__({"command": In(CommandSignature()),
+        super().__init__({"command": In(CommandSignature()), "args": In(8 * ARG_BYTES),
                           "mem": Out(ScratchPortSignature(addr_width))})
 
     def elaborate(self, platform):
         m = Module()
         c = self.command
         p = self.mem
-        args = _Collector(m, c.arg, 6, "mem")
         writing = Signal()
         packed = Signal()        # a packed transfer: one lane, the pointer steps by 2
         high = Signal()          # MEM_READ_HIGH / MEM_FILL_HIGH: spans of several words
-        length = Signal(self._frame_bytes.bit_length())   # a frame's payload length
         status = Signal(8)
+        skip = Signal(2)         # address bytes of a write passed over on ``arg``
         # Checks against the 32-bit address happen once, in CHECK; afterwards only the low bits
         # that address the scratchpad are kept.
         aw = self._size.bit_length()
-        addr = args.value[0:32]
+        addr = self.args[0:32]
         # A count above frame_bytes is refused (BAD_LENGTH); below it, it has ``fb`` bits.
         fb = self._frame_bytes.bit_length()
         count = Signal(fb)
@@ -568,20 +556,17 @@ class MemoryHandler(wiring.Component):
                     is_write = op[0]
                     n = c.cmd.payload.length
                     m.d.sync += [writing.eq(is_write), packed.eq(op[1] | op[2]), high.eq(op[2]),
-                                 length.eq(n), args.count.eq(0), rep.eq(0),
+                                 rep.eq(0),
                                  last.eq(Mux(op[2], Mux(is_write, self._block - 1,
-                                                         self._tile - 1), 0))]
+                                                         self._tile - 1), 0)),
+                                 # The arguments are in ``args`` already.
+                                 count.eq(Mux(is_write, n - 4, self.args[32:32 + fb])),
+                                 too_long.eq(~is_write & (self.args[32:48] > self._frame_bytes))]
                     with m.If(Mux(is_write, n >= 4, n == 6)):
-                        m.next = "ARGS"
+                        m.next = "CHECK"
                     with m.Else():
                         m.d.sync += status.eq(Status.BAD_LENGTH)
                         m.next = "RESP"
-            with m.State("ARGS"):
-                done = args.collect(Mux(writing, 4, 6))
-                with m.If(done):
-                    m.d.sync += [count.eq(Mux(writing, length - 4, args.value[32:32 + fb])),
-                                 too_long.eq(~writing & (args.value[32:48] > self._frame_bytes))]
-                    m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.sync += [ptr.eq(Cat(addr[0] | high, addr[1:aw])), left.eq(count),
                              status.eq(Status.OK)]
@@ -592,7 +577,14 @@ class MemoryHandler(wiring.Component):
                 with m.Elif((addr[:aw] + extent > self._size) | too_long):
                     m.d.sync += status.eq(Status.BAD_LENGTH)
                 with m.Elif(writing):
-                    m.next = "WRITE"
+                    m.next = "SKIP"
+            with m.State("SKIP"):
+                # The four address bytes; ``skip`` wraps to 0 with the last.
+                m.d.comb += c.arg.ready.eq(1)
+                with m.If(c.arg.valid):
+                    m.d.sync += skip.eq(skip + 1)
+                    with m.If(skip == 3):
+                        m.next = "WRITE"
             with m.State("WRITE"):
                 with m.If(left == 0):
                     m.next = "RESP"
@@ -857,7 +849,8 @@ class Accelerator(wiring.Component):
             tile=self._seq_params["lanes"])
         handlers = [ping, regs, mem]
         if self._lut_tables:
-            m.submodules.lut = lut = LUTHandler(lanes=self._lanes, tables=self._lut_tables)
+            m.submodules.lut = lut = LUTHandler(lanes=self._lanes, tables=self._lut_tables,
+                                                frame_bytes=self._frame_bytes)
             handlers.append(lut)
         if self._grand:
             m.submodules.grand = grand = GrandHandler(lanes=self._lanes,
@@ -879,6 +872,11 @@ class Accelerator(wiring.Component):
                 wiring.connect(m, grand.seq, seq.grand)
                 m.d.comb += grand.seq_en.eq(seq.busy)
         wiring.connect(m, link.command, dispatch.command)
+        # One copy of the payload's fixed arguments, kept by the link, for every handler that
+        # has them (each used to collect them from ``arg`` into a register of its own).
+        m.d.comb += [regs.args.eq(link.args), mem.args.eq(link.args)]
+        if self._lut_tables:
+            m.d.comb += lut.args.eq(link.args[:16])
         for k, handler in enumerate(handlers):
             wiring.connect(m, getattr(dispatch, f"handler_{k}"), handler.command)
         if self._sequencer:
@@ -915,10 +913,14 @@ class Accelerator(wiring.Component):
                 m.d.sync += [tx_byte.eq(link.o.payload), tx_full.eq(1)]
             with m.Elif(utx.i.ready):
                 m.d.sync += tx_full.eq(0)
-            with m.If(urx.framing_error & (framing != 0xFF)):
-                m.d.sync += framing.eq(framing + 1)
-            with m.If(urx.overrun & (overrun != 0xFF)):
-                m.d.sync += overrun.eq(overrun + 1)
+            # Saturating at 0xFF: the carry out of the increment says so (no compare).
+            framing_inc = Signal(9)
+            overrun_inc = Signal(9)
+            m.d.comb += [framing_inc.eq(framing + 1), overrun_inc.eq(overrun + 1)]
+            with m.If(urx.framing_error & ~framing_inc[8]):
+                m.d.sync += framing.eq(framing_inc)
+            with m.If(urx.overrun & ~overrun_inc[8]):
+                m.d.sync += overrun.eq(overrun_inc)
             m.d.comb += rx_byte.eq(urx.o.valid & urx.o.ready)
         else:
             wiring.connect(m, wiring.flipped(self.i), link.i)

@@ -321,14 +321,18 @@ class Sequencer(wiring.Component):
             with m.If(beat):
                 m.d.sync += busy_cycles.eq(busy_cycles + 1)
         sidx = Signal(4)
-        cnt = Signal(16)
-        ofs_a = Signal(16)
-        ofs_b = Signal(16)
-        w = [Signal(16, name=f"w{k}") for k in range(7)]
+        # Cleared when a RUN starts (CHECK), so no reset: the clear is then the flip-flops' own
+        # synchronous reset, not a LUT per bit beside the domain's reset.
+        cnt = Signal(16, reset_less=True)
+        ofs_a = Signal(16, reset_less=True)
+        ofs_b = Signal(16, reset_less=True)
+        # The instruction's words as they are kept: w0 as its opcode flip-flops (is_op, below)
+        # and flags, w1 and w2 as src and dst (the decode pipeline), w3..w6 as they are; w6 is
+        # also MATVEC's and DMATVEC's bias pointer once RANGE has checked it.
+        w = [None, None, None] + [Signal(16, name=f"w{k}") for k in range(3, 7)]
         fidx = Signal(4)
-        op = w[0][:8]
-        flags = w[0][8:]
-        halt = Signal()
+        flags = Signal(3)
+        is_data = Signal()            # w0's opcode is 0x10 or above
         running = Signal()
         m.d.comb += self.busy.eq(running)
         with m.If(running):
@@ -349,20 +353,23 @@ class Sequencer(wiring.Component):
         # ---- Decode pipeline -------------------------------------------------------------------
         # Free-running registers of what the checks need, one adder or comparison per stage,
         # so that no decision of DECODE or RANGE waits for a sum. The words arrive one per cycle
-        # (w0 first, w6 last, one cycle before DECODE) and stay until the next fetch, and the
-        # offsets and registers change at least a fetch earlier, so stage A is valid in the
-        # last fetch cycle, stage B in DECODE and stage C in RANGE (which comes after DECODE).
-        # Stage A: the op class (one flip-flop per opcode, from w0, which comes first),
-        # effective operands, the lengths of the ranges (18-bit sums: lengths of 2^17 words
-        # or more are out of range anyway), count tests.
+        # (w0 first, w6 last, one cycle before DECODE) and stay until the next fetch (but w6,
+        # MATVEC's bias pointer after RANGE, when the pipeline's outputs are no longer read),
+        # and the offsets and registers change at least a fetch earlier, so stage A is valid in
+        # the last fetch cycle, stage B in DECODE and stage C in RANGE (which comes after
+        # DECODE). src, dst and the lengths hold while an instruction runs.
+        # Stage A: the op class (one flip-flop per opcode, loaded from w0 as it arrives), the
+        # effective operands (src and dst, loaded as w1 and w2 arrive: w1 + ofs_a, w2 + ofs_b),
+        # the lengths of the ranges (``lw`` bits and a flag for more: a longer range never fits
+        # the scratchpad or the weights), count tests.
         is_op = {name: Signal(name=f"is_{name.lower()}") for name in Op.NAMES.values()}
-        m.d.sync += [is_op[name].eq(op == code) for code, name in Op.NAMES.items()]
         op_loadw, op_grand, op_lut = is_op["LOADW"], is_op["GRAND"], is_op["LUT"]
         op_mat = is_op["MATVEC"] | is_op["DMATVEC"]
         src = Signal(16)
         dst = Signal(16)
-        len_src = Signal(17)          # also GRAND's count of samples
-        len_dst = Signal(17)
+        lw = max(words, depth).bit_length()
+        len_src = Signal(lw)          # also GRAND's count of samples
+        len_dst = Signal(lw)
         src_big = Signal()
         dst_big = Signal()
         cnt_z = Signal()              # w3 == 0 (count)
@@ -371,17 +378,36 @@ class Sequencer(wiring.Component):
         nb_big = Signal()             # w4 > max_blocks (MATVEC)
         cnt_big = Signal()            # cnt > 1 (DJNZ)
         lut_bad = Signal()
-        len_s = Signal(22)
-        len_d = Signal(22)
+        # MATVEC's nb (w4) and T (w5) as narrow as they can be where the lengths matter: nb
+        # above max_blocks fails in DECODE, T >= 2^t_bits always ends past the weights in
+        # RANGE (T·nb·B >= 2·depth; nb >= 1), which fails as the ranges do. An opcode without
+        # its engine fails in DECODE, so its lengths are not needed.
+        t_bits = max(_log2(depth) - lgB, 0) + 1
+        nb_bits = self._max_blocks.bit_length()
+        len_s = Signal(16 + lgN)
+        len_d = Signal(16 + lgN)
+        ls, ld = count, count
+        if self._discrete:
+            ls, ld = Mux(is_op["DMATVEC"], w[4], ls), Mux(is_op["DMATVEC"], w[5], ld)
+        if self._bfp:
+            ls = Mux(is_op["MATVEC"], w[4][:nb_bits] << lgB, ls)
+            ld = Mux(is_op["MATVEC"], w[5][:t_bits] << lgN, ld)
+        m.d.comb += [len_s.eq(Mux(op_loadw, count << lgN, ls)), len_d.eq(ld)]
+        # The offsets are added to data instructions' operands with their flags and always for
+        # ADDOFS, never for the other control instructions: src and dst are then w1 and w2
+        # themselves (JUMP's and DJNZ's target, LOOP's count, CONFIG's index and value,
+        # SETOFS's offsets) and ADDOFS's new offsets, one adder each.
+        src_sum = Signal(16)
+        dst_sum = Signal(16)
+        # (The word with or without the sum, not the word plus an offset or 0: the choice then
+        # merges into the adder's own LUT.)
         m.d.comb += [
-            len_s.eq(Mux(op_loadw, count << lgN, Mux(is_op["MATVEC"], w[4] << lgB,
-                                                     Mux(is_op["DMATVEC"], w[4], count)))),
-            len_d.eq(Mux(is_op["MATVEC"], w[5] << lgN, Mux(is_op["DMATVEC"], w[5], count))),
+            src_sum.eq(Mux(flags[0] & is_data | is_op["ADDOFS"], p.rdata + ofs_a, p.rdata)),
+            dst_sum.eq(Mux(flags[1] & is_data | is_op["ADDOFS"], p.rdata + ofs_b, p.rdata)),
         ]
         m.d.sync += [
-            src.eq(w[1] + Mux(flags[0], ofs_a, 0)), dst.eq(w[2] + Mux(flags[1], ofs_b, 0)),
             len_src.eq(len_s), len_dst.eq(len_d),
-            src_big.eq(len_s[17:] != 0), dst_big.eq(len_d[17:] != 0),
+            src_big.eq(len_s[lw:] != 0), dst_big.eq(len_d[lw:] != 0),
             cnt_z.eq(count == 0), w4_z.eq(w[4] == 0), w5_z.eq(w[5] == 0),
             nb_big.eq(w[4] > self._max_blocks),
             cnt_big.eq(cnt > 1),
@@ -389,11 +415,13 @@ class Sequencer(wiring.Component):
         if self._lut:
             m.d.sync += lut_bad.eq(self.lut_select >= self._lut_tables)
         # Stage B: the ends of the ranges.
-        end_src = Signal(18)
-        end_dst = Signal(18)
-        end_bias = Signal(18)
-        # GRAND reads nothing: its source range is empty.
-        m.d.sync += [end_src.eq(src + Mux(op_grand, 0, len_src)), end_dst.eq(dst + len_dst),
+        end_src = Signal(max(16, lw) + 1)
+        end_dst = Signal(max(16, lw) + 1)
+        end_bias = Signal(max(16, lw) + 1)
+        # GRAND reads nothing: its source range is empty (without the grand unit GRAND fails in
+        # DECODE).
+        m.d.sync += [end_src.eq(src + (Mux(op_grand, 0, len_src) if self._grand else len_src)),
+                     end_dst.eq(dst + len_dst),
                      end_bias.eq(w[6] + len_dst)]
         # Stage C: the range checks.
         bad_src = Signal()
@@ -407,8 +435,6 @@ class Sequencer(wiring.Component):
         # (nb >= 1); below, T and nb <= max_blocks are narrow.
         w_bad = Signal()
         if not self._discrete:
-            t_bits = max(_log2(depth) - lgB, 0) + 1
-            nb_bits = self._max_blocks.bit_length()
             t_big = Signal()
             prod = Signal(t_bits + nb_bits)
             w_end = Signal(max(17, len(prod) + lgB) + 1)
@@ -420,8 +446,16 @@ class Sequencer(wiring.Component):
         # ---- Reader stage and write register (module docstring) --------------------------------
         rd_valid = Signal()
         rd_ptr = Signal(16)
-        rd_left = Signal(17)
-        rd_addr = Signal(16)
+        rd_left = Signal(lw)
+        # rd_ptr is the next address to read while ``fresh`` (a load made it so), else the
+        # address of the last read, whose word the stage holds: the address to re-read while
+        # the word waits, without a register of its own.
+        fresh = Signal()
+        rd_inc = Signal(16)
+        # The address read this cycle unless a write takes the port: rd_ptr + 1 where rd_ptr
+        # steps (rp_inc), else rd_ptr; it is also rd_ptr's next value where it steps, so the
+        # increment has one user and merges into this multiplexer's LUTs.
+        rd_next = Signal(16)
         take = Signal()
         reading = Signal()            # the current state lets the reader issue
         # The states that feed an engine from the reader, one flip-flop each (set when RANGE
@@ -438,7 +472,7 @@ class Sequencer(wiring.Component):
         wr_valid = Signal()
         wr_data = Signal(16)
         wr_ptr = Signal(16)
-        wr_left = Signal(17)
+        wr_left = Signal(lw)
         wr_in_valid = Signal()
         wr_in_data = Signal(16)
         # ``rd_left != 0`` and ``wr_left == 0`` as registers, kept beside the counters (every
@@ -446,16 +480,20 @@ class Sequencer(wiring.Component):
         # 17-bit zero test.
         rd_more = Signal()
         wr_done = Signal()
-        # rd_ptr's loads: the pc (fetch), src (RANGE), x_base (a tile or row), bias_ptr, +1.
-        rp_pc, rp_src, rp_x, rp_bias, rp_inc = (Signal(name=f"rp_{k}")
-                                                for k in ("pc", "src", "x", "bias", "inc"))
+        # rd_ptr's loads: the pc (fetch), src (RANGE, a tile or row: the decode pipeline's
+        # registers hold while an instruction runs, as its words and the offsets do), bias_ptr,
+        # +1.
+        rp_pc, rp_src, rp_bias, rp_inc = (Signal(name=f"rp_{k}")
+                                          for k in ("pc", "src", "bias", "inc"))
         issue = Signal()
+        rl_dec = Signal()             # rd_left counts down
         rdata = p.rdata
         m.d.comb += issue.eq(reading & rd_more & (~rd_valid | take) & ~wr_valid)
         m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
         m.d.sync += rd_valid.eq(issue | (rd_valid & ~take))
         m.d.comb += p.wmask.eq(0b11)
-        m.d.comb += p.addr.eq(rd_addr)
+        m.d.comb += [rd_inc.eq(rd_ptr + 1), rd_next.eq(Mux(rp_inc, rd_inc, rd_ptr)),
+                     p.addr.eq(rd_next)]
         wr_one = Signal()             # wr_left == 1 (MOVE), valid a cycle after wr_left changes
         m.d.sync += wr_one.eq(wr_left == 1)
 
@@ -468,19 +506,18 @@ class Sequencer(wiring.Component):
                 m.d.sync += [wr_ptr.eq(wr_ptr + 1), wr_left.eq(wr_left - 1),
                              wr_done.eq(wr_left == 1)]
             with m.Elif(issue):
-                m.d.comb += p.addr.eq(rd_ptr)
-                m.d.comb += rp_inc.eq(1)
-                m.d.sync += [rd_left.eq(rd_left - 1), rd_addr.eq(rd_ptr),
-                             rd_more.eq(rd_left != 1)]
+                m.d.comb += [rp_inc.eq(~fresh), rl_dec.eq(1)]
+                m.d.sync += [fresh.eq(0), rd_more.eq(rd_left != 1)]
 
         # Instruction-specific state.
-        tiles_left = Signal(16)       # MATVEC tiles / DMATVEC rows still to feed
+        # MATVEC tiles / DMATVEC rows still to feed: T < 2^t_bits, R <= depth when RANGE passes.
+        tiles_left = Signal(max(t_bits, depth.bit_length() if self._discrete else 0))
         tl_more = Signal()            # tiles_left != 0
-        x_base = Signal(16)
-        w_base = Signal(range(depth + 1))    # weight entry of the current tile / row
+        w_base = Signal(range(depth + 1))    # weight entry of the current DMATVEC row
+        # The weight entry read. A MATVEC tile's weights follow the previous tile's (entry +
+        # t·K), where w_ptr ends, so it is loaded once, in RANGE.
         w_ptr = Signal(range(depth + 1))
-        k_words = Signal(17)          # K of MATVEC / DMATVEC
-        bias_ptr = Signal(16)
+        bias_ptr = w[6][:self._addr_width]  # the bias range fits: no carry past the address
         lw_valid = Signal()
         lw_lane = Signal(range(N))
         lw_entry = Signal(range(depth + 1))
@@ -494,7 +531,7 @@ class Sequencer(wiring.Component):
         v_q = Signal(signed(DISCRETE_ACC_WIDTH + 2))
 
         # ---- Control ---------------------------------------------------------------------------
-        npc = Signal(17)
+        jump = Signal()               # JUMP, or DJNZ with cnt > 1: NEXT loads w1 into pc
         nb_dec = Signal(17)
         m.d.comb += nb_dec.eq((w[4] + (N - 1)) >> lgN)
         x_sm = Signal(8)
@@ -549,21 +586,27 @@ class Sequencer(wiring.Component):
             o_len.eq(known & ~lacks), o_range.eq(rng), o_mul.eq(mul),
         ]
         # The limit (executed changes in NEXT, a fetch before DECODE), the fetch range, the
-        # RUN's limit of 0 (limit is complete a cycle before CHECK).
+        # RUN's limit of 0 (set in ARGS).
         at_limit = Signal()
         pc_bad = Signal()
         limit_z = Signal()
-        m.d.sync += [at_limit.eq(executed == limit), pc_bad.eq(pc > words - 8),
-                     limit_z.eq(limit == 0)]
+        m.d.sync += [at_limit.eq(executed == limit), pc_bad.eq(pc > words - 8)]
         m.d.sync += [dec_fail.eq(o_fail), dec_len.eq(o_len), dec_range.eq(o_range),
                      dec_mul.eq(o_mul), dec_config.eq(o_config)]
+
+        # CONFIG's index and value, not gated by the state: the register file reads them only
+        # with ``cfg.we`` (a multiplexer on its own write bus), and ``cfg.ok`` decodes the index.
+        m.d.comb += [self.cfg.index.eq(src), self.cfg.value.eq(Cat(dst, w[3]))]
 
         # The reader's consumers, from the flags. Engines' outputs are always taken (the write
         # register), so their input readiness does not wait for the state.
         ready = st_loadw | st_dm & ~g_full
         m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(issue & mv_x | st_dm)]
         if self._lut:
-            m.d.comb += [self.lut.i.valid.eq(rd_valid & st_lut), self.lut.o.ready.eq(1)]
+            # The payload is meaningful only with valid: not gated by the state.
+            m.d.comb += [self.lut.i.valid.eq(rd_valid & st_lut), self.lut.o.ready.eq(1),
+                         self.lut.i.payload.table.eq(self.lut_select),
+                         self.lut.i.payload.code.eq(rdata[:8])]
             ready = ready | st_lut & self.lut.i.ready
         if self._quantiser:
             m.d.comb += [qu.i.valid.eq(rd_valid & st_quant), qu.o.ready.eq(1)]
@@ -595,7 +638,7 @@ class Sequencer(wiring.Component):
             with m.State("IDLE"):
                 m.d.comb += c.cmd.ready.eq(1)
                 with m.If(c.cmd.valid):
-                    m.d.sync += nargs.eq(0)
+                    m.d.sync += [nargs.eq(0), limit_z.eq(1)]
                     with m.If(c.cmd.payload.length == 8):
                         m.next = "ARGS"
                     with m.Else():
@@ -619,7 +662,10 @@ class Sequencer(wiring.Component):
                             with m.Case(3):
                                 m.d.sync += start_hi.eq(start_hi | (b != 0))
                             with m.Default():
+                                # limit == 0 as a flag beside the shift register.
                                 m.d.sync += limit.eq(Cat(limit, b)[8:])
+                                with m.If(b != 0):
+                                    m.d.sync += limit_z.eq(0)
             with m.State("CHECK"):
                 m.d.sync += [pc.eq(start[1:]), executed.eq(0), cycles.eq(0), cnt.eq(0),
                              ofs_a.eq(0), ofs_b.eq(0), status.eq(Status.OK)]
@@ -643,16 +689,26 @@ class Sequencer(wiring.Component):
 
             # -- fetch and decode ------------------------------------------------------------
             with m.State("FETCH"):
-                # rd_ptr is the fetch address (no adder in front of the scratchpad's address).
+                # rd_ptr is the fetch address (no adder in front of the scratchpad's address
+                # but rd_next's increment).
                 m.d.comb += rp_pc.eq(1)
-                m.d.sync += [fidx.eq(0), halt.eq(0)]
+                m.d.sync += fidx.eq(0)
                 m.next = "FETCH_WORDS"
             with m.State("FETCH_WORDS"):
-                m.d.comb += p.addr.eq(rd_ptr)
-                m.d.comb += rp_inc.eq(1)
-                m.d.sync += fidx.eq(fidx + 1)
+                # Reads as the reader issues (the address's default): the pc first (fresh from
+                # FETCH), then one word further each cycle.
+                m.d.comb += rp_inc.eq(~fresh)
+                m.d.sync += [fidx.eq(fidx + 1), fresh.eq(0)]
                 with m.Switch(fidx):
-                    for k in range(1, 8):          # w7 is unused by every instruction
+                    with m.Case(1):
+                        m.d.sync += [is_op[name].eq(rdata[:8] == code)
+                                     for code, name in Op.NAMES.items()]
+                        m.d.sync += [flags.eq(rdata[8:]), is_data.eq(rdata[4:8] != 0)]
+                    with m.Case(2):
+                        m.d.sync += src.eq(src_sum)
+                    with m.Case(3):
+                        m.d.sync += dst.eq(dst_sum)
+                    for k in range(4, 8):          # w7 is unused by every instruction
                         with m.Case(k):
                             m.d.sync += w[k - 1].eq(rdata)
                 with m.If(fidx == 8):
@@ -660,31 +716,26 @@ class Sequencer(wiring.Component):
             with m.State("DECODE"):
                 # The limit and the fetch range are checked here, from registers, though they
                 # come first: the words fetched past them are not used.
-                m.d.sync += npc.eq(pc + 8)
-                with m.Switch(op):
-                    with m.Case(Op.HALT):
-                        m.d.sync += halt.eq(1)
-                    with m.Case(Op.JUMP):
-                        m.d.sync += npc.eq(w[1])
-                    with m.Case(Op.LOOP):
-                        m.d.sync += cnt.eq(w[1])
-                    with m.Case(Op.DJNZ):
-                        with m.If(cnt_big):
-                            m.d.sync += [cnt.eq(cnt - 1), npc.eq(w[1])]
-                        with m.Else():
-                            m.d.sync += cnt.eq(0)
-                    with m.Case(Op.SETOFS):
-                        m.d.sync += [ofs_a.eq(w[1]), ofs_b.eq(w[2])]
-                    with m.Case(Op.ADDOFS):
-                        m.d.sync += [ofs_a.eq(ofs_a + w[1]), ofs_b.eq(ofs_b + w[2])]
-                    if self._bfp and self._discrete:
-                        with m.Case(Op.MATVEC):
-                            m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
-                                         mul_step.eq(w[4] << lgB)]
-                    if self._discrete:
-                        with m.Case(Op.DMATVEC):
-                            m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
-                                         mul_step.eq(nb_dec), nb_d.eq(nb_dec)]
+                # The op class from stage A's flip-flops, not a decode of w0.
+                m.d.sync += jump.eq(is_op["JUMP"] | is_op["DJNZ"] & cnt_big)
+                # LOOP and DJNZ as one multiplexer (they never meet), which merges into the
+                # decrement's LUTs.
+                with m.If(is_op["LOOP"] | is_op["DJNZ"] & cnt_big):
+                    m.d.sync += cnt.eq(Mux(is_op["LOOP"], src, cnt - 1))
+                with m.Elif(is_op["DJNZ"]):
+                    # cnt is 0 or 1: clearing bit 0 clears it.
+                    m.d.sync += cnt[0].eq(0)
+                with m.If(is_op["SETOFS"] | is_op["ADDOFS"]):
+                    # Stage A's sums: w1 + 0 and w2 + 0 for SETOFS, the offsets added for ADDOFS.
+                    m.d.sync += [ofs_a.eq(src), ofs_b.eq(dst)]
+                if self._bfp and self._discrete:
+                    with m.If(is_op["MATVEC"]):
+                        m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
+                                     mul_step.eq(w[4] << lgB)]
+                if self._discrete:
+                    with m.If(is_op["DMATVEC"]):
+                        m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
+                                     mul_step.eq(nb_dec), nb_d.eq(nb_dec)]
                 with m.If(at_limit):
                     fail(Status.LIMIT)
                 with m.Elif(pc_bad):
@@ -713,10 +764,10 @@ class Sequencer(wiring.Component):
                 bad = (bad_src | bad_dst | (op_mat & bias_en & bad_bias) | (op_mat & w_bad)
                        | (op_lut & lut_bad))
                 m.d.comb += rp_src.eq(1)
-                m.d.sync += [rd_left.eq(len_src), wr_ptr.eq(dst),
+                m.d.sync += [wr_ptr.eq(dst),
                              wr_left.eq(len_dst), lw_lane.eq(0), lw_entry.eq(dst),
-                             lw_valid.eq(0), x_base.eq(src), w_base.eq(w[3]),
-                             bias_ptr.eq(w[6]), mv_x.eq(0), mv_b.eq(0), k_words.eq(len_src),
+                             lw_valid.eq(0), w_base.eq(w[3]), w_ptr.eq(w[3]),
+                             mv_x.eq(0), mv_b.eq(0),
                              tiles_left.eq(w[5]), tl_more.eq(1),
                              # Every count is nonzero when the checks pass (DECODE); a MATVEC
                              # or DMATVEC loads its reader per tile or row.
@@ -724,8 +775,13 @@ class Sequencer(wiring.Component):
                 with m.If(bad):
                     fail(Status.BAD_ADDRESS)
                 with m.Else():
-                    m.d.sync += [st_loadw.eq(op_loadw), st_quant.eq(is_op["QUANT"]),
-                                 st_lut.eq(op_lut), st_mv.eq(is_op["MATVEC"])]
+                    # (A flag of an engine that is not built stays 0: its opcode fails in
+                    # DECODE.)
+                    m.d.sync += [st_loadw.eq(op_loadw), st_mv.eq(is_op["MATVEC"])]
+                    if self._quantiser:
+                        m.d.sync += st_quant.eq(is_op["QUANT"])
+                    if self._lut:
+                        m.d.sync += st_lut.eq(op_lut)
                     with m.If(is_op["MOVE"]):
                         m.next = "MOVE_RD"
                     with m.Elif(op_loadw):
@@ -744,7 +800,6 @@ class Sequencer(wiring.Component):
 
             # -- control instructions -------------------------------------------------------
             with m.State("CONFIG"):
-                m.d.comb += [self.cfg.index.eq(w[1]), self.cfg.value.eq(Cat(w[2], w[3]))]
                 with m.If(self.cfg.ok):
                     m.d.comb += self.cfg.we.eq(1)
                     finish()
@@ -753,7 +808,7 @@ class Sequencer(wiring.Component):
 
             # -- data instructions ----------------------------------------------------------
             with m.State("MOVE_RD"):
-                m.d.comb += p.addr.eq(rd_ptr)
+                # Reads at rd_ptr (the address's default).
                 m.next = "MOVE_WR"
             with m.State("MOVE_WR"):
                 m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
@@ -781,15 +836,14 @@ class Sequencer(wiring.Component):
                                  wr_in_valid.eq(self.grand.valid & more),
                                  wr_in_data.eq(self.grand.payload)]
                     with m.If(self.grand.valid & more):
-                        m.d.sync += [rd_left.eq(rd_left - 1), rd_more.eq(rd_left != 1)]
+                        m.d.comb += rl_dec.eq(1)
+                        m.d.sync += rd_more.eq(rd_left != 1)
                 with m.If(wr_done):
                     finish()
             with m.State("LUT"):
                 if self._lut:
-                    li, lo = self.lut.i, self.lut.o
-                    m.d.comb += [li.payload.table.eq(self.lut_select),
-                                 li.payload.code.eq(rdata[:8]),
-                                 wr_in_valid.eq(lo.valid),
+                    lo = self.lut.o
+                    m.d.comb += [wr_in_valid.eq(lo.valid),
                                  wr_in_data.eq(Cat(lo.payload, self.lut_exp))]
                 with m.If(wr_done):
                     m.d.sync += st_lut.eq(0)
@@ -812,9 +866,9 @@ class Sequencer(wiring.Component):
             if self._discrete:
                 with m.State("DM_ROW"):
                     # Per row: the bias word (if any), then the beats, then the requantiser.
-                    m.d.comb += rp_x.eq(1)
+                    m.d.comb += rp_src.eq(1)
                     m.d.sync += [g_lane.eq(0), g_full.eq(0), gather.eq(0),
-                                 rd_left.eq(k_words), rd_more.eq(1),
+                                 rd_more.eq(1),
                                  w_ptr.eq(w_base),
                                  bias_q.eq(0)]
                     with m.If(~tl_more):
@@ -883,10 +937,10 @@ class Sequencer(wiring.Component):
                 # Counted here, not where the instruction ends (one enable, not the OR of every
                 # state's end); FETCH compares it with the limit.
                 m.d.sync += executed.eq(executed + 1)
-                with m.If(halt):
+                with m.If(is_op["HALT"]):
                     m.next = "DONE"
                 with m.Else():
-                    m.d.sync += pc.eq(npc)
+                    m.d.sync += pc.eq(Mux(jump, src, pc + 8))
                     m.next = "FETCH"
             with m.State("DONE"):
                 m.d.sync += [running.eq(0), sidx.eq(0)]
@@ -907,26 +961,37 @@ class Sequencer(wiring.Component):
             # MATVEC's reader phases, on the flags (after the FSM, as the reader).
             with m.If(st_mv & ~mv_x & ~mv_b & tl_more):
                 # The next tile: x and its weight columns.
-                m.d.comb += rp_x.eq(1)
-                m.d.sync += [rd_left.eq(k_words), rd_more.eq(1),
-                             w_ptr.eq(w_base), tiles_left.eq(tiles_left - 1),
+                m.d.comb += rp_src.eq(1)
+                m.d.sync += [rd_more.eq(1), tiles_left.eq(tiles_left - 1),
                              tl_more.eq(tiles_left != 1), mv_x.eq(1)]
             with m.If(mv_x):
                 with m.If(issue):
                     m.d.sync += w_ptr.eq(w_ptr + 1)
                 with m.If(~rd_more & (~rd_valid | col.i_x.ready)):
-                    m.d.sync += [w_base.eq(w_base + k_words), mv_x.eq(0)]
+                    m.d.sync += mv_x.eq(0)
                     with m.If(bias_en):
                         m.d.comb += rp_bias.eq(1)
-                        m.d.sync += [rd_left.eq(N), rd_more.eq(1),
-                                     bias_ptr.eq(bias_ptr + N), mv_b.eq(1)]
+                        m.d.sync += [rd_more.eq(1), mv_b.eq(1)]
             with m.If(mv_b & ~rd_more & (~rd_valid | col.i_bias.ready)):
-                m.d.sync += mv_b.eq(0)
+                # The next tile's bias follows this one's: one past the last read (rd_ptr),
+                # which the reader's increment already forms.
+                m.d.sync += [bias_ptr.eq(rd_inc), mv_b.eq(0)]
         reader()
         # rd_ptr's next value as one AND-OR of its sources (the selects never meet), not a
         # chain of multiplexers in statement order.
-        rp_sel = Cat(rp_pc, rp_src, rp_x, rp_bias, rp_inc)
+        # rd_left's: K or the source length with rd_ptr's load from src (RANGE, a tile, a row),
+        # N with its load from bias_ptr, the count down (an issue, a GRAND sample): one
+        # multiplexer, not one per statement.
+        with m.If(rl_dec):
+            m.d.sync += rd_left.eq(rd_left - 1)
+        with m.Elif(rp_bias):
+            m.d.sync += rd_left.eq(N)
+        with m.Elif(rp_src):
+            m.d.sync += rd_left.eq(len_src)
+        rp_sel = Cat(rp_pc, rp_src, rp_bias, rp_inc)
         with m.If(rp_sel.any()):
-            m.d.sync += rd_ptr.eq(Mux(rp_pc, pc, 0) | Mux(rp_src, src, 0) | Mux(rp_x, x_base, 0)
-                                  | Mux(rp_bias, bias_ptr, 0) | Mux(rp_inc, rd_ptr + 1, 0))
+            m.d.sync += rd_ptr.eq(Mux(rp_pc, pc, 0) | Mux(rp_src, src, 0)
+                                  | Mux(rp_bias, bias_ptr, 0) | Mux(rp_inc, rd_next, 0))
+        with m.If(rp_pc | rp_src | rp_bias):
+            m.d.sync += fresh.eq(1)
         return m

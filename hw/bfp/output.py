@@ -201,6 +201,7 @@ class OutputUnit(wiring.Component):
         mx = Signal(w)
         neg_mx = Signal(signed(w + 1))
         fw = Signal(range(f + w + 1))   # F + W - 1: raw = top_max - fw
+        hm = Signal(w + 2)              # unpipelined: bit j is j >= W - 1
         if self._pipelined:
             # The width registered first; then mx = 2^(W-1) - 1 and -mx as thermometer codes
             # (one LUT per bit).
@@ -212,8 +213,9 @@ class OutputUnit(wiring.Component):
                 fw.eq(f + cw - 1),
             ]
         else:
-            m.d.sync += [mx.eq((Const(1, w + 1) << (self.cfg_width - 1).as_unsigned()) - 1),
-                         neg_mx.eq(-mx), fw.eq(f + self.cfg_width - 1)]
+            # The saturation's limits as one thermometer code, bit j: j >= W - 1 (see stage F).
+            m.d.sync += [hm.eq(Cat(self.cfg_width <= j + 1 for j in range(w + 2))),
+                         fw.eq(f + self.cfg_width - 1)]
 
         # -- scan: |A| -> bitlen(|A|) + ea -> running maximum ------------------------------
         rv = Signal()
@@ -249,8 +251,10 @@ class OutputUnit(wiring.Component):
         q_a = Signal(signed(aw))
         q_ea = Signal(signed(eb + 1))
         xv = Signal()           # pipelined: stage X (the low half of the negation) valid
-        m.d.sync += [rv.eq(0), sv.eq(xv if self._pipelined else qv), tv.eq(gv & (g_nz != 0)),
-                     t_len.eq(bitlen)]
+        s_neg = Signal()        # unpipelined: A < 0 (s_abs holds ~A)
+        s_corr = Signal()       # unpipelined: A = -2^k (|A| is one longer than ~A)
+        m.d.sync += [rv.eq(0), sv.eq(xv if self._pipelined else qv),
+                     tv.eq(gv & ((g_nz != 0) | s_neg)), t_len.eq(bitlen + s_corr)]
         merged += [gv.eq(sv)]
         if self._pipelined:
             m.d.sync += [t_ea.eq(g_ea), g_ea.eq(s_ea)]
@@ -303,8 +307,15 @@ class OutputUnit(wiring.Component):
             with m.If(top_gt[-1]):
                 m.d.sync += top_max.eq(top)
         else:
+            # bitlen(|A|) from A's ones' complement: ~A = |A| - 1 for A < 0, one bit
+            # shorter exactly when A = -2^k (A's bits are ones, then zeros). Against a
+            # negation (a carry chain) and a multiplexer: 20 LUTs fewer at AW = 26.
             with m.If(qv):
-                m.d.sync += s_abs.eq(Mux(q_a < 0, -q_a, q_a))
+                m.d.sync += [
+                    s_abs.eq(q_a ^ q_a[-1].replicate(aw)),
+                    s_neg.eq(q_a[-1]),
+                    s_corr.eq(q_a[-1] & ~Cat(~q_a[i + 1] & q_a[i] for i in range(aw - 1)).any()),
+                ]
             m.d.sync += [top.eq(t_len + t_ea), uv.eq(tv)]
             # qv, sv, gv, tv and uv all clear (registered from their inputs).
             m.d.sync += scan_empty.eq(~(rv | qv | sv | gv | tv))
@@ -520,13 +531,20 @@ class OutputUnit(wiring.Component):
                        d_q.eq(Mux(big, 1 << w, Mux(small, -(1 << w), q[:w + 1].as_signed())))]
             # Stage E: rounding increment. Stage F: saturation into the output FIFO.
             m.d.sync += e_val.eq(d_q + d_up)
+            # The limits are +-mx = +-(2^(W-1) - 1): e_val > mx when it is positive with a bit
+            # at or above W - 1 set; e_val < -mx when it is negative with a bit there clear,
+            # or it is -2^(W-1) (those bits set, the ones below clear). mx's bit j is ~hm[j]
+            # and -mx's hm[j] | (j == 0), so each output bit is one LUT. Against two
+            # subtractions and a three-way choice: 22 LUTs, 34 carries, 7 flip-flops fewer.
+            neg = e_val[-1]
+            above = Cat(e_val[j] & hm[j] for j in range(w + 2)).any()
+            clear = Cat(~e_val[j] & hm[j] for j in range(w + 2)).any()
+            low_zero = Cat(~e_val[j] | hm[j] for j in range(w + 2)).all()
+            gt = ~neg & above
+            lt = neg & (clear | low_zero)
             sat = Signal(signed(w))
-            with m.If(e_val > mx):
-                m.d.comb += sat.eq(mx)
-            with m.Elif(e_val < neg_mx):
-                m.d.comb += sat.eq(neg_mx)
-            with m.Else():
-                m.d.comb += sat.eq(e_val)
+            m.d.comb += sat.eq(Cat(Mux(gt, ~hm[j], Mux(lt, hm[j] | (j == 0), e_val[j]))
+                                   for j in range(w)))
             w_en = ve
         o_e = Signal(signed(eb))
         if self._pipelined:

@@ -369,7 +369,8 @@ class OutputUnit(wiring.Component):
         c1_lo = Signal(3)
         c1_sticky = Signal()
         c1_neg = Signal()
-        c_qext = Signal(signed(xw if self._pipelined else rr + w + 1))
+        # Unpipelined, stage C keeps the fraction and q[:W]: q[W] is the sign unless `c_ov`.
+        c_qext = Signal(signed(xw if self._pipelined else rr + w))
         c_sticky = Signal()
         c_neg = Signal()
         d_q = Signal(signed(w + 2))
@@ -528,7 +529,8 @@ class OutputUnit(wiring.Component):
             big = ~c_neg & c_ov
             small = c_neg & c_ov
             merged += [d_up.eq(up),
-                       d_q.eq(Mux(big, 1 << w, Mux(small, -(1 << w), q[:w + 1].as_signed())))]
+                       d_q.eq(Mux(big, 1 << w,
+                                  Mux(small, -(1 << w), Cat(q[:w], c_neg).as_signed())))]
             # Stage E: rounding increment. Stage F: saturation into the output FIFO.
             m.d.sync += e_val.eq(d_q + d_up)
             # The limits are +-mx = +-(2^(W-1) - 1): e_val > mx when it is positive with a bit
@@ -614,6 +616,10 @@ class OutputUnit(wiring.Component):
         raw_c = Signal(signed(eb))
         raw_hi = Signal()       # pipelined: raw > e_max, registered in CHECK
         raw_lo = Signal()       # pipelined: raw < -e_max
+        if not (self._predictor or self._window):
+            # Without a predictor e4 is the clamped exponent, which holds still from WINDOW
+            # until the next product's: no copy of it in CLAMP (8 flip-flops).
+            m.d.comb += e4.eq(raw_c)
         accepted = Signal(range(n + 1))
         acc_last = Signal()      # accepted == n - 1, as a register
         with m.If(self.o.valid & self.o.ready):
@@ -712,8 +718,9 @@ class OutputUnit(wiring.Component):
                 use_pred = (use_pred_r if self._pipelined
                             else pmode & usable & (in_window | ~any_nz))
                 e4_sel = Mux(use_pred, pred_eu, raw_c)
+                if self._predictor or self._window:
+                    m.d.sync += e4.eq(e4_sel)
                 m.d.sync += [
-                    e4.eq(e4_sel),
                     o_e.eq(Mux(any_nan, nan_code, e4_sel)),
                     nan_blk.eq(any_nan),
                     idx.eq(0),

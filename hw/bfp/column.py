@@ -236,18 +236,40 @@ class BFPColumn(wiring.Component):
         plain = not self._pipelined
         if plain:
             attrs["no_rw_check"] = 1
-        m.submodules.acc = acc = Memory(shape=comb.acc_layout, depth=2 << _clog2(n), init=[],
-                                        attrs=attrs or None)
-        wr = acc.write_port()
-        m.d.comb += [wr.en.eq(comb.wr_en), wr.addr.eq(comb.wr_addr), wr.data.eq(comb.wr_data)]
-        if plain:
-            rd_c = acc.read_port(domain="comb")
-            rd_o = acc.read_port(domain="comb")
-            m.d.comb += [rd_c.addr.eq(comb.rd_addr), rd_o.addr.eq(out.rd_addr)]
-            m.d.sync += comb.rd_data.eq(rd_c.data)
-            with m.If(out.rd_en):
-                m.d.sync += out.rd_data.eq(rd_o.data)
+            # Two memories, A and (ea, nan), written together: the output unit reads them at
+            # different addresses (`rd_addr_a`, `rd_addr`; see OutputUnit). The same block
+            # RAMs as one memory of both (A is 16 bits and a part, ea and nan a part).
+            depth = 2 << _clog2(n)
+            m.submodules.acc_a = acc_a = Memory(shape=signed(self._aw), depth=depth, init=[],
+                                                attrs=attrs)
+            m.submodules.acc_e = acc_e = Memory(
+                shape=data.StructLayout({"ea": signed(eb + 1), "nan": 1}), depth=depth,
+                init=[], attrs=attrs)
+            # Each read register is described in the fabric, to merge into its block RAM.
+            for mem, o_addr, fields in ((acc_a, out.rd_addr_a, None),
+                                        (acc_e, out.rd_addr, ("ea", "nan"))):
+                wr = mem.write_port()
+                rd_c = mem.read_port(domain="comb")
+                rd_o = mem.read_port(domain="comb")
+                m.d.comb += [wr.en.eq(comb.wr_en), wr.addr.eq(comb.wr_addr),
+                             rd_c.addr.eq(comb.rd_addr), rd_o.addr.eq(o_addr)]
+                if fields is None:
+                    m.d.comb += wr.data.eq(comb.wr_data.a)
+                    m.d.sync += comb.rd_data.a.eq(rd_c.data)
+                    with m.If(out.rd_en):
+                        m.d.sync += out.rd_data.a.eq(rd_o.data)
+                    continue
+                for name in fields:
+                    m.d.comb += wr.data[name].eq(comb.wr_data[name])
+                    m.d.sync += comb.rd_data[name].eq(rd_c.data[name])
+                    with m.If(out.rd_en):
+                        m.d.sync += out.rd_data[name].eq(rd_o.data[name])
         else:
+            m.submodules.acc = acc = Memory(shape=comb.acc_layout, depth=2 << _clog2(n),
+                                            init=[], attrs=attrs or None)
+            wr = acc.write_port()
+            m.d.comb += [wr.en.eq(comb.wr_en), wr.addr.eq(comb.wr_addr),
+                         wr.data.eq(comb.wr_data)]
             rd_c = acc.read_port(transparent_for=(wr,))
             rd_o = acc.read_port()
             m.d.comb += [

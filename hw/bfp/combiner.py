@@ -74,16 +74,19 @@ class BlockCombiner(wiring.Component):
             "valid": 1, "idx": range(self._lanes), "bank": 1, "final": 1, "nan": 1,
             "e": signed(eb + 1), "ea": signed(eb + 1), "d": signed(eb + 3), "a": signed(aw),
             "c": signed(aw), "a_zero": 1, "p_zero": 1}))
-        a = Mux(s1.first, 0, self.rd_data.a)
-        ea = Mux(s1.first, 0, self.rd_data.ea)
+        # A first contribution counts as one into a zero accumulator (`a_zero`): the stored
+        # value is never used then, so it is not forced to 0 (26 LUTs).
         merged += [
             t.valid.eq(s1.valid), t.idx.eq(s1.idx), t.bank.eq(s1.bank), t.final.eq(s1.final),
             t.nan.eq((~s1.first & self.rd_data.nan) | s1.nan),
-            t.e.eq(s1.e), t.ea.eq(ea), t.d.eq(s1.e - ea), t.a.eq(a), t.c.eq(s1.p << f),
-            t.a_zero.eq(a == 0), t.p_zero.eq(s1.p == 0),
+            t.e.eq(s1.e), t.ea.eq(self.rd_data.ea), t.d.eq(s1.e - self.rd_data.ea),
+            t.a.eq(self.rd_data.a), t.c.eq(s1.p << f),
+            t.a_zero.eq(s1.first | (self.rd_data.a == 0)), t.p_zero.eq(s1.p == 0),
         ]
 
-        # S1b: which operand to align, and by how much (clamped to AW - 1).
+        # S1b: which operand to align, and by how much (clamped to AW - 1). Three cases, not
+        # four: with P = 0 the contribution c is 0, so aligning it to the accumulator (the
+        # last case, whatever its shift) keeps A and ea as they are.
         s2 = Signal(data.StructLayout({
             "valid": 1, "idx": range(self._lanes), "bank": 1, "final": 1, "nan": 1,
             "ea": signed(eb + 1), "sh": signed(aw), "amt": range(aw), "add": signed(aw)}))
@@ -93,9 +96,7 @@ class BlockCombiner(wiring.Component):
         ]
         with m.If(t.a_zero):
             merged += [s2.sh.eq(t.c), s2.amt.eq(0), s2.add.eq(0), s2.ea.eq(t.e)]
-        with m.Elif(t.p_zero):
-            merged += [s2.sh.eq(t.a), s2.amt.eq(0), s2.add.eq(0), s2.ea.eq(t.ea)]
-        with m.Elif(t.d > 0):
+        with m.Elif((t.d > 0) & ~t.p_zero):
             merged += [s2.sh.eq(t.a), s2.add.eq(t.c), s2.ea.eq(t.e),
                        s2.amt.eq(Mux(t.d >= aw - 1, aw - 1, t.d))]
         with m.Else():

@@ -13,7 +13,6 @@ from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, signed
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -104,6 +103,9 @@ class OutputUnit(wiring.Component):
         One-cycle pulse when the last element of the bank was accepted.
     rd_addr / rd_en / rd_data
         Read port of the accumulator memory.
+    rd_addr_a
+        Unpipelined only: the address of the accumulators' A, whose memory is separate from
+        that of ea and the NaN flag (``rd_addr``); both read into ``rd_data``.
     i_rand, o : streams; cfg_*, pred_clear : configuration (see :class:`BFPColumn`).
     """
 
@@ -121,6 +123,7 @@ class OutputUnit(wiring.Component):
             "busy": Out(1),
             "finish": Out(1),
             "rd_addr": Out(_clog2(lanes) + 1),
+            **({} if pipelined else {"rd_addr_a": Out(_clog2(lanes) + 1)}),
             "rd_en": Out(1),
             "rd_data": In(acc_layout),
             "i_rand": In(stream.Signature(rand_bits)),
@@ -176,12 +179,29 @@ class OutputUnit(wiring.Component):
         nan_code = -(1 << (eb - 1))
         bank = Signal()
         idx = Signal(range(n + 1))
-        m.d.comb += self.rd_addr.eq(Cat(idx[:_clog2(n)], bank))
+        emitting = Signal()     # unpipelined: in EMIT (set with it, a register)
+        if self._pipelined:
+            m.d.comb += self.rd_addr.eq(Cat(idx[:_clog2(n)], bank))
+        else:
+            # Unpipelined, the accumulators' A (`rd_addr_a`) and their ea and NaN flag
+            # (`rd_addr`) are separate memories, each read where it is used: the emit pass
+            # reads A a cycle after ea (its shift amount comes first), the scan reads ea two
+            # cycles after A (|A| and its leading one come first). Two delayed copies of the
+            # index and two address multiplexers replace 44 flip-flops that delayed the data.
+            idx_d1 = Signal(_clog2(n))
+            idx_d2 = Signal(_clog2(n))
+            lane = idx[:_clog2(n)]
+            m.d.sync += [idx_d1.eq(lane), idx_d2.eq(idx_d1)]
+            m.d.comb += [
+                self.rd_addr.eq(Cat(Mux(emitting, lane, idx_d2), bank)),
+                self.rd_addr_a.eq(Cat(Mux(emitting, idx_d1, lane), bank)),
+            ]
 
         # Configuration-only values, registered (the configuration is static during a product).
         mx = Signal(w)
         neg_mx = Signal(signed(w + 1))
         fw = Signal(range(f + w + 1))   # F + W - 1: raw = top_max - fw
+        hm = Signal(w + 2)              # unpipelined: bit j is j >= W - 1
         if self._pipelined:
             # The width registered first; then mx = 2^(W-1) - 1 and -mx as thermometer codes
             # (one LUT per bit).
@@ -193,8 +213,9 @@ class OutputUnit(wiring.Component):
                 fw.eq(f + cw - 1),
             ]
         else:
-            m.d.sync += [mx.eq((Const(1, w + 1) << (self.cfg_width - 1).as_unsigned()) - 1),
-                         neg_mx.eq(-mx), fw.eq(f + self.cfg_width - 1)]
+            # The saturation's limits as one thermometer code, bit j: j >= W - 1 (see stage F).
+            m.d.sync += [hm.eq(Cat(self.cfg_width <= j + 1 for j in range(w + 2))),
+                         fw.eq(f + self.cfg_width - 1)]
 
         # -- scan: |A| -> bitlen(|A|) + ea -> running maximum ------------------------------
         rv = Signal()
@@ -230,9 +251,15 @@ class OutputUnit(wiring.Component):
         q_a = Signal(signed(aw))
         q_ea = Signal(signed(eb + 1))
         xv = Signal()           # pipelined: stage X (the low half of the negation) valid
-        m.d.sync += [rv.eq(0), sv.eq(xv if self._pipelined else qv), tv.eq(gv & (g_nz != 0)),
-                     t_len.eq(bitlen), t_ea.eq(g_ea)]
-        merged += [gv.eq(sv), g_ea.eq(s_ea)]
+        s_neg = Signal()        # unpipelined: A < 0 (s_abs holds ~A)
+        s_corr = Signal()       # unpipelined: A = -2^k (|A| is one longer than ~A)
+        m.d.sync += [rv.eq(0), sv.eq(xv if self._pipelined else qv),
+                     tv.eq(gv & ((g_nz != 0) | s_neg)), t_len.eq(bitlen + s_corr)]
+        merged += [gv.eq(sv)]
+        if self._pipelined:
+            m.d.sync += [t_ea.eq(g_ea), g_ea.eq(s_ea)]
+        else:
+            m.d.comb += t_ea.eq(self.rd_data.ea)     # read two cycles after A
         # Stage Q (merged): the memory's output register, copied. Pipelined, it copies every
         # cycle and the emit pipeline reads it too (its stage Q): nothing but a flip-flop
         # follows the memory (an ECP5 DP16KD without its output register takes 5.8 ns from
@@ -241,8 +268,14 @@ class OutputUnit(wiring.Component):
             m.d.sync += [qv.eq(rv), q_a.eq(self.rd_data.a), q_ea.eq(self.rd_data.ea)]
         else:
             m.d.comb += [qv.eq(rv), q_a.eq(self.rd_data.a), q_ea.eq(self.rd_data.ea)]
-        with m.If(rv):
-            m.d.sync += any_nan.eq(any_nan | self.rd_data.nan)
+        nv = Signal()           # unpipelined: the scan's NaN flag is read (with ea) in stage T
+        if self._pipelined:
+            with m.If(rv):
+                m.d.sync += any_nan.eq(any_nan | self.rd_data.nan)
+        else:
+            m.d.sync += nv.eq(gv)
+            with m.If(nv):
+                m.d.sync += any_nan.eq(any_nan | self.rd_data.nan)
         uv = Signal()
         scan_empty = Signal(init=1)
         top_gt = Signal(signed(tb + 1))
@@ -274,8 +307,15 @@ class OutputUnit(wiring.Component):
             with m.If(top_gt[-1]):
                 m.d.sync += top_max.eq(top)
         else:
+            # bitlen(|A|) from A's ones' complement: ~A = |A| - 1 for A < 0, one bit
+            # shorter exactly when A = -2^k (A's bits are ones, then zeros). Against a
+            # negation (a carry chain) and a multiplexer: 20 LUTs fewer at AW = 26.
             with m.If(qv):
-                m.d.sync += [s_abs.eq(Mux(q_a < 0, -q_a, q_a)), s_ea.eq(q_ea)]
+                m.d.sync += [
+                    s_abs.eq(q_a ^ q_a[-1].replicate(aw)),
+                    s_neg.eq(q_a[-1]),
+                    s_corr.eq(q_a[-1] & ~Cat(~q_a[i + 1] & q_a[i] for i in range(aw - 1)).any()),
+                ]
             m.d.sync += [top.eq(t_len + t_ea), uv.eq(tv)]
             # qv, sv, gv, tv and uv all clear (registered from their inputs).
             m.d.sync += scan_empty.eq(~(rv | qv | sv | gv | tv))
@@ -329,7 +369,8 @@ class OutputUnit(wiring.Component):
         c1_lo = Signal(3)
         c1_sticky = Signal()
         c1_neg = Signal()
-        c_qext = Signal(signed(xw))
+        # Unpipelined, stage C keeps the fraction and q[:W]: q[W] is the sign unless `c_ov`.
+        c_qext = Signal(signed(xw if self._pipelined else rr + w))
         c_sticky = Signal()
         c_neg = Signal()
         d_q = Signal(signed(w + 2))
@@ -360,11 +401,12 @@ class OutputUnit(wiring.Component):
             e4_off = Signal(range(-(1 << (eb - 1)), (1 << (eb - 1)) + f + w + 1))
             m.d.sync += [e4_off.eq(e4 + (f + w + 1)), a_a.eq(q_a), a_s.eq(e4_off - q_ea)]
         else:
-            merged += [a_a.eq(self.rd_data.a), a_s.eq(e4 - self.rd_data.ea + (f + w + 1))]
-        m.d.sync += [
-            b_a.eq(a_a),
-            b_sr.eq(Mux(a_s < 0, 0, Mux(a_s >= xw, xw, a_s))),
-        ]
+            merged += a_s.eq(e4 - self.rd_data.ea + (f + w + 1))
+        if self._pipelined:
+            m.d.sync += b_a.eq(a_a)
+        else:
+            m.d.comb += b_a.eq(self.rd_data.a)      # read a cycle after ea
+        m.d.sync += b_sr.eq(Mux(a_s < 0, 0, Mux(a_s >= xw, xw, a_s)))
         # Stages C1/C2: the right shift by multiples of 8, then by 0..7, each with the sticky
         # OR of the bits it drops.
         x = Signal(signed(xw))
@@ -396,6 +438,20 @@ class OutputUnit(wiring.Component):
             c_sticky.eq(c1_sticky | ((c1_x.as_unsigned()[:8] & mask_lo) != 0)),
             c_neg.eq(c1_neg),
         ]
+        c_ov = Signal()         # unpipelined: the value is beyond +-2^W (hi, below, not all sign)
+        if not self._pipelined:
+            # Stage C keeps only the R + W + 1 bits that round (`c_qext` is that narrow) and
+            # one flag for the bits above them, `q[W:]` not all equal to the sign: the bits of
+            # the fine shift's input from R + W + lo up, and below the coarse shift the bytes
+            # of A from 7 + 8h up. The shifter's upper bits and the flag's 27-bit tests cost
+            # about 110 LUTs and 26 flip-flops; the flag alone about 30 LUTs.
+            lo_hi = rr + w          # c1_x[lo_hi + i], i >= lo: above the window
+            fine = [(c1_x[lo_hi + i] ^ c1_neg) & (c1_lo <= i)
+                    for i in range(8) if lo_hi + i < xw]
+            grp = [Cat(b_a[i] ^ c1_neg for i in range(j, min(j + 8, aw))).any()
+                   for j in range(7, aw, 8)]
+            coarse = [g_nz & (b_sr[3:] <= g) for g, g_nz in enumerate(grp)]
+            m.d.sync += c_ov.eq(Cat(*fine, *coarse).any())
         q = Signal(signed(xw - rr))
         f_r = Signal(rr)
         up = Signal()
@@ -431,7 +487,8 @@ class OutputUnit(wiring.Component):
                 # Without stochastic rounding its codes round to nearest (never used so).
                 m.d.comb += up.eq(stoch_up if self._stochastic else nearest)
         # Values beyond ±2^W saturate anyway: narrow them to [-2^W, 2^W] before the
-        # increment (sign and zero tests of the high bits, no comparator carry chain).
+        # increment (sign and zero tests of the high bits, no comparator carry chain;
+        # unpipelined, the tests are the flag `c_ov` of stage C).
         if self._pipelined:
             # Stage D keeps the high bits' zero and all-ones tests per 8-bit group, stage D2
             # turns them into two flags (beyond +2^W, beyond -2^W: such a value saturates
@@ -469,21 +526,27 @@ class OutputUnit(wiring.Component):
             m.d.comb += sat.eq(Mux(f_gt, mx, Mux(f_lt, neg_mx, f_val)))
             w_en = vf
         else:
-            def narrow(v):
-                hi = v[w:]
-                big = ~hi[-1] & (hi != 0)
-                small = hi[-1] & ~hi.all()
-                return Mux(big, 1 << w, Mux(small, -(1 << w), v[:w + 1].as_signed()))
-            merged += [d_up.eq(up), d_q.eq(narrow(q))]
+            big = ~c_neg & c_ov
+            small = c_neg & c_ov
+            merged += [d_up.eq(up),
+                       d_q.eq(Mux(big, 1 << w,
+                                  Mux(small, -(1 << w), Cat(q[:w], c_neg).as_signed())))]
             # Stage E: rounding increment. Stage F: saturation into the output FIFO.
             m.d.sync += e_val.eq(d_q + d_up)
+            # The limits are +-mx = +-(2^(W-1) - 1): e_val > mx when it is positive with a bit
+            # at or above W - 1 set; e_val < -mx when it is negative with a bit there clear,
+            # or it is -2^(W-1) (those bits set, the ones below clear). mx's bit j is ~hm[j]
+            # and -mx's hm[j] | (j == 0), so each output bit is one LUT. Against two
+            # subtractions and a three-way choice: 22 LUTs, 34 carries, 7 flip-flops fewer.
+            neg = e_val[-1]
+            above = Cat(e_val[j] & hm[j] for j in range(w + 2)).any()
+            clear = Cat(~e_val[j] & hm[j] for j in range(w + 2)).any()
+            low_zero = Cat(~e_val[j] | hm[j] for j in range(w + 2)).all()
+            gt = ~neg & above
+            lt = neg & (clear | low_zero)
             sat = Signal(signed(w))
-            with m.If(e_val > mx):
-                m.d.comb += sat.eq(mx)
-            with m.Elif(e_val < neg_mx):
-                m.d.comb += sat.eq(neg_mx)
-            with m.Else():
-                m.d.comb += sat.eq(e_val)
+            m.d.comb += sat.eq(Cat(Mux(gt, ~hm[j], Mux(lt, hm[j] | (j == 0), e_val[j]))
+                                   for j in range(w)))
             w_en = ve
         o_e = Signal(signed(eb))
         if self._pipelined:
@@ -516,14 +579,34 @@ class OutputUnit(wiring.Component):
             with m.Elif(f_take & ~w_en):
                 m.d.sync += f_level.eq(f_level >> 1)
         else:
-            m.submodules.fifo = fifo = SyncFIFOBuffered(width=w + eb, depth=_EMIT_FIFO_DEPTH)
+            # The output FIFO, with the timing of a SyncFIFOBuffered (a memory and an output
+            # register that takes the oldest entry when it is empty or being read). The
+            # credits keep at most 16 entries in it, so the pointers tell empty from full and
+            # a read never meets a write to its address: `no_rw_check` spares synthesis the
+            # collision logic (15 flip-flops and their multiplexers), and the read register,
+            # described in the fabric, merges into the block RAM.
+            m.submodules.fifo = fifo = Memory(shape=w + eb, depth=_EMIT_FIFO_DEPTH, init=[],
+                                              attrs={"no_rw_check": 1})
+            f_wr = fifo.write_port()
+            f_rd = fifo.read_port(domain="comb")
+            f_wp = Signal(range(_EMIT_FIFO_DEPTH))
+            f_rp = Signal(range(_EMIT_FIFO_DEPTH))
+            f_ov = Signal()                         # the read register holds an element
+            f_data = Signal(w + eb)
+            f_take = Signal()
             m.d.comb += [
-                fifo.w_en.eq(w_en),
-                fifo.w_data.eq(Cat(Mux(nan_blk, 0, sat), o_e)),
-                self.o.valid.eq(fifo.r_rdy),
-                self.o.payload.eq(fifo.r_data),
-                fifo.r_en.eq(self.o.ready),
+                f_wr.en.eq(w_en), f_wr.addr.eq(f_wp),
+                f_wr.data.eq(Cat(Mux(nan_blk, 0, sat), o_e)),
+                f_rd.addr.eq(f_rp),
+                f_take.eq((f_wp != f_rp) & (~f_ov | self.o.ready)),
+                self.o.valid.eq(f_ov), self.o.payload.eq(f_data),
             ]
+            with m.If(w_en):
+                m.d.sync += f_wp.eq(f_wp + 1)
+            with m.If(f_take):
+                m.d.sync += [f_rp.eq(f_rp + 1), f_data.eq(f_rd.data), f_ov.eq(1)]
+            with m.Elif(self.o.ready):
+                m.d.sync += f_ov.eq(0)
         with m.If(issue):
             m.d.sync += [idx.eq(idx + 1), more.eq(idx != n - 1)]
 
@@ -533,6 +616,10 @@ class OutputUnit(wiring.Component):
         raw_c = Signal(signed(eb))
         raw_hi = Signal()       # pipelined: raw > e_max, registered in CHECK
         raw_lo = Signal()       # pipelined: raw < -e_max
+        if not (self._predictor or self._window):
+            # Without a predictor e4 is the clamped exponent, which holds still from WINDOW
+            # until the next product's: no copy of it in CLAMP (8 flip-flops).
+            m.d.comb += e4.eq(raw_c)
         accepted = Signal(range(n + 1))
         acc_last = Signal()      # accepted == n - 1, as a register
         with m.If(self.o.valid & self.o.ready):
@@ -631,8 +718,9 @@ class OutputUnit(wiring.Component):
                 use_pred = (use_pred_r if self._pipelined
                             else pmode & usable & (in_window | ~any_nz))
                 e4_sel = Mux(use_pred, pred_eu, raw_c)
+                if self._predictor or self._window:
+                    m.d.sync += e4.eq(e4_sel)
                 m.d.sync += [
-                    e4.eq(e4_sel),
                     o_e.eq(Mux(any_nan, nan_code, e4_sel)),
                     nan_blk.eq(any_nan),
                     idx.eq(0),
@@ -665,9 +753,13 @@ class OutputUnit(wiring.Component):
                             wpred.width.eq(self.cfg_width),
                             wpred.k.eq(self.cfg_pred_k),
                         ]
+                if not self._pipelined:
+                    m.d.sync += emitting.eq(1)
                 fsm.goto("EMIT")
             with fsm.state("EMIT"):
                 with m.If(emit_done):
                     m.d.comb += self.finish.eq(1)
+                    if not self._pipelined:
+                        m.d.sync += emitting.eq(0)
                     fsm.goto("IDLE")
         return m

@@ -38,7 +38,7 @@ def test_icebreaker_profiles():
     assert {k: bfp.top[k] for k in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram",
                                     "bfp_pipelined")} == dict(
         bfp_stochastic=False, bfp_predictor=False, bfp_acc_block_ram=True, bfp_pipelined=False)
-    assert (bfp.top["matrix_lanes"], bfp.top["block"], bfp.top["max_blocks"]) == (4, 16, 4)
+    assert (bfp.top["matrix_lanes"], bfp.top["block"], bfp.top["max_blocks"]) == (8, 16, 4)
 
 
 @pytest.mark.parametrize("board", list(BOARDS))

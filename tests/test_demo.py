@@ -149,7 +149,7 @@ def test_cli_demo_board_in_simulation(build_dir, capsys):
     assert cli.main(["demo", "digits", "--simulator", "model", "--board", "icebreaker",
                      "--images", "10", "--build-dir", str(tmp_path), "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["board"] == "icebreaker" and r["design"]["matrix_lanes"] == 4
+    assert r["board"] == "icebreaker" and r["design"]["matrix_lanes"] == 8
     assert r["device_accuracy"] == r["golden_accuracy"] and r["macs_per_image"] == 2368
     assert r["clock_mhz"] == demo.BOARDS["icebreaker"].clk_freq / 1e6
     assert cli.main(["demo", "digits", "--simulator", "model", "--board", "hx8k",
@@ -267,7 +267,7 @@ def test_same_top_fills_in_defaults():
     slower = dict(demo.board_top("icebreaker"), clk_freq=12e6, baud=115200, busy_count=True)
     assert not demo.same_top(slower, demo.board_top("icebreaker"))
     assert demo.same_top(slower, demo.board_top("icebreaker"), cycles=True)
-    assert not demo.same_top(dict(slower, matrix_lanes=8), demo.board_top("icebreaker"),
+    assert not demo.same_top(dict(slower, matrix_lanes=16), demo.board_top("icebreaker"),
                              cycles=True)
 
 
@@ -401,7 +401,7 @@ def test_board_top_in_amaranth_own_cycles(tmp_path, monkeypatch):
     assert not demo.same_top(demo.board_top("icebreaker"), demo.SIM_TOP)
     r = demo.run_digits("bfp", simulator="amaranth", images=1, build_dir=str(tmp_path),
                         board="icebreaker", cycles_file=str(tmp_path / "none.json"))
-    assert r.device_accuracy == r.golden_accuracy and r.design["matrix_lanes"] == 4
+    assert r.device_accuracy == r.golden_accuracy and r.design["matrix_lanes"] == 8
     assert r.board == "icebreaker" and "icebreaker's top" in r.target
     assert r.cycles > 0 and r.cycles_per_image == r.cycles
     assert r.macs_per_image == 64 * 32 + 32 * 10
@@ -453,7 +453,7 @@ def test_link_traffic_counts_the_packed_bytes(build_dir):
     acc = Accelerator.model(**params)
     net = demo.prepare_network("bfp", acc.design.column(), build_dir=build_dir)[1]
     per_image = demo.link_traffic(params, net)
-    payload = 64 + 4 + 12 + 3                              # N = 4: three tiles of four rows
+    payload = 64 + 4 + 16 + 2                              # N = 8: two tiles of eight rows
     assert payload < per_image < payload * 1.06
     assert demo.link_rate(4_000_000, per_image) == pytest.approx(400_000 / per_image)
     # The traffic of real runs equals it (the same driver, RUN executed).

@@ -117,6 +117,13 @@ def pytest_collection_modifyitems(config, items):
     config.stash[_ROTATED] = [(day, item) for item in rotate(items, day)]
 
 
+def pytest_report_header(config):
+    # Printed by the main process also under pytest-xdist (-n), whose workers collect and
+    # rotate silently; the rotated cases are then those of this day.
+    day = rotation_day()
+    return f"rotation day {day} (set {ROTATION_ENV}={day} to repeat the day's rotating cases)"
+
+
 def pytest_collection_finish(session):
     selected = set(session.items)
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

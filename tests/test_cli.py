@@ -270,7 +270,9 @@ def test_flash_without_programmer(tmp_path, monkeypatch):
     assert f"programmer '{env_tool}' not found" in r.stderr
 
 
-@pytest.mark.parametrize("block", [b for b in BLOCKS])
+@pytest.mark.parametrize("block", [
+    # The top (most of the blocks inside) in the quick suite; each block alone with -m slow.
+    b if b == "top" else pytest.param(b, marks=pytest.mark.slow) for b in BLOCKS])
 def test_verilog_of_every_block_parses_in_iverilog(block, tmp_path, require_tool):
     out = tmp_path / f"{block}.v"
     r = lowbit("verilog", block, "-o", str(out))

@@ -103,9 +103,9 @@ def test_top_uart_verilog(tmp_path):
 
 @needs_sim
 @pytest.mark.parametrize("clk_freq, baud, baud_error", [
-    (12_000_000, 1_000_000, 0.0),
-    (25_000_000, 3_000_000, 0.02),           # the ULX3S: 25/3 cycles per bit
-    (18_000_000, 4_000_000, -0.02),          # the iCEBreaker: 9/2
+    pytest.param(12_000_000, 1_000_000, 0.0, marks=pytest.mark.slow),
+    (25_000_000, 3_000_000, 0.02),           # the ULX3S: 25/3 cycles per bit (fractional)
+    pytest.param(18_000_000, 4_000_000, -0.02, marks=pytest.mark.slow),      # 9/2
 ])
 def test_uart_verilog(tmp_path, clk_freq, baud, baud_error):
     params = {"clk_freq": clk_freq, "baud": baud}
@@ -122,8 +122,8 @@ def uart_job(params, baud_error):
 @needs_sim
 @pytest.mark.parametrize("clk_freq, baud, baud_error", [
     pytest.param(24_000_000, 12_000_000, -0.02, id="2-2%"),     # 2 cycles per bit
-    pytest.param(24_000_000, 12_000_000, 0.02, id="2+2%"),
-    pytest.param(25_000_000, 3_000_000, 0.02, id="25/3+2%"),
+    pytest.param(24_000_000, 12_000_000, 0.02, id="2+2%", marks=pytest.mark.slow),
+    pytest.param(25_000_000, 3_000_000, 0.02, id="25/3+2%", marks=pytest.mark.slow),
 ])
 def test_uart_ddr_verilog(tmp_path, clk_freq, baud, baud_error):
     """``UART(ddr=True)``: the bench's DDR pin register (tb_uart.ddr_pin) feeds ``rx`` the line
@@ -384,8 +384,10 @@ def arith_job(name, seed, params=None):
 
 
 @needs_sim
-@pytest.mark.parametrize("name", ["bfp", "discrete", "quantiser", "quantiser-fixed",
-                                  pytest.param("bfp-lite", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", [
+    "bfp",                                  # the quick suite's: the column's 23 phases
+    *(pytest.param(n, marks=pytest.mark.slow)
+      for n in ("discrete", "quantiser", "quantiser-fixed", "bfp-lite"))])
 def test_arith_verilog(tmp_path, name):
     _, _, job, params, bench = arith_job(name, 0)
     cr.run_bench(name.split("-")[0], params, bench, job, tmp_path)
@@ -422,7 +424,10 @@ def _arith_in_amaranth(component, phases, *, seed=0):
 
 @pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("name,every", [
-    ("bfp", 2), ("bfp-lite", 1), ("discrete", 1), ("quantiser", 4),
+    ("bfp", 2),                              # the quick suite's case; the others -m slow
+    pytest.param("bfp-lite", 1, marks=pytest.mark.slow),
+    pytest.param("discrete", 1, marks=pytest.mark.slow),
+    pytest.param("quantiser", 4, marks=pytest.mark.slow),
     pytest.param("bfp", 1, marks=pytest.mark.slow),
     pytest.param("quantiser", 1, marks=[pytest.mark.slow, pytest.mark.heavy]),
     pytest.param("quantiser-fixed", 1, marks=pytest.mark.slow),
@@ -439,7 +444,8 @@ def test_arith_vectors_in_amaranth(name, every):
 
 
 @needs_sim
-@pytest.mark.parametrize("fault", ["flipped-bit", "rand-taken"])
+@pytest.mark.parametrize("fault", ["flipped-bit",
+                                   pytest.param("rand-taken", marks=pytest.mark.slow)])
 def test_arith_bench_catches_faults(tmp_path, fault):
     """Negative controls of ``run_phases``: a flipped expected bit fails and names the beat; a
     block taking a stream that the phase declares quiet fails too."""
@@ -581,9 +587,10 @@ def test_constant_only_scan():
 
 
 @pytest.mark.parametrize("params", [
-    {"fmt": "f16"}, {"fmt": "f32"},
-    {"fmt": "f16", "mult": "sb_mac16"}, {"fmt": "f32", "mult": "mult18x18d"},
-    {"fmt": "f16", "mult": "mult18x18d", "sim_model": False},
+    pytest.param({"fmt": "f16"}, marks=pytest.mark.slow), {"fmt": "f32"},
+    *(pytest.param(p, marks=pytest.mark.slow) for p in (
+        {"fmt": "f16", "mult": "sb_mac16"}, {"fmt": "f32", "mult": "mult18x18d"},
+        {"fmt": "f16", "mult": "mult18x18d", "sim_model": False})),
 ], ids=lambda params: "-".join(str(v) for v in params.values()))
 def test_floatmac_verilog_has_no_constant_only_process(params):
     """FloatMAC's Verilog (default ``lut`` multipliers and the hard-multiplier styles, f16 and
@@ -613,7 +620,8 @@ def test_floatmac_verilog_icarus_triggers_every_process(tmp_path, fmt):
     assert "found no sensitivities" not in icarus_warnings(tmp_path, text)
 
 
-@pytest.mark.parametrize("block", block_names())
+@pytest.mark.parametrize("block", [b if b == "top" else pytest.param(b, marks=pytest.mark.slow)
+                                   for b in block_names()])
 def test_registry_verilog_has_no_constant_only_process(block):
     """Every block as ``lowbit verilog BLOCK`` builds it on defaults."""
     _, text = cr.generate_verilog(block, {})
@@ -642,7 +650,7 @@ def floatmac_job(fmt, seed):
 
 
 @needs_sim
-@pytest.mark.parametrize("fmt", ["f16", "f32"])
+@pytest.mark.parametrize("fmt", [pytest.param("f16", marks=pytest.mark.slow), "f32"])
 def test_floatmac_verilog(tmp_path, fmt):
     """FloatMAC's Verilog against lowbit.sim.floatmac bit for bit: every pair of edge values,
     overflow,
@@ -654,7 +662,7 @@ def test_floatmac_verilog(tmp_path, fmt):
 
 
 @pytest.mark.parametrize("fmt,every", [
-    ("f16", 2), ("f32", 2),
+    pytest.param("f16", 2, marks=pytest.mark.slow), ("f32", 2),
     pytest.param("f16", 1, marks=pytest.mark.slow),
     pytest.param("f32", 1, marks=pytest.mark.slow),
 ])

@@ -224,7 +224,9 @@ def run_rtl(mac, w, x, *, valid_prob=0.8, ready_prob=0.7, seed=0):
     return np.array(out["o"], dtype=np.int64)
 
 
-@pytest.mark.parametrize(("fmt", "k"), [("f16", 1), ("f16", 7), ("f32", 5)])
+@pytest.mark.parametrize(("fmt", "k"), [pytest.param("f16", 1, marks=pytest.mark.slow),
+                                        pytest.param("f16", 7, marks=pytest.mark.slow),
+                                        ("f32", 5)])
 def test_rtl_random_and_edges(fmt, k):
     f = FORMATS[fmt]
     rng = np.random.default_rng(k)
@@ -235,7 +237,7 @@ def test_rtl_random_and_edges(fmt, k):
     np.testing.assert_array_equal(got, float_mac(w, x, fmt))
 
 
-@pytest.mark.parametrize("fmt", ["f16", "f32"])
+@pytest.mark.parametrize("fmt", [pytest.param("f16", marks=pytest.mark.slow), "f32"])
 def test_rtl_products_of_corner_cases(fmt):
     # One beat per product: every corner case times every corner case (and some randoms).
     f = FORMATS[fmt]
@@ -251,7 +253,7 @@ def test_rtl_products_of_corner_cases(fmt):
     np.testing.assert_array_equal(got, float_mac(w[:, None, :], x[:, None], fmt))
 
 
-@pytest.mark.parametrize("fmt", ["f16", "f32"])
+@pytest.mark.parametrize("fmt", [pytest.param("f16", marks=pytest.mark.slow), "f32"])
 def test_rtl_adder_alignment_and_cancellation(fmt):
     # x = 1.0 and K = 2, so each lane adds two weights exactly as the adder sees them:
     # exponent differences 0 .. p + 5, near-cancellation, ties, overflow and underflow.

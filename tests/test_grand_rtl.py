@@ -59,12 +59,13 @@ def assert_model(got, seed, lanes, mode, n):
 # each mode with its own seed and
 # back-pressure; the slow run below has 10,000 results per mode and seed.
 @pytest.mark.parametrize("mode, lanes, reset_seed, ready", [
-    ("normal", 4, 1, 0.8),
+    # The quick suite: the 8-lane sum of 144 words; the other modes with -m slow.
+    pytest.param("normal", 4, 1, 0.8, marks=pytest.mark.slow),
     ("normal144", 8, 2, 1.0),
-    ("trunc2", 4, 3, 1.0),
-    ("trunc3", 4, 4, 0.9),
-    ("uniform", 4, 5, 0.8),
-    ("raw", 4, 6, 0.8),
+    pytest.param("trunc2", 4, 3, 1.0, marks=pytest.mark.slow),
+    pytest.param("trunc3", 4, 4, 0.9, marks=pytest.mark.slow),
+    pytest.param("uniform", 4, 5, 0.8, marks=pytest.mark.slow),
+    pytest.param("raw", 4, 6, 0.8, marks=pytest.mark.slow),
 ])
 def test_rtl_equals_model(mode, lanes, reset_seed, ready):
     n = (480 if mode == "normal144" else 2_000) // lanes
@@ -122,14 +123,16 @@ def test_rtl_truncated_fallback_paths():
     assert (float(np.uint16(got[0][0]).view(np.float16)) * 32) % 1 != 0   # a uniform sum
 
 
-@pytest.mark.parametrize("lanes", [1, 2, 4, 8])
+@pytest.mark.parametrize("lanes", [*(pytest.param(n, marks=pytest.mark.slow) for n in (1, 2, 4)),
+                                   8])
 def test_rtl_lane_counts(lanes):
     got = run_grand(GrandUnit(lanes=lanes, reset_seed=lanes), "normal", 150, ready_prob=0.5,
                     seed=lanes)
     assert_model(got, lanes, lanes, "normal", 150)
 
 
-@pytest.mark.parametrize("mode", ["normal", "trunc2", "normal144"])
+@pytest.mark.parametrize("mode", ["normal", *(pytest.param(m, marks=pytest.mark.slow)
+                                              for m in ("trunc2", "normal144"))])
 def test_rtl_seed_load_at_run_time(mode):
     dut = GrandUnit(lanes=2, reset_seed=0)
     n = 200 // WORDS_PER_RESULT[mode] + 5
@@ -205,7 +208,7 @@ def test_rtl_all_373_sums_top_bits_and_lane_order():
     assert f16[0, 0] == 0xC5D0 and f32[0, 0] == 0xC0BA0000
 
 
-@pytest.mark.parametrize("mode", ["trunc2", "trunc3"])
+@pytest.mark.parametrize("mode", ["trunc2", pytest.param("trunc3", marks=pytest.mark.slow)])
 def test_rtl_truncation_range_flags_for_every_sum(mode):
     """The range flags (|n| ≤ 64 for 2σ, ≤ 96 for 3σ) for every stage-C value n = S − 186.
 

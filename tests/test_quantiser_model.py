@@ -282,10 +282,17 @@ def discrete_fixed_reference(codes, book, *, mode, rand=None, rand_bits=8):
     return np.array(out)
 
 
-@pytest.mark.parametrize("mode", ["nearest", "stochastic"])
-@pytest.mark.parametrize("book", [CodeBook.default(1), CodeBook.default(2), CodeBook.default(3),
-                                  CodeBook(3, [(0, 1, 7), (1, 0, 7), (0, 0, 2), (0, 0, 2),
-                                               (1, 1, 3), (0, 1, 0), (1, 0, 0), (0, 0, 7)])])
+_BOOKS = [CodeBook.default(1), CodeBook.default(2), CodeBook.default(3),
+          CodeBook(3, [(0, 1, 7), (1, 0, 7), (0, 0, 2), (0, 0, 2), (1, 1, 3), (0, 1, 0), (1, 0, 0),
+                       (0, 0, 7)])]
+
+
+@pytest.mark.parametrize("book,mode", [
+    # Every code of each book in the stochastic mode (every 7th code) and of the random book in
+    # the nearest mode in the quick suite; the default books' nearest runs with -m slow.
+    pytest.param(b, m, id=f"book{k}-{m}",
+                 marks=[pytest.mark.slow] if m == "nearest" and k < 3 else [])
+    for m in ("nearest", "stochastic") for k, b in enumerate(_BOOKS)])
 def test_discrete_integer_formulation_every_f16_code(book, mode):
     """The model equals the exact integer rule of the gateware on every f16 code (every 7th
     code for the stochastic mode, with fresh random bits)."""

@@ -175,9 +175,9 @@ INT8_CASES = [
 
 
 @pytest.mark.parametrize("rounding,shift,mult,zero", [
-    # Stochastic rounding runs with the affine scale at its extremes by default; with a
-    # power-of-two scale in the slow run (as every case does on every code).
-    pytest.param(*case, marks=pytest.mark.slow) if case == ("stochastic", 3, 1, 12) else case
+    # The quick suite: stochastic rounding with the affine scale at its extremes; the other
+    # cases with -m slow (every case also runs on every code there).
+    case if case == ("stochastic", 20, 4095, -128) else pytest.param(*case, marks=pytest.mark.slow)
     for case in INT8_CASES])
 def test_int8_f16_codes(rounding, shift, mult, zero):
     check(Quantiser(lanes=8, mult_bits=12), SOME_F16, target="int8", rounding=rounding,
@@ -209,7 +209,11 @@ def _order(codes, order):
     return codes if order == "sorted" else np.random.default_rng(5).permutation(codes)
 
 
-@pytest.mark.parametrize("order,rounding,width,rule", BFP_CASES)
+@pytest.mark.parametrize("order,rounding,width,rule", [
+    # The quick suite: the sorted blocks (zero, subnormal-only and NaN/Inf blocks); the shuffled
+    # ones (other roundings, the ceil rule) with -m slow.
+    case if case == BFP_CASES[0] else pytest.param(*case, marks=pytest.mark.slow)
+    for case in BFP_CASES])
 def test_bfp_f16_codes(order, rounding, width, rule):
     """Sorted blocks include all-zero/subnormal-only blocks and NaN/Inf blocks; shuffled ones
     mix magnitudes."""
@@ -240,9 +244,12 @@ def test_bfp_every_f16_code_all_modes(rounding, rule, width):
           rule=rule)
 
 
-def test_bfp_ceil_boundaries():
+@pytest.mark.parametrize("width", [*(pytest.param(w, marks=pytest.mark.slow) for w in (2, 3, 5)),
+                                   8])
+def test_bfp_ceil_boundaries(width):
     """Blocks whose maximum sits exactly on, just below and just above (2^(W-1)-1)·2^e for
-    every W, including subnormal maxima, in both rules."""
+    every W, including subnormal maxima, in both rules, at run-time width ``width`` (8 in the
+    quick suite, 2, 3 and 5 with -m slow)."""
     dut = Quantiser(lanes=2, block=4, mult_bits=0)
     codes = []
     for w in range(2, 9):
@@ -255,9 +262,8 @@ def test_bfp_ceil_boundaries():
                     code = (exp << 10) | (sig & 0x3FF)
                 codes += [code, 0x8000 | (code >> 1), 1, 0]
     codes = np.array(codes)
-    for w in (2, 3, 5, 8):
-        for rule in ("floor", "ceil"):
-            check(dut, codes, rounding="nearest", width=w, rule=rule)
+    for rule in ("floor", "ceil"):
+        check(dut, codes, rounding="nearest", width=width, rule=rule)
 
 
 # ---- the "ceil_lop" rule (seed 002 claim 8 as written) --------------------------------------
@@ -271,7 +277,10 @@ def test_ceil_lop_port_width_and_default_unchanged():
     Fragment.get(dut, None)
 
 
-@pytest.mark.parametrize("width", [2, 3, 5, 8])
+@pytest.mark.parametrize("width", [
+    # The widest in the quick suite, the narrowest in CI's slow run, the others only in -m slow.
+    pytest.param(2, marks=pytest.mark.slow),
+    *(pytest.param(w, marks=[pytest.mark.slow, pytest.mark.heavy]) for w in (3, 5)), 8])
 def test_ceil_lop_every_block_maximum(width):
     """Exhaustive over the rule's input: 10-bit fixed point, one block per block maximum
     magnitude 0..512 (both signs, with smaller elements beside it), each of the three rules
@@ -287,9 +296,10 @@ def test_ceil_lop_every_block_maximum(width):
         check(dut, vals, rounding="nearest", width=width, rule=rule)
 
 
-@pytest.mark.parametrize("order,rounding,width", [("sorted", "nearest", 8),
-                                                  ("shuffled", "stochastic", 5),
-                                                  ("shuffled", "zero", 16)])
+@pytest.mark.parametrize("order,rounding,width", [
+    ("sorted", "nearest", 8),                    # with code 3 as well; the others -m slow
+    pytest.param("shuffled", "stochastic", 5, marks=pytest.mark.slow),
+    pytest.param("shuffled", "zero", 16, marks=pytest.mark.slow)])
 def test_ceil_lop_f16_codes(order, rounding, width):
     """The f16 subset (zero, subnormal-only and NaN/Inf blocks when sorted), W up to 16 (the
     smallest exponent width that covers f16 at w_max = 16 is 7); code 3 acts as 2."""
@@ -301,7 +311,9 @@ def test_ceil_lop_f16_codes(order, rounding, width):
         check(dut, codes, rounding=rounding, width=width, rule="ceil_lop", rule_code=3)
 
 
-def test_ceil_lop_power_of_two_boundaries():
+@pytest.mark.parametrize("width", [*(pytest.param(w, marks=pytest.mark.slow) for w in (2, 8)),
+                                   16])
+def test_ceil_lop_power_of_two_boundaries(width):
     """f16 block maxima on every power of two, one ulp above it (only the lowest significand
     bit set beside the leading one) and one ulp below the next, for every exponent field,
     and subnormal maxima, both signs: the rule adds one exactly when the maximum is not a
@@ -313,9 +325,8 @@ def test_ceil_lop_power_of_two_boundaries():
     codes = [[c, 0x8000 | (c >> 1), c >> 3, 0] if k % 2 else [0x8000 | c, c >> 2, 1, 0x8001]
              for k, c in enumerate(maxima)]
     codes = np.array(codes).reshape(-1)
-    for width in (2, 8, 16):
-        for rule in ("ceil_lop", "floor", "ceil"):
-            check(dut, codes, rounding="nearest", width=width, rule=rule)
+    for rule in ("ceil_lop", "floor", "ceil"):
+        check(dut, codes, rounding="nearest", width=width, rule=rule)
 
 
 def test_ceil_lop_seed_255():
@@ -332,7 +343,9 @@ def test_ceil_lop_seed_255():
 
 # ---- seed 002 claim 29: 16-bit mantissas, 5-bit exponents ------------------------------------
 
-@pytest.mark.parametrize("rounding", ["nearest", "zero", "stochastic"])
+@pytest.mark.parametrize("rounding", [pytest.param("nearest", marks=pytest.mark.slow),
+                                      pytest.param("zero", marks=pytest.mark.slow),
+                                      "stochastic"])
 def test_claim29_w16_e5_fixed_point(rounding):
     """w_max = 16 with the 5-bit exponent: the widest input E = 5 covers is 16-bit fixed point
     with one fraction bit (exponents -15..15). Values over every bit position, ±full scale,
@@ -361,7 +374,8 @@ def test_claim29_w16_e5_fixed_point(rounding):
             assert e.max() == 14            # -2^15 · 2^-1 = 2^14, the largest magnitude
 
 
-@pytest.mark.parametrize("rounding,rule", [("nearest", "floor"), ("stochastic", "ceil")])
+@pytest.mark.parametrize("rounding,rule", [
+    pytest.param("nearest", "floor", marks=pytest.mark.slow), ("stochastic", "ceil")])
 def test_w16_f16_codes(rounding, rule):
     """f16 at w_max = 16 needs E >= 7 (exponents -38..16; the quantiser has no exponent
     clamp): the f16 subset, sorted (zero, subnormal and NaN/Inf blocks). The 14-bit left
@@ -373,8 +387,8 @@ def test_w16_f16_codes(rounding, rule):
 
 @pytest.mark.parametrize("target,rounding,width,rule", [
     ("bfp", "stochastic", 12, "ceil"),
-    ("bfp", "nearest", 11, "floor"),
-    ("int8", "zero", 8, "floor"),
+    pytest.param("bfp", "nearest", 11, "floor", marks=pytest.mark.slow),
+    pytest.param("int8", "zero", 8, "floor", marks=pytest.mark.slow),
 ])
 def test_other_generics(target, rounding, width, rule):
     """One lane, MXINT8-sized 32-element blocks, w_max 12 (12-bit output lanes), the smallest
@@ -389,11 +403,11 @@ def test_other_generics(target, rounding, width, rule):
 # ---- fixed-point input (MAC accumulators) --------------------------------------------------
 
 @pytest.mark.parametrize("target,rounding,width,rule", [
-    # By default every target, rounding mode and rule once; the other pairings with -m slow.
+    # The quick suite: stochastic rounding with the ceil rule; the others with -m slow.
     pytest.param("bfp", "nearest", 8, "floor", marks=pytest.mark.slow),
     ("bfp", "stochastic", 4, "ceil"),
-    ("bfp", "zero", 2, "floor"),
-    ("int8", "nearest", 8, "floor"),
+    pytest.param("bfp", "zero", 2, "floor", marks=pytest.mark.slow),
+    pytest.param("int8", "nearest", 8, "floor", marks=pytest.mark.slow),
     pytest.param("int8", "stochastic", 8, "floor", marks=pytest.mark.slow),
 ])
 def test_fixed_point_input(target, rounding, width, rule):
@@ -411,7 +425,7 @@ def test_fixed_point_input(target, rounding, width, rule):
 
 # ---- handshake: valid gaps, back-pressure, random-bit stream --------------------------------
 
-@pytest.mark.parametrize("target", ["bfp", "int8"])
+@pytest.mark.parametrize("target", ["bfp", pytest.param("int8", marks=pytest.mark.slow)])
 def test_gaps_and_backpressure(target):
     dut = Quantiser(lanes=2, block=8)
     codes = np.random.default_rng(2).integers(0, 1 << 16, 512)
@@ -500,14 +514,13 @@ def _book(n, which):
     return CodeBook.default(n) if which == "default" else random_book(n, which)
 
 
-#: DISCRETE_CASES outside the default run's sample, which keeps every book width with a
-#: nearest-code and a stochastic mode, default and random books, and the "zero" mode.
-_DISCRETE_SLOW = {(1, "default", "stochastic"), (2, "default", "nearest"),
-                  (3, "default", "nearest"), (2, 2, "nearest"), (3, 3, "stochastic")}
+#: The quick suite's case of DISCRETE_CASES: the widest default book, stochastic; every other
+#: case (each book width, random books, nearest codes, the "zero" mode) runs with -m slow.
+_DISCRETE_QUICK = (3, "default", "stochastic")
 
 
 @pytest.mark.parametrize("n,which,rounding", [
-    pytest.param(*case, marks=pytest.mark.slow) if case in _DISCRETE_SLOW else case
+    case if case == _DISCRETE_QUICK else pytest.param(*case, marks=pytest.mark.slow)
     for case in DISCRETE_CASES])
 def test_discrete_f16_codes(n, which, rounding):
     """The strided f16 subset plus codes on, next to and between the book's values."""

@@ -137,8 +137,11 @@ PROG, WSRC, XA, BA, YA, ZA = 0, 128, 320, 400, 480, 560
 
 
 @pytest.mark.parametrize("bias,exp_mode,rounding", [
-    (True, "fixed", "nearest"), (False, "max", "nearest"), (True, "max", "stochastic"),
-    (False, "fixed", "zero"),
+    # The quick suite: bias, max exponent, stochastic rounding; the others with -m slow.
+    pytest.param(True, "fixed", "nearest", marks=pytest.mark.slow),
+    pytest.param(False, "max", "nearest", marks=pytest.mark.slow),
+    (True, "max", "stochastic"),
+    pytest.param(False, "fixed", "zero", marks=pytest.mark.slow),
 ])
 def test_matvec(dev, bias, exp_mode, rounding, stable_seed):
     """MATVEC of a 10 x 12 layer (3 tiles, R not a multiple of N) against lowbit.sim.network."""
@@ -225,8 +228,9 @@ def test_two_layer_network(dev):
     assert ge.tolist() == y_e.tolist()
 
 
-@pytest.mark.parametrize("fmt,rounding", [("bfp", "stochastic"), ("int8", "nearest"),
-                                          ("int8", "stochastic")])
+@pytest.mark.parametrize("fmt,rounding", [
+    ("bfp", "stochastic"), *(pytest.param("int8", r, marks=pytest.mark.slow)
+                             for r in ("nearest", "stochastic"))])
 def test_quant(dev, fmt, rounding):
     rng = np.random.default_rng(3)
     codes = f16_codes(rng.normal(0, 3, 12))

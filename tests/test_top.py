@@ -271,7 +271,7 @@ def test_boundaries_match_model():
 
 # -- identification registers -------------------------------------------------------------------
 
-@pytest.mark.parametrize("board", ["icebreaker", "ulx3s"])
+@pytest.mark.parametrize("board", ["icebreaker", pytest.param("ulx3s", marks=pytest.mark.slow)])
 def test_identification_registers_match_model(board):
     """Every read-only register of the top built with a board profile's parameters reads the
     model's value; ID_MATRIX / ID_ENGINE decode to the profile's generator parameters."""
@@ -416,7 +416,7 @@ def test_spram_scratchpad_across_banks():
 
 # -- through the real UART ----------------------------------------------------------------------
 
-@pytest.mark.parametrize("baud_error", [-0.02, 0.02])
+@pytest.mark.parametrize("baud_error", [pytest.param(-0.02, marks=pytest.mark.slow), 0.02])
 def test_uart_level_commands(baud_error):
     """1 Mbaud at 12 MHz (divisor 12) with the host's clock 2 % off either way."""
     port = SimulatedSerial(level="uart", baud_error=baud_error, **PARAMS)
@@ -493,7 +493,7 @@ def _run_back_to_back(clk_freq, baud, error, frames, ddr=False):
 @pytest.mark.parametrize("clk_freq, baud, error, ddr", [
     (24e6, 12_000_000, -0.02, True),              # iCEBreaker: 2 cycles per bit, uart_ddr
     pytest.param(24e6, 12_000_000, 0.02, True, marks=pytest.mark.slow),
-    (18e6, 4_000_000, -0.02, False),                                  # 9/2 cycles per bit
+    pytest.param(18e6, 4_000_000, -0.02, False, marks=pytest.mark.slow),   # 9/2 per bit
     pytest.param(25e6, 3_000_000, 0.02, False, marks=pytest.mark.slow),   # ULX3S: 25/3
     pytest.param(18e6, 4_000_000, 0.02, False, marks=pytest.mark.slow),
     pytest.param(25e6, 3_000_000, -0.02, False, marks=pytest.mark.slow),

@@ -503,7 +503,7 @@ class _Recorder:
         return getattr(self._port, name)
 
 
-def host_session(params, *, matvec=True, seed=17):
+def host_session(params, *, matvec=True, seed=73):
     """The host traffic of the gate-level check and the model's replies.
 
     Runs the driver API on :meth:`lowbit.boards.driver.Accelerator.model` with the top

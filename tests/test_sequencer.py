@@ -731,7 +731,7 @@ def test_icebreaker_profile_options():
     rounding PRNG; the Design the model runs knows the two it must (stochastic, predictor)."""
     from lowbit.boards.profiles import get_board
     t = get_board("icebreaker").top
-    assert t["bfp"] and not t["discrete"] and not t["quantiser"] and t["matrix_lanes"] == 4
+    assert t["bfp"] and not t["discrete"] and not t["quantiser"] and t["matrix_lanes"] == 8
     seq = Sequencer(**Accelerator(**t).sequencer_params())
     seq._MustUse__silence = True
     assert (seq.bfp_stochastic, seq.bfp_predictor) == (False, False)
@@ -779,14 +779,14 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
     from lowbit.sim.program import Machine
     dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=_icebreaker_busy_count())
     rng = np.random.default_rng(44)
-    b, n = 16, 4
+    b, n = 16, machine.design.matrix_lanes
     l1 = BFPDense(w_m=rng.integers(-128, 128, (12, 32)), w_e=rng.integers(-8, -3, (12, 2)),
                   bias_m=rng.integers(-128, 128, 12), bias_e=rng.integers(-6, -2, 12),
                   exp_mode="max", width=7)
     table = rng.integers(0, 256, 256)
     dev.ok(L.Opcode.LUT_WRITE, bytes([3, 0]) + bytes(int(v) for v in table))
     machine.luts[3][:] = bytes(int(v) for v in table)
-    tiles = 3
+    tiles = -(-12 // n)
     w = np.zeros((tiles * n, 32), dtype=np.int64)
     e = np.zeros((tiles * n, 32), dtype=np.int64)
     w[:12], e[:12] = l1.w_m, np.repeat(l1.w_e, b, axis=1)
@@ -796,15 +796,16 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
     X, BI, Y, Z, WS = 3000, 3100, 3200, 3300, 4000
     program = [I.loadw(WS, 10, tiles * 32), I.matvec(X, Y, 10, 2, tiles, bias=BI),
                I.config(REG["LUT_SELECT"], 3), I.lut(Y, Z, 12),
-               I.config(REG["EXP_SELECT"], 1), I.matvec(X, Z + 12, 10 + 32, 2, 2), I.halt()]
+               I.config(REG["EXP_SELECT"], 1), I.matvec(X, Z + 12, 10 + 32, 2, tiles - 1),
+               I.halt()]
     (status, pc, executed, cycles, busy), ref = _run_both(
         dev, machine, program, 200, {WS: wwords, X: x, BI: bias, Y: np.zeros(20, int)},
         {"MANT_WIDTH": 7, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": -5 & 0xFF})
     assert (status, pc, executed) == (ref.status, ref.pc, ref.executed) == \
         (L.Status.OK, 400 + 16 * 6, 7)
-    # T · K beats per MATVEC: (tiles + 2) · 32 busy cycles, counted by the iCEBreaker's top.
-    assert busy == ref.busy == (tiles + 2) * 32 and cycles > busy
-    for addr, count in ((Y, 12), (Z, 20)):
+    # T · K beats per MATVEC: (2 tiles - 1) · 32 busy cycles, counted by the iCEBreaker's top.
+    assert busy == ref.busy == (2 * tiles - 1) * 32 and cycles > busy
+    for addr, count in ((Y, 12), (Z, 12 + (tiles - 1) * n)):
         assert dev.get(addr, count).tolist() == machine.read_words(addr, count).tolist()
     x_m, x_e = unpack_elements(x)
     m, ee = bfp_dense(l1, x_m, x_e[::b], dev.top.column_model())
@@ -833,12 +834,14 @@ def test_icebreaker_rejects_what_it_lacks(icebreaker, regs, program):
     assert dev.get(3200, 4).tolist() == before
     if program == "matvec":
         rng = np.random.default_rng(10 * regs["ROUNDING"] + regs["EXP_SELECT"])
-        words = {4000: rng.integers(0, 1 << 16, 64), 3000: rng.integers(0, 1 << 16, 16)}
+        n = machine.design.matrix_lanes
+        words = {4000: rng.integers(0, 1 << 16, 16 * n), 3000: rng.integers(0, 1 << 16, 16)}
         (status, *_), ref = _run_both(
-            dev, machine, [I.loadw(4000, 900, 16), I.matvec(3000, 3200, 900, 1, 1), I.halt()],
+            dev, machine, [I.loadw(4000, 480, 16), I.matvec(3000, 3200, 480, 1, 1), I.halt()],
             100, words, {"ROUNDING": 3, "EXP_SELECT": 0, "MANT_WIDTH": 8})
         assert status == ref.status == L.Status.OK
-        assert dev.get(3200, 4).tolist() == machine.read_words(3200, 4).tolist() != before
+        assert dev.get(3200, n).tolist() == machine.read_words(3200, n).tolist()
+        assert dev.get(3200, 4).tolist() != before
 
 
 def _digits(images, build_dir, simulator="amaranth"):

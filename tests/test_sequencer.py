@@ -864,7 +864,7 @@ def test_icebreaker_runs_the_digits_demo(tmp_path):
     sibling is test_icebreaker_matvec_equals_machine."""
     r = _digits(2, tmp_path)
     assert r.images == 2 and r.device_accuracy == r.golden_accuracy
-    assert r.design["matrix_lanes"] == 4 and r.design["block"] == 16
+    assert r.design["matrix_lanes"] == 8 and r.design["block"] == 16
     assert 500 < r.cycles_per_image < 5000
 
 

@@ -23,7 +23,7 @@ from lowbit.boards.profiles import BOARDS, DEFAULT_BOARD, get_board
 from lowbit.sim.program import F_BIAS, Instruction, config
 
 
-def programs(lanes, block, depth):
+def programs(lanes, block):
     """``(label, program)`` pairs; every program ends with HALT."""
     x, dst, bias = 1024, 3000, 4000
     tiles = max(32 // lanes, 1)        # the digits MLP's hidden layer: 32 rows of 64 inputs
@@ -55,15 +55,14 @@ def main(argv=None):
     print(f"{args.board} top, N={lanes}, B={block}, weight depth {depth}; HALT alone "
           f"{halt} cycles")
     print("| instruction | cycles | beats |\n|---|---:|---:|")
-    for label, prog in programs(lanes, block, depth):
+    for label, prog in programs(lanes, block):
         r = acc_run(acc, prog)
         print(f"| {label} | {r.cycles - halt} | {r.busy} |")
     if args.digits:
         from lowbit.boards.demo import run_digits
         res = run_digits("bfp", images=args.digits, board=args.board, accelerator=acc)
-        macs = 2368
         print(f"digits MLP, {args.digits} images in one RUN: {res.cycles_per_image:.1f} "
-              f"cycles/image, {macs / res.cycles_per_image:.2f} MAC/cycle")
+              f"cycles/image, {res.mac_per_cycle:.2f} MAC/cycle")
     return 0
 
 

@@ -2,14 +2,14 @@
 
 Each beat takes one weight column ``M[:, j]`` (``N`` mantissas and ``N`` row exponents) from
 ``i_w`` and the element ``x[j]`` (mantissa and block exponent) from ``i_x``, both in the same
-cycle. The products (``lowbit.hw.mult``, registered) are summed exactly per block; on the last
-beat of each block the ``N`` block sums and the exponent sums ``e3 = eM + ex`` (taken from that
-beat) move into a drain register, which is shifted out one lane per cycle into the combiner
+cycle. The products (``lowbit.hw.mult``, registered) are summed exactly per block; after the
+last beat of each block the ``N`` block sums and the exponent sums ``e3 = eM + ex`` (taken from
+that beat) move into a drain register, which is shifted out one lane per cycle into the combiner
 (:mod:`lowbit.hw.bfp.combiner`). The drain holds the row exponents ``eM`` and one copy of
 ``ex``: ``e3`` and the NaN test are formed once, at the drain's head.
 """
 
-from amaranth.hdl import Module, Mux, ResetSignal, Signal, signed
+from amaranth.hdl import Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -97,19 +97,25 @@ class BFPLanes(wiring.Component):
         if self._pipelined:
             self._elaborate_pipelined(m, fire, hold)
             return m
-        # Stage M: the multipliers' product registers, and beside them the operands' exponents:
-        # the row exponents per lane, the element's once. Their sum and NaN test are taken
-        # once, at the drain's head, not once per lane (about 12 LUTs a lane).
+        # Stage M: the multipliers' product registers. Beside them the exponents of a block's
+        # last beat: the row exponents per lane, the element's once. Their sum and NaN test
+        # are taken once, at the drain's head, not once per lane (about 12 LUTs a lane).
         beat = Signal(range(self._block))
+        beat_last = Signal()    # beat == B - 1
         m_valid = Signal()
         m_last = Signal()
         m_we = [Signal(signed(eb), name=f"m_we_{i}") for i in range(n)]
         m_ex = Signal(signed(eb))
+        m.d.comb += beat_last.eq(beat == self._block - 1)
         with m.If(~hold):
-            m.d.sync += [m_valid.eq(fire), m_last.eq(fire & (beat == self._block - 1))]
+            m.d.sync += [m_valid.eq(fire), m_last.eq(fire & beat_last)]
         with m.If(fire):
-            m.d.sync += [beat.eq(Mux(beat == self._block - 1, 0, beat + 1)),
-                         m_ex.eq(self.i_x.payload.e)]
+            m.d.sync += beat.eq(Mux(beat_last, 0, beat + 1))
+        # The exponents are kept from a block's last beat until the drain loads, a cycle after
+        # stage M passes that beat on; the next last beat fires a cycle after that at the
+        # earliest (B >= 2, and no beat fires while the stage holds its last one).
+        with m.If(fire & beat_last):
+            m.d.sync += m_ex.eq(self.i_x.payload.e)
             for i in range(n):
                 m.d.sync += m_we[i].eq(self.i_w.payload.e[i])
         prod = [mult.p[i] for i in range(n)]
@@ -124,41 +130,50 @@ class BFPLanes(wiring.Component):
             self.head.p.eq(d_p[0]), self.head.e.eq(d_e[0] + d_ex),
             self.head.nan.eq((d_e[0] == nan_code) | (d_ex == nan_code)),
         ]
-        # A block may load while count <= 1 (count == 1 only happens mid-pass, when the last
-        # lane is popped this cycle). Kept as a register: it gates the whole PE pipeline.
+        # A block's last beat is taken (`take`) while the drain is low, and the drain loads the
+        # block sums from the accumulators a cycle later (`loading`), when they hold that
+        # beat's product too. Low is count <= 2: mid-pass the owner pops a lane every cycle,
+        # so count == 2 means its last lane is popped in the cycle of the load, which
+        # overrides the shift (as count == 1 did when the drain loaded in the cycle of the
+        # take). Kept as a register: it gates the whole PE pipeline.
         low = Signal(init=1)
         # `hold` (= m_valid & m_last & ~low) is computed one cycle ahead into a register: it
         # fans out to every PE register's enable.
         hold_r = Signal()
         low_next = Signal()
         pop = Signal()
-        load = Signal()
+        acc_en = Signal()
+        take = Signal()
+        loading = Signal()
         m.d.comb += [
             hold.eq(hold_r),
             pop.eq(self.pop & self.nonempty),
-            load.eq(m_valid & ~hold & m_last),
-            low_next.eq(Mux(load, n <= 1, Mux(pop, self.count <= 2, low))),
+            acc_en.eq(m_valid & ~hold),
+            take.eq(acc_en & m_last),
+            low_next.eq(Mux(take | loading, 0, Mux(pop, self.count <= 3, low))),
         ]
-        m.d.sync += hold_r.eq((hold | (fire & (beat == self._block - 1))) & ~low_next)
+        m.d.sync += [hold_r.eq((hold | (fire & beat_last)) & ~low_next), loading.eq(take),
+                     low.eq(low_next)]
         with m.If(pop):
-            m.d.sync += [self.count.eq(self.count - 1), self.nonempty.eq(self.count != 1),
-                         low.eq(self.count <= 2)]
-        with m.If(load):
-            m.d.sync += [self.count.eq(n), self.nonempty.eq(1), low.eq(n <= 1), d_ex.eq(m_ex)]
+            m.d.sync += [self.count.eq(self.count - 1), self.nonempty.eq(self.count != 1)]
+        with m.If(loading):
+            m.d.sync += [self.count.eq(n), self.nonempty.eq(1), d_ex.eq(m_ex)]
         # One enable and a two-way multiplexer per register bit. Written as a pop overridden
-        # by a load, or with the clear as a second reset beside the domain's, synthesis keeps
-        # the hold path (or the clear) in logic: one more LUT per bit.
-        with m.If(pop | load):
+        # by a load, synthesis keeps the hold path in logic: one more LUT per bit.
+        with m.If(pop | loading):
             for i in range(n):
                 nxt = (d_p[i + 1], d_e[i + 1]) if i < n - 1 else (0, 0)
-                m.d.sync += [d_p[i].eq(Mux(load, acc[i] + prod[i], nxt[0])),
-                             d_e[i].eq(Mux(load, m_we[i], nxt[1]))]
-        # The accumulators restart at every block's last beat and at the domain's reset.
-        clear = Signal()
-        m.d.comb += clear.eq(load | ResetSignal(allow_reset_less=True))
-        with m.If(clear | (m_valid & ~hold)):
+                m.d.sync += [d_p[i].eq(Mux(loading, acc[i], nxt[0])),
+                             d_e[i].eq(Mux(loading, m_we[i], nxt[1]))]
+        # The accumulators take each product; a block's first product replaces the sum
+        # (`first`, set by the last beat and at reset), which fits in the adder's LUT. Only
+        # the accumulator flip-flops read the sums, so each packs with its LUT into one logic
+        # cell (a sum read by the drain as well needs a cell for the flip-flop alone).
+        first = Signal(init=1)
+        with m.If(acc_en):
+            m.d.sync += first.eq(m_last)
             for i in range(n):
-                m.d.sync += acc[i].eq(Mux(clear, 0, acc[i] + prod[i]))
+                m.d.sync += acc[i].eq(Mux(first, prod[i], acc[i] + prod[i]))
         return m
 
     def _elaborate_pipelined(self, m, fire, hold):

@@ -841,3 +841,34 @@ def test_table1_add_and_subtract_on_the_column(width, exp_bits, rounding):
         assert got == [(m[k].tolist(), int(e[k])) for k in range(blocks)]
         if subtract:
             assert got[5] == ([0] * n, 0)
+
+
+# -- the pipelined combiner in the unpipelined column ------------------------------------------
+
+
+def test_pipelined_combiner_validation():
+    with pytest.raises(TypeError, match="pipelined_combiner must be a bool, not 1"):
+        BFPColumn(pipelined_combiner=1)
+    assert BFPColumn(pipelined=False, pipelined_combiner=True).pipelined_combiner is True
+    assert BFPColumn().pipelined_combiner is False
+
+
+@pytest.mark.parametrize("lanes", _quick_only(6, 4, 5, 6, 7, 8))
+def test_pipelined_combiner_matches_model(lanes, stable_seed):
+    """The iCEBreaker's column with the pipelined combiner (``pipelined_combiner=True``) at
+    every lane count around its write delays: four stages below N = 6, six from N = 6, a
+    transparent read port where a lane is read again in the cycle its update is written
+    (N = 4, 6). Tiny products (the max rule's running maximum below zero), bias, several
+    blocks, random stalls, then at full rate."""
+    rng = np.random.default_rng(stable_seed("pipelined_combiner", lanes))
+    params = {"lanes": lanes, "block": 4, "max_blocks": 4}
+    jobs = [make_job(rng, lanes, 3, 4, kind=kind, bias=True)
+            for kind in ("gauss", "heavy", "uniform")]
+    jobs[2]["w_e"][:] = rng.integers(-60, -50, jobs[2]["w_e"].shape)
+    jobs[2]["x_e"][:] = -45
+    model = ColumnModel(**params)
+    for kwargs in ({"valid_prob": 0.8, "ready_prob": 0.7, "seed": 3}, {}):
+        col = BFPColumn(**params, **LITE, pipelined_combiner=True)
+        assert col.pipelined_combiner
+        got = run_rtl(col, jobs, bias=True, **kwargs)
+        assert got == run_model(model, jobs, bias=True)

@@ -72,6 +72,16 @@ class BFPColumn(wiring.Component):
         ``True`` also computes the control decisions a cycle ahead into flip-flops (the PE
         array's and drain's enables in one copy per four lanes), and, for ``N >= 6``, adds two
         combiner stages (see :class:`BlockCombiner`): the UP5K timing work of ``docs/bfp.md``.
+    pipelined_combiner : bool
+        With ``pipelined=False``: the combiner of the pipelined column nevertheless (its
+        exponent subtractor, align decision and shifter in stages of their own: four stages
+        for ``N < 6``, six from ``N = 6``), the rest unpipelined. The combiner's
+        read-align-shift-add path is the unpipelined column's slowest (27.7 MHz at
+        ``N = 16`` on the UP5K); its stages cost about 245 LC there. The accumulator's read
+        port for the combiner is transparent to its write port where the combiner reads a
+        lane again in the cycle it writes the lane's update (``N = 4`` and ``N = 6``). The
+        same results; a block's update is written two or four cycles later. Ignored with
+        ``pipelined=True``, whose combiner has those stages anyway.
     window : int or None
         Build the windowed mean/σ exponent selector of seed 002 claim 1
         (:class:`~lowbit.hw.bfp.WindowPredictor`, ``cfg_exp_mode`` 3) with this window length
@@ -124,11 +134,12 @@ class BFPColumn(wiring.Component):
 
     def __init__(self, *, lanes=16, block=16, width=8, exp_bits=8, max_blocks=16, frac_bits=3,
                  rand_bits=8, mult="lut", sim_model=True, stat_shift=4, predictor=True,
-                 stochastic=True, acc_block_ram=False, pipelined=True, window=None):
+                 stochastic=True, acc_block_ram=False, pipelined=True, window=None,
+                 pipelined_combiner=False):
         try:
             self._validate(lanes, block, width, exp_bits, max_blocks, frac_bits, rand_bits,
                            mult, sim_model, stat_shift, predictor, stochastic, acc_block_ram,
-                           pipelined)
+                           pipelined, pipelined_combiner)
             if window is not None:
                 check_window(window)
         except (TypeError, ValueError):
@@ -139,6 +150,7 @@ class BFPColumn(wiring.Component):
         self._mult, self._sim_model, self._stat_shift = mult, sim_model, stat_shift
         self._predictor, self._stochastic = predictor, stochastic
         self._acc_block_ram, self._pipelined = acc_block_ram, pipelined
+        self._pipelined_combiner = pipelined_combiner
         self._window = window
         self._pw, self._aw = column_widths(block=block, width=width, max_blocks=max_blocks,
                                            frac_bits=frac_bits)
@@ -165,7 +177,8 @@ class BFPColumn(wiring.Component):
 
     @staticmethod
     def _validate(lanes, block, width, exp_bits, max_blocks, frac_bits, rand_bits, mult,
-                  sim_model, stat_shift, predictor, stochastic, acc_block_ram, pipelined):
+                  sim_model, stat_shift, predictor, stochastic, acc_block_ram, pipelined,
+                  pipelined_combiner=False):
         _check_int("Lane count", lanes, 4, 256)
         _check_int("Block size", block, 2, 256)
         _check_int("Mantissa width", width, 2, 16)
@@ -186,7 +199,8 @@ class BFPColumn(wiring.Component):
             raise TypeError(f"sim_model must be a bool, not {sim_model!r}")
         _check_int("Statistics shift", stat_shift, 0, 8)
         for name, value in (("predictor", predictor), ("stochastic", stochastic),
-                            ("acc_block_ram", acc_block_ram), ("pipelined", pipelined)):
+                            ("acc_block_ram", acc_block_ram), ("pipelined", pipelined),
+                            ("pipelined_combiner", pipelined_combiner)):
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, not {value!r}")
 
@@ -204,6 +218,7 @@ class BFPColumn(wiring.Component):
     stochastic = property(lambda self: self._stochastic)
     acc_block_ram = property(lambda self: self._acc_block_ram)
     pipelined = property(lambda self: self._pipelined)
+    pipelined_combiner = property(lambda self: self._pipelined_combiner)
     window = property(lambda self: self._window)
     #: Width of the exact block sum.
     pw = property(lambda self: self._pw)
@@ -216,9 +231,9 @@ class BFPColumn(wiring.Component):
         m.submodules.pe = pe = BFPLanes(lanes=n, block=self._block, width=self._width,
                                         exp_bits=eb, mult=self._mult, sim_model=self._sim_model,
                                         pipelined=self._pipelined)
-        m.submodules.comb = comb = BlockCombiner(lanes=n, pw=self._pw, aw=self._aw,
-                                                 exp_bits=eb, frac_bits=self._frac_bits,
-                                                 pipelined=self._pipelined)
+        m.submodules.comb = comb = BlockCombiner(
+            lanes=n, pw=self._pw, aw=self._aw, exp_bits=eb, frac_bits=self._frac_bits,
+            pipelined=self._pipelined or self._pipelined_combiner)
         m.submodules.out = out = OutputUnit(lanes=n, aw=self._aw, width=self._width,
                                             exp_bits=eb, frac_bits=self._frac_bits,
                                             rand_bits=self._rand_bits,
@@ -229,11 +244,15 @@ class BFPColumn(wiring.Component):
                                             pipelined=self._pipelined,
                                             window=self._window)
         attrs = {"ram_style": "block"} if self._acc_block_ram else {}
-        # Unpipelined, the combiner writes a lane two cycles after reading it and reads it
-        # again N >= 4 cycles after, and the output unit reads the other bank: no read-write
-        # collision ever happens, so ``no_rw_check`` spares synthesis the collision logic
-        # (the read registers must then be described in the fabric to merge into the RAM).
+        # Unpipelined, the combiner writes a lane two cycles after reading it (pipelined, four
+        # or six) and reads it again N >= 4 cycles after, and the output unit reads the other
+        # bank: no read-write collision happens while the write comes first, so
+        # ``no_rw_check`` spares synthesis the collision logic (the read registers must then
+        # be described in the fabric to merge into the RAM). Where the combiner reads a lane
+        # in the cycle it writes it (N equal to the write delay), its read port is
+        # transparent to the write port instead.
         plain = not self._pipelined
+        transparent = plain and comb.write_delay >= n
         if plain:
             attrs["no_rw_check"] = 1
             # Two memories, A and (ea, nan), written together: the output unit reads them at
@@ -249,19 +268,21 @@ class BFPColumn(wiring.Component):
             for mem, o_addr, fields in ((acc_a, out.rd_addr_a, None),
                                         (acc_e, out.rd_addr, ("ea", "nan"))):
                 wr = mem.write_port()
-                rd_c = mem.read_port(domain="comb")
+                rd_c = (mem.read_port(transparent_for=(wr,)) if transparent
+                        else mem.read_port(domain="comb"))
                 rd_o = mem.read_port(domain="comb")
                 m.d.comb += [wr.en.eq(comb.wr_en), wr.addr.eq(comb.wr_addr),
                              rd_c.addr.eq(comb.rd_addr), rd_o.addr.eq(o_addr)]
+                c_dom = m.d.comb if transparent else m.d.sync
                 if fields is None:
                     m.d.comb += wr.data.eq(comb.wr_data.a)
-                    m.d.sync += comb.rd_data.a.eq(rd_c.data)
+                    c_dom += comb.rd_data.a.eq(rd_c.data)
                     with m.If(out.rd_en):
                         m.d.sync += out.rd_data.a.eq(rd_o.data)
                     continue
                 for name in fields:
                     m.d.comb += wr.data[name].eq(comb.wr_data[name])
-                    m.d.sync += comb.rd_data[name].eq(rd_c.data[name])
+                    c_dom += comb.rd_data[name].eq(rd_c.data[name])
                     with m.If(out.rd_en):
                         m.d.sync += out.rd_data[name].eq(rd_o.data[name])
         else:

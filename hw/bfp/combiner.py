@@ -55,6 +55,14 @@ class BlockCombiner(wiring.Component):
             "wr_data": Out(self.acc_layout),
         })
 
+    @property
+    def write_delay(self):
+        """Cycles from an item's memory read (S0) to its update's write (S3): 2 unpipelined,
+        4 pipelined, 6 pipelined with ``N >= 6``."""
+        if not self._pipelined:
+            return 2
+        return 6 if self._lanes >= 6 else 4
+
     def elaborate(self, platform):
         m = Module()
         if self._pipelined and self._lanes >= 6:

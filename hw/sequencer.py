@@ -103,10 +103,11 @@ class Sequencer(wiring.Component):
     bfp_predictor : bool
         The column has the predicted exponent selector (``EXP_SELECT`` 2). Without it a
         MATVEC with ``EXP_SELECT`` 2 fails with ``BAD_OPCODE``.
-    bfp_acc_block_ram, bfp_pipelined : bool
-        The column's accumulator memory in block RAM, its pipelines with all stages
-        (:class:`lowbit.hw.bfp.BFPColumn` ``acc_block_ram`` and ``pipelined``; area options for
-        iCE40 at 12 MHz).
+    bfp_acc_block_ram, bfp_pipelined, bfp_pipelined_combiner : bool
+        The column's accumulator memory in block RAM, its pipelines with all stages, its
+        combiner's stages without the others' (:class:`lowbit.hw.bfp.BFPColumn`
+        ``acc_block_ram``, ``pipelined`` and ``pipelined_combiner``; area and timing options
+        for iCE40).
     busy_count : bool
         Count the matrix engine's busy cycles for the RUN reply (a 32-bit counter); without
         it the reply's ``busy`` is ``0xFFFFFFFF``, "not counted".
@@ -149,7 +150,8 @@ class Sequencer(wiring.Component):
                  weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
                  quant_mult_bits=0, lut=True, lut_tables=4, grand=True, mult="lut",
                  simulation=True, bfp_stochastic=True, bfp_predictor=True,
-                 bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True):
+                 bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True,
+                 bfp_pipelined_combiner=False):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
@@ -164,6 +166,8 @@ class Sequencer(wiring.Component):
         self._bfp_predictor = _check_bool("bfp_predictor", bfp_predictor)
         self._bfp_acc_block_ram = _check_bool("bfp_acc_block_ram", bfp_acc_block_ram)
         self._bfp_pipelined = _check_bool("bfp_pipelined", bfp_pipelined)
+        self._bfp_pipelined_combiner = _check_bool("bfp_pipelined_combiner",
+                                                   bfp_pipelined_combiner)
         self._busy_count = _check_bool("busy_count", busy_count)
         self._code_bits = _check_int("Code width", code_bits, 1, 3)
         self._quant_mult_bits = _check_int("Multiplier width", quant_mult_bits, 0, 16)
@@ -267,7 +271,8 @@ class Sequencer(wiring.Component):
             col = BFPColumn(**self.column_params(), mult=self._mult, sim_model=self._simulation,
                             stochastic=self._bfp_stochastic,
                             acc_block_ram=self._bfp_acc_block_ram,
-                            pipelined=self._bfp_pipelined)
+                            pipelined=self._bfp_pipelined,
+                            pipelined_combiner=self._bfp_pipelined_combiner)
             m.submodules.column = col
             m.d.comb += [
                 col.cfg_width.eq(mant_width), col.cfg_rounding.eq(rounding),

@@ -433,7 +433,8 @@ class DeviceModel:
     bfp_stochastic, bfp_predictor : bool
         The BFP column has stochastic rounding / the predicted exponent selector
         (:class:`lowbit.sim.program.Design`; without one a MATVEC needing it fails with
-        ``BAD_OPCODE``). ``bfp_acc_block_ram`` and ``bfp_pipelined`` are hardware-only.
+        ``BAD_OPCODE``). ``bfp_acc_block_ram``, ``bfp_pipelined`` and
+        ``bfp_pipelined_combiner`` are hardware-only.
     busy_count : bool
         The device counts the matrix engine's busy cycles; without it RUN replies carry
         ``busy = 0xFFFFFFFF`` (:data:`lowbit.sim.program.NOT_COUNTED`).
@@ -460,7 +461,8 @@ class DeviceModel:
 
     #: Top parameters without effect on the protocol.
     HARDWARE_ONLY = frozenset({"timeout_bits", "uart", "simulation", "multiplier",
-                               "bfp_acc_block_ram", "bfp_pipelined", "uart_ddr"})
+                               "bfp_acc_block_ram", "bfp_pipelined", "uart_ddr",
+                               "bfp_pipelined_combiner"})
 
     def __init__(self, *, lanes=2, scratch_bytes=None, frame_bytes=512, use_spram=False,
                  lut_tables=4, grand=True, grand_modes=None, engines=None, sequencer=False,

@@ -872,3 +872,26 @@ def test_pipelined_combiner_matches_model(lanes, stable_seed):
         assert col.pipelined_combiner
         got = run_rtl(col, jobs, bias=True, **kwargs)
         assert got == run_model(model, jobs, bias=True)
+
+
+def test_pipelined_combiner_reaches_the_top():
+    """``bfp_pipelined_combiner`` of the top and the sequencer builds the column with it; it is
+    hardware-only (the protocol model takes and ignores it)."""
+    from amaranth.back import rtlil
+
+    from lowbit.hw.sequencer import Sequencer
+    from lowbit.hw.top import Accelerator
+    from lowbit.sim.link import DeviceModel
+    from lowbit.sim.topparams import check_top_params
+    with pytest.raises(TypeError, match="bfp_pipelined_combiner must be a bool, not 1"):
+        check_top_params(bfp_pipelined_combiner=1)
+    with pytest.raises(TypeError, match="bfp_pipelined_combiner must be a bool, not 1"):
+        Sequencer(bfp_pipelined_combiner=1)
+    params = dict(sequencer=True, matrix_lanes=8, bfp_pipelined=False, quantiser=False,
+                  discrete=False, bfp_stochastic=False, bfp_predictor=False)
+    DeviceModel(**params, bfp_pipelined_combiner=True)
+    seq = {on: Sequencer(**{**Accelerator(**params, bfp_pipelined_combiner=on)
+                            .sequencer_params(), "lut": False, "grand": False})
+           for on in (False, True)}
+    texts = {on: rtlil.convert(s) for on, s in seq.items()}
+    assert "s2b" in texts[True] and "s2b" not in texts[False]

@@ -73,15 +73,15 @@ class BFPColumn(wiring.Component):
         array's and drain's enables in one copy per four lanes), and, for ``N >= 6``, adds two
         combiner stages (see :class:`BlockCombiner`): the UP5K timing work of ``docs/bfp.md``.
     pipelined_combiner : bool
-        With ``pipelined=False``: the combiner of the pipelined column nevertheless (its
-        exponent subtractor, align decision and shifter in stages of their own: four stages
-        for ``N < 6``, six from ``N = 6``), the rest unpipelined. The combiner's
-        read-align-shift-add path is the unpipelined column's slowest (27.7 MHz at
-        ``N = 16`` on the UP5K); its stages cost about 245 LC there. The accumulator's read
-        port for the combiner is transparent to its write port where the combiner reads a
-        lane again in the cycle it writes the lane's update (``N = 4`` and ``N = 6``). The
-        same results; a block's update is written two or four cycles later. Ignored with
-        ``pipelined=True``, whose combiner has those stages anyway.
+        With ``pipelined=False``: the pipelined column's four-stage combiner (its exponent
+        subtractor and its align decision in stages of their own, see
+        :class:`BlockCombiner`), the rest unpipelined. The combiner's read-align-shift-add
+        path is the unpipelined column's slowest (24.5 MHz at ``N = 16`` on the UP5K, 40.2
+        with the stages, for about 145 LC). The accumulator's read port for the combiner is
+        transparent to its write port at ``N = 4``, where the combiner reads a lane again in
+        the cycle it writes the lane's update. The same results; an update is written two
+        cycles later. Ignored with ``pipelined=True``, whose combiner has these stages and,
+        from ``N = 6``, two more.
     window : int or None
         Build the windowed mean/σ exponent selector of seed 002 claim 1
         (:class:`~lowbit.hw.bfp.WindowPredictor`, ``cfg_exp_mode`` 3) with this window length
@@ -233,7 +233,8 @@ class BFPColumn(wiring.Component):
                                         pipelined=self._pipelined)
         m.submodules.comb = comb = BlockCombiner(
             lanes=n, pw=self._pw, aw=self._aw, exp_bits=eb, frac_bits=self._frac_bits,
-            pipelined=self._pipelined or self._pipelined_combiner)
+            pipelined=self._pipelined or self._pipelined_combiner,
+            deep=None if self._pipelined else False)
         m.submodules.out = out = OutputUnit(lanes=n, aw=self._aw, width=self._width,
                                             exp_bits=eb, frac_bits=self._frac_bits,
                                             rand_bits=self._rand_bits,
@@ -244,13 +245,13 @@ class BFPColumn(wiring.Component):
                                             pipelined=self._pipelined,
                                             window=self._window)
         attrs = {"ram_style": "block"} if self._acc_block_ram else {}
-        # Unpipelined, the combiner writes a lane two cycles after reading it (pipelined, four
-        # or six) and reads it again N >= 4 cycles after, and the output unit reads the other
-        # bank: no read-write collision happens while the write comes first, so
-        # ``no_rw_check`` spares synthesis the collision logic (the read registers must then
-        # be described in the fabric to merge into the RAM). Where the combiner reads a lane
-        # in the cycle it writes it (N equal to the write delay), its read port is
-        # transparent to the write port instead.
+        # Unpipelined, the combiner writes a lane two cycles after reading it (with
+        # `pipelined_combiner` four) and reads it again N >= 4 cycles after, and the output
+        # unit reads the other bank: no read-write collision happens while the write comes
+        # first, so ``no_rw_check`` spares synthesis the collision logic (the read registers
+        # must then be described in the fabric to merge into the RAM). Where the combiner
+        # reads a lane in the cycle it writes it (N equal to the write delay), its read port
+        # is transparent to the write port instead.
         plain = not self._pipelined
         transparent = plain and comb.write_delay >= n
         if plain:

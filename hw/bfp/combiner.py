@@ -25,7 +25,9 @@ class BlockCombiner(wiring.Component):
     written). With ``pipelined=False`` S1 and S1b are combinational (the update is written two
     cycles after the read, so no collision happens for ``N`` >= 3). Pipelined with ``N >= 6``,
     two more stages (a register after the memory, the shifter in two) write the update six
-    cycles after the read. Implements step 2 of :mod:`lowbit.sim.bfp_column` exactly.
+    cycles after the read (``deep``: by default pipelined with ``N >= 6``; the unpipelined
+    column's ``pipelined_combiner`` is not deep). Implements step 2 of
+    :mod:`lowbit.sim.bfp_column` exactly.
 
     Members
     -------
@@ -37,9 +39,10 @@ class BlockCombiner(wiring.Component):
         Ports of the accumulator memory (owned by :class:`BFPColumn`).
     """
 
-    def __init__(self, *, lanes, pw, aw, exp_bits, frac_bits, pipelined=True):
+    def __init__(self, *, lanes, pw, aw, exp_bits, frac_bits, pipelined=True, deep=None):
         self._lanes, self._pw, self._aw, self._eb, self._f = lanes, pw, aw, exp_bits, frac_bits
         self._pipelined = pipelined
+        self._deep = pipelined and (lanes >= 6 if deep is None else deep)
         self.item_layout = data.StructLayout({
             "valid": 1, "idx": range(lanes), "bank": 1, "p": signed(pw),
             "e": signed(exp_bits + 1), "nan": 1, "first": 1, "final": 1})
@@ -61,11 +64,11 @@ class BlockCombiner(wiring.Component):
         4 pipelined, 6 pipelined with ``N >= 6``."""
         if not self._pipelined:
             return 2
-        return 6 if self._lanes >= 6 else 4
+        return 6 if self._deep else 4
 
     def elaborate(self, platform):
         m = Module()
-        if self._pipelined and self._lanes >= 6:
+        if self._deep:
             self._elaborate_deep(m)
             return m
         aw, eb, f = self._aw, self._eb, self._f

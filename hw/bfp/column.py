@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 from lowbit.hw.bfp.combiner import BlockCombiner
 from lowbit.hw.bfp.output import OutputUnit
 from lowbit.hw.bfp.pe import BFPLanes
-from lowbit.hw.bfp.shared import _clog2, _elem_layout, _groups, column_widths
+from lowbit.hw.bfp.shared import NO_INIT, _clog2, _elem_layout, _groups, column_widths
 from lowbit.hw.bfp.window import check_window
 from lowbit.hw.common import Rounding
 from lowbit.hw.common import check_int as _check_int
@@ -266,26 +266,34 @@ class BFPColumn(wiring.Component):
                 shape=data.StructLayout({"ea": signed(eb + 1), "nan": 1}), depth=depth,
                 init=[], attrs=attrs)
             # Each read register is described in the fabric, to merge into its block RAM.
-            for mem, o_addr, fields in ((acc_a, out.rd_addr_a, None),
-                                        (acc_e, out.rd_addr, ("ea", "nan"))):
+            # Its power-up value is left undefined for synthesis (`NO_INIT`): the block RAM's
+            # output register has none, and a defined one (or a reset) costs a flip-flop and
+            # an AND gate per bit to emulate (about 70 LUTs at N = 16). Every reader ignores
+            # the data until its valid flag, which the reset clears.
+            for tag, mem, o_addr, fields in (("a", acc_a, out.rd_addr_a, None),
+                                             ("e", acc_e, out.rd_addr, ("ea", "nan"))):
                 wr = mem.write_port()
                 rd_c = (mem.read_port(transparent_for=(wr,)) if transparent
                         else mem.read_port(domain="comb"))
                 rd_o = mem.read_port(domain="comb")
+                q_c = Signal(mem.shape, reset_less=True, attrs=NO_INIT, name=f"acc_{tag}_rc")
+                q_o = Signal(mem.shape, reset_less=True, attrs=NO_INIT, name=f"acc_{tag}_ro")
                 m.d.comb += [wr.en.eq(comb.wr_en), wr.addr.eq(comb.wr_addr),
                              rd_c.addr.eq(comb.rd_addr), rd_o.addr.eq(o_addr)]
-                c_dom = m.d.comb if transparent else m.d.sync
+                if transparent:
+                    m.d.comb += q_c.eq(rd_c.data)
+                else:
+                    m.d.sync += q_c.eq(rd_c.data)
+                with m.If(out.rd_en):
+                    m.d.sync += q_o.eq(rd_o.data)
                 if fields is None:
-                    m.d.comb += wr.data.eq(comb.wr_data.a)
-                    c_dom += comb.rd_data.a.eq(rd_c.data)
-                    with m.If(out.rd_en):
-                        m.d.sync += out.rd_data.a.eq(rd_o.data)
+                    m.d.comb += [wr.data.eq(comb.wr_data.a), comb.rd_data.a.eq(q_c),
+                                 out.rd_data.a.eq(q_o)]
                     continue
                 for name in fields:
-                    m.d.comb += wr.data[name].eq(comb.wr_data[name])
-                    c_dom += comb.rd_data[name].eq(rd_c.data[name])
-                    with m.If(out.rd_en):
-                        m.d.sync += out.rd_data[name].eq(rd_o.data[name])
+                    m.d.comb += [wr.data[name].eq(comb.wr_data[name]),
+                                 comb.rd_data[name].eq(q_c[name]),
+                                 out.rd_data[name].eq(q_o[name])]
         else:
             m.submodules.acc = acc = Memory(shape=comb.acc_layout, depth=2 << _clog2(n),
                                             init=[], attrs=attrs or None)

@@ -17,7 +17,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from lowbit.hw.bfp.predictor import ExponentPredictor
-from lowbit.hw.bfp.shared import ExpMode, _clog2, _elem_layout, _leading_one
+from lowbit.hw.bfp.shared import NO_INIT, ExpMode, _clog2, _elem_layout, _leading_one
 from lowbit.hw.bfp.window import WindowPredictor
 from lowbit.hw.common import Rounding
 
@@ -584,7 +584,9 @@ class OutputUnit(wiring.Component):
             # credits keep at most 16 entries in it, so the pointers tell empty from full and
             # a read never meets a write to its address: `no_rw_check` spares synthesis the
             # collision logic (15 flip-flops and their multiplexers), and the read register,
-            # described in the fabric, merges into the block RAM.
+            # described in the fabric, merges into the block RAM (without a reset or a
+            # power-up value, `NO_INIT`, as the block RAM's: `o.valid` is what the reset
+            # clears).
             m.submodules.fifo = fifo = Memory(shape=w + eb, depth=_EMIT_FIFO_DEPTH, init=[],
                                               attrs={"no_rw_check": 1})
             f_wr = fifo.write_port()
@@ -592,7 +594,7 @@ class OutputUnit(wiring.Component):
             f_wp = Signal(range(_EMIT_FIFO_DEPTH))
             f_rp = Signal(range(_EMIT_FIFO_DEPTH))
             f_ov = Signal()                         # the read register holds an element
-            f_data = Signal(w + eb)
+            f_data = Signal(w + eb, reset_less=True, attrs=NO_INIT)
             f_take = Signal()
             m.d.comb += [
                 f_wr.en.eq(w_en), f_wr.addr.eq(f_wp),

@@ -2,8 +2,8 @@
 
 :class:`ExpMode` (the ``cfg_exp_mode`` codes), :func:`column_widths` (the widths of the exact
 block sum and of the accumulator), the ``{m, e}`` element layout of the streams, and the helpers
-of the generators: ``ceil(log2(n))``, the groups of four lanes of the pipelined control copies
-and a log-depth leading-one detector.
+of the generators: ``ceil(log2(n))``, the groups of four lanes of the pipelined control copies,
+a log-depth leading-one detector and the attributes of a register without a power-up value.
 """
 
 from amaranth.hdl import Cat, Const, Mux, Value, signed
@@ -30,6 +30,12 @@ def _clog2(n):
 
 #: Lanes per copy of the PE array's and drain's control flip-flops (pipelined).
 _GROUP = 4
+
+#: ``attrs`` of a register whose power-up value does not matter, for Yosys: an empty ``init``
+#: attribute in place of Amaranth's (the simulator still starts it at its ``init``). A read
+#: register described in the fabric merges into the block RAM, whose output register has no
+#: defined power-up value; with one, Yosys emulates it with a flip-flop and an AND gate per bit.
+NO_INIT = {"init": Const(0, 0)}
 
 
 def _groups(lanes):

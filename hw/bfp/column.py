@@ -234,8 +234,7 @@ class BFPColumn(wiring.Component):
         m.submodules.comb = comb = BlockCombiner(
             lanes=n, pw=self._pw, aw=self._aw, exp_bits=eb, frac_bits=self._frac_bits,
             pipelined=self._pipelined or self._pipelined_combiner,
-            deep=None if self._pipelined else False,
-            late_a=not self._pipelined and self._pipelined_combiner)
+            deep=None if self._pipelined else False)
         m.submodules.out = out = OutputUnit(lanes=n, aw=self._aw, width=self._width,
                                             exp_bits=eb, frac_bits=self._frac_bits,
                                             rand_bits=self._rand_bits,
@@ -274,19 +273,14 @@ class BFPColumn(wiring.Component):
             for tag, mem, o_addr, fields in (("a", acc_a, out.rd_addr_a, None),
                                              ("e", acc_e, out.rd_addr, ("ea", "nan"))):
                 wr = mem.write_port()
-                # A read a cycle late (`late_a`) is written three cycles after: never in the
-                # cycle of the lane's next read.
-                late = tag == "a" and comb.late_a
-                trans = transparent and not late
-                rd_c = (mem.read_port(transparent_for=(wr,)) if trans
+                rd_c = (mem.read_port(transparent_for=(wr,)) if transparent
                         else mem.read_port(domain="comb"))
                 rd_o = mem.read_port(domain="comb")
                 q_c = Signal(mem.shape, reset_less=True, attrs=NO_INIT, name=f"acc_{tag}_rc")
                 q_o = Signal(mem.shape, reset_less=True, attrs=NO_INIT, name=f"acc_{tag}_ro")
                 m.d.comb += [wr.en.eq(comb.wr_en), wr.addr.eq(comb.wr_addr),
-                             rd_c.addr.eq(comb.rd_addr_a if late else comb.rd_addr),
-                             rd_o.addr.eq(o_addr)]
-                if trans:
+                             rd_c.addr.eq(comb.rd_addr), rd_o.addr.eq(o_addr)]
+                if transparent:
                     m.d.comb += q_c.eq(rd_c.data)
                 else:
                     m.d.sync += q_c.eq(rd_c.data)

@@ -39,12 +39,10 @@ class BlockCombiner(wiring.Component):
         Ports of the accumulator memory (owned by :class:`BFPColumn`).
     """
 
-    def __init__(self, *, lanes, pw, aw, exp_bits, frac_bits, pipelined=True, deep=None,
-                 late_a=False):
+    def __init__(self, *, lanes, pw, aw, exp_bits, frac_bits, pipelined=True, deep=None):
         self._lanes, self._pw, self._aw, self._eb, self._f = lanes, pw, aw, exp_bits, frac_bits
         self._pipelined = pipelined
         self._deep = pipelined and (lanes >= 6 if deep is None else deep)
-        self._late_a = late_a and pipelined and not self._deep
         self.item_layout = data.StructLayout({
             "valid": 1, "idx": range(lanes), "bank": 1, "p": signed(pw),
             "e": signed(exp_bits + 1), "nan": 1, "first": 1, "final": 1})
@@ -54,17 +52,11 @@ class BlockCombiner(wiring.Component):
             "item": In(self.item_layout),
             "done": Out(2),
             "rd_addr": Out(_clog2(lanes) + 1),
-            **({"rd_addr_a": Out(_clog2(lanes) + 1)} if self._late_a else {}),
             "rd_data": In(self.acc_layout),
             "wr_en": Out(1),
             "wr_addr": Out(_clog2(lanes) + 1),
             "wr_data": Out(self.acc_layout),
         })
-
-    @property
-    def late_a(self):
-        """A's memory is read at ``rd_addr_a``, a cycle after ea's (pipelined, not deep)."""
-        return self._late_a
 
     @property
     def write_delay(self):
@@ -92,26 +84,16 @@ class BlockCombiner(wiring.Component):
         t = Signal(data.StructLayout({
             "valid": 1, "idx": range(self._lanes), "bank": 1, "final": 1, "nan": 1,
             "e": signed(eb + 1), "ea": signed(eb + 1), "d": signed(eb + 3), "a": signed(aw),
-            "c": signed(aw), "a_zero": 1, "p_zero": 1, "first": 1}))
+            "c": signed(aw), "a_zero": 1, "p_zero": 1}))
         # A first contribution counts as one into a zero accumulator (`a_zero`): the stored
         # value is never used then, so it is not forced to 0 (26 LUTs).
         merged += [
             t.valid.eq(s1.valid), t.idx.eq(s1.idx), t.bank.eq(s1.bank), t.final.eq(s1.final),
             t.nan.eq((~s1.first & self.rd_data.nan) | s1.nan),
             t.e.eq(s1.e), t.ea.eq(self.rd_data.ea), t.d.eq(s1.e - self.rd_data.ea),
-            t.c.eq(s1.p << f), t.p_zero.eq(s1.p == 0),
+            t.a.eq(self.rd_data.a), t.c.eq(s1.p << f),
+            t.a_zero.eq(s1.first | (self.rd_data.a == 0)), t.p_zero.eq(s1.p == 0),
         ]
-        a = t.a
-        a_zero = t.a_zero
-        if self._late_a:
-            # A's memory (separate from ea's) is read a cycle later, at S1's address, so
-            # that A arrives in S1b without a copy in S1 (`aw` flip-flops).
-            m.d.comb += self.rd_addr_a.eq(Cat(s1.idx, s1.bank))
-            merged += t.first.eq(s1.first)
-            a = self.rd_data.a
-            a_zero = t.first | (a == 0)
-        else:
-            merged += [t.a.eq(self.rd_data.a), t.a_zero.eq(s1.first | (self.rd_data.a == 0))]
 
         # S1b: which operand to align, and by how much (clamped to AW - 1). Three cases, not
         # four: with P = 0 the contribution c is 0, so aligning it to the accumulator (the
@@ -123,13 +105,13 @@ class BlockCombiner(wiring.Component):
             s2.valid.eq(t.valid), s2.idx.eq(t.idx), s2.bank.eq(t.bank),
             s2.final.eq(t.final), s2.nan.eq(t.nan),
         ]
-        with m.If(a_zero):
+        with m.If(t.a_zero):
             merged += [s2.sh.eq(t.c), s2.amt.eq(0), s2.add.eq(0), s2.ea.eq(t.e)]
         with m.Elif((t.d > 0) & ~t.p_zero):
-            merged += [s2.sh.eq(a), s2.add.eq(t.c), s2.ea.eq(t.e),
+            merged += [s2.sh.eq(t.a), s2.add.eq(t.c), s2.ea.eq(t.e),
                        s2.amt.eq(Mux(t.d >= aw - 1, aw - 1, t.d))]
         with m.Else():
-            merged += [s2.sh.eq(t.c), s2.add.eq(a), s2.ea.eq(t.ea),
+            merged += [s2.sh.eq(t.c), s2.add.eq(t.a), s2.ea.eq(t.ea),
                        s2.amt.eq(Mux(t.d <= 1 - aw, aw - 1, -t.d))]
 
         # S2: the alignment (bias) shifter.

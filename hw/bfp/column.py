@@ -76,8 +76,8 @@ class BFPColumn(wiring.Component):
         With ``pipelined=False``: the pipelined column's four-stage combiner (its exponent
         subtractor and its align decision in stages of their own, see
         :class:`BlockCombiner`), the rest unpipelined. The combiner's read-align-shift-add
-        path is the unpipelined column's slowest (24.5 MHz at ``N = 16`` on the UP5K, 40.2
-        with the stages, for about 145 LC). The accumulator's read port for the combiner is
+        path is the unpipelined column's slowest (26.9 MHz at ``N = 16`` on the UP5K, 45.9
+        with the stages, for about 110 LC). The accumulator's read port for the combiner is
         transparent to its write port at ``N = 4``, where the combiner reads a lane again in
         the cycle it writes the lane's update. The same results; an update is written two
         cycles later. Ignored with ``pipelined=True``, whose combiner has these stages and,

@@ -2,7 +2,7 @@
 
 The communication backbone the engines plug into::
 
-    rx -> UARTReceiver -> HostLink -> Dispatcher -+-> PingHandler
+    rx -> UARTReceiver -> HostLink -> Dispatcher -+   (the dispatcher answers PING itself)
     tx <- UARTTransmitter <-'                     +-> RegisterHandler (IDENTIFY, configuration
                                                   |                    registers)
                                                   +-> MemoryHandler -> Scratchpad <-+
@@ -45,7 +45,7 @@ from lowbit.sim.topparams import check_scratch_bytes as _check_scratch_bytes
 
 from .common import check_bool as _check_bool
 from .engines import GrandHandler, LUTHandler
-from .link import ARG_BYTES, CommandSignature, Dispatcher, HostLink, PingHandler
+from .link import ARG_BYTES, CommandSignature, Dispatcher, HostLink
 from .ports import (
     COLUMN_FRAC_BITS,
     DISCRETE_ACC_WIDTH,
@@ -819,8 +819,10 @@ class Accelerator(wiring.Component):
         return [n for n, b in ENGINE_BITS.items() if self._engines >> b & 1]
 
     def dispatch_table(self):
-        """Rows of the dispatcher: opcode groups, one handler each (engines append rows)."""
-        table = [(Opcode.PING,), (Opcode.IDENTIFY, Opcode.REG_READ, Opcode.REG_WRITE),
+        """Rows of the dispatcher: opcode groups, one handler each (engines append rows). PING
+        is not among them: the dispatcher answers it (:class:`lowbit.hw.link.Dispatcher`
+        ``echo``)."""
+        table = [(Opcode.IDENTIFY, Opcode.REG_READ, Opcode.REG_WRITE),
                  (Opcode.MEM_READ, Opcode.MEM_WRITE, *PACKED_TRANSFERS)]
         if self._lut_tables:
             table.append((Opcode.LUT_WRITE, Opcode.LUT_APPLY))
@@ -835,8 +837,8 @@ class Accelerator(wiring.Component):
         link = HostLink(frame_bytes=self._frame_bytes,
                         timeout_cycles=self._timeout_bits * self._divisor)
         m.submodules.link = link
-        m.submodules.dispatch = dispatch = Dispatcher(self.dispatch_table())
-        m.submodules.ping = ping = PingHandler()
+        m.submodules.dispatch = dispatch = Dispatcher(self.dispatch_table(),
+                                                      echo=(Opcode.PING,))
         # Engines read the configuration registers from the ``regs`` ports (e.g. regs.mant_width).
         # The register handler also answers IDENTIFY (its record is in the registers' RAM).
         m.submodules.registers = regs = RegisterHandler(self._identity, self.design_params())
@@ -847,7 +849,7 @@ class Accelerator(wiring.Component):
             size=self._scratch_bytes, frame_bytes=self._frame_bytes,
             addr_width=scratch.addr_width, block=self._seq_params["block"],
             tile=self._seq_params["lanes"])
-        handlers = [ping, regs, mem]
+        handlers = [regs, mem]
         if self._lut_tables:
             m.submodules.lut = lut = LUTHandler(lanes=self._lanes, tables=self._lut_tables,
                                                 frame_bytes=self._frame_bytes)

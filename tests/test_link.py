@@ -454,6 +454,15 @@ def test_link_parameter_validation():
         Dispatcher([])
 
 
+def test_dispatcher_echo_opcodes():
+    d = Dispatcher([(1, 2)], echo=(0,))
+    assert d.table == ((1, 2),) and d.echo == (0,)
+    with pytest.raises(ValueError, match="Opcode 0x01 appears twice"):
+        Dispatcher([(1, 2)], echo=(1,))
+    with pytest.raises(ValueError, match="at least one row"):
+        Dispatcher([], echo=(0,))
+
+
 # -- stream behaviour ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -317,10 +317,23 @@ class Sequencer(wiring.Component):
         cycles = Signal(32)
         busy_cycles = Signal(32, init=0 if self._busy_count else 0xFFFFFFFF)
         beat = Signal()               # the matrix engine accepts a beat this cycle
-        if self._busy_count:
-            with m.If(beat):
-                m.d.sync += busy_cycles.eq(busy_cycles + 1)
         sidx = Signal(4)
+        # The RUN reply's counters shift out through ``executed``'s low byte (SEND, after the
+        # pc's bytes): ``executed`` takes ``cycles``' low byte, ``cycles`` ``busy``'s, so no
+        # 16:1 byte multiplexer. The shift costs no LUT: written as the counter's sum with
+        # ``shift`` in the addend's upper bits (the sum is not used while shifting), the choice
+        # merges into the carry chain's LUT, whose inputs are the bit, the addend, the carry
+        # and one free (the bit shifted in).
+        shift = Signal()
+        ex_inc = Signal()             # NEXT: an instruction completed
+
+        def count(counter, inc, above):
+            with m.If(inc | shift):
+                m.d.sync += counter.eq(Mux(shift, Cat(counter[8:], above),
+                                           counter + Cat(Const(1, 1), shift.replicate(31))))
+
+        if self._busy_count:
+            count(busy_cycles, beat, Const(0, 8))
         # Cleared when a RUN starts (CHECK), so no reset: the clear is then the flip-flops' own
         # synchronous reset, not a LUT per bit beside the domain's reset.
         cnt = Signal(16, reset_less=True)
@@ -335,8 +348,8 @@ class Sequencer(wiring.Component):
         is_data = Signal()            # w0's opcode is 0x10 or above
         running = Signal()
         m.d.comb += self.busy.eq(running)
-        with m.If(running):
-            m.d.sync += cycles.eq(cycles + 1)
+        count(cycles, running, busy_cycles[:8])
+        count(executed, ex_inc, cycles[:8])
 
         # Effective operands.
         count = w[3]
@@ -936,7 +949,7 @@ class Sequencer(wiring.Component):
             with m.State("NEXT"):
                 # Counted here, not where the instruction ends (one enable, not the OR of every
                 # state's end); FETCH compares it with the limit.
-                m.d.sync += executed.eq(executed + 1)
+                m.d.comb += ex_inc.eq(1)
                 with m.If(is_op["HALT"]):
                     m.next = "DONE"
                 with m.Else():
@@ -951,10 +964,15 @@ class Sequencer(wiring.Component):
                 with m.If(c.resp.ready):
                     m.next = "SEND"
             with m.State("SEND"):
-                reply = Cat(Const(0, 1), pc, Const(0, 14), executed, cycles, busy_cycles)
-                m.d.comb += [c.data.valid.eq(1), c.data.payload.eq(reply.word_select(sidx, 8))]
+                # The pc's four bytes, then the counters' twelve through executed's low byte.
+                pc_bytes = Cat(Const(0, 1), pc, Const(0, 14))
+                first = sidx[2:] == 0
+                m.d.comb += [c.data.valid.eq(1),
+                             c.data.payload.eq(Mux(first, pc_bytes.word_select(sidx[:2], 8),
+                                                   executed[:8]))]
                 with m.If(c.data.ready):
                     m.d.sync += sidx.eq(sidx + 1)
+                    m.d.comb += shift.eq(~first)
                     with m.If(sidx == 15):
                         m.next = "IDLE"
         if self._bfp:

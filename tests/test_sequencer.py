@@ -891,3 +891,22 @@ def test_matvec_weight_range_by_multiplication():
                     L.Opcode.RUN, struct.pack("<II", 0, 4))))[0])
     assert got == want
     assert got.count(L.Status.OK) == 4 and got.count(L.Status.BAD_ADDRESS) == 9
+
+
+@pytest.mark.parametrize("busy_count", [True, False])
+def test_run_reply_counters(busy_count):
+    """The RUN reply's counters shift out through ``executed``'s low byte: every byte of
+    ``executed``, ``cycles`` and ``busy`` as the model predicts (``busy`` ``0xFFFFFFFF``, not
+    counted, without the busy counter), above 255 where the counters reach it."""
+    from lowbit.sim.program import NOT_COUNTED
+    dev = Device(busy_count=busy_count, discrete=False, quantiser=False)
+    k = 4 * B
+    dev.put(WSRC, np.zeros(k * N, dtype=np.int64))
+    dev.put(XA, np.zeros(k, dtype=np.int64))
+    body = [I.matvec(XA, YA, 0, k // B, 1)] * 3
+    status, pc, executed, cycles, busy = dev.run(
+        [I.loadw(WSRC, 0, k), I.loop(100), *body, I.djnz(16), I.halt()])
+    assert status == L.Status.OK
+    assert (pc, executed) == (2 * 8 * 6, 2 + 100 * 4 + 1)
+    assert busy == (100 * 3 * k if busy_count else NOT_COUNTED)
+    assert cycles > 100 * 3 * k

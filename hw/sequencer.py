@@ -65,6 +65,19 @@ def _log2(n):
     return n.bit_length() - 1
 
 
+def _load_or_step(value, step, load, other):
+    """``other`` where ``load``, else ``value + step`` (a constant, modulo the width).
+
+    Written so that the choice costs no LUT: the addend's bits are ``load`` or ``~load`` (the
+    step's where ``load`` is low; the sum is not used where it is high), so each bit's carry-chain
+    LUT has ``load`` among its inputs already and takes ``other``'s bit on its free one.
+    ``Mux(load, other, value + step)`` costs a LUT per bit more.
+    """
+    step &= (1 << len(value)) - 1
+    addend = Cat(*[~load if step >> k & 1 else load for k in range(len(value))])
+    return Mux(load, other, value + addend)
+
+
 class Sequencer(wiring.Component):
     """Run layer programs (:mod:`lowbit.sim.program`) for the host command ``RUN``.
 
@@ -509,15 +522,17 @@ class Sequencer(wiring.Component):
                      p.addr.eq(rd_next)]
         wr_one = Signal()             # wr_left == 1 (MOVE), valid a cycle after wr_left changes
         m.d.sync += wr_one.eq(wr_left == 1)
+        # RANGE loads wr_ptr and wr_left; a write steps them (wr_left not in DM_POST).
+        wr_load, wp_step, wl_step = Signal(), Signal(), Signal()
 
         def reader():
             # After the FSM: the stage's decisions come last, so they are the last multiplexer
             # in front of the pointers and the address (the FSM's own loads and addresses never
             # meet a write or an issue).
             with m.If(wr_valid):
-                m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data)]
-                m.d.sync += [wr_ptr.eq(wr_ptr + 1), wr_left.eq(wr_left - 1),
-                             wr_done.eq(wr_left == 1)]
+                m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data),
+                             wp_step.eq(1), wl_step.eq(1)]
+                m.d.sync += wr_done.eq(wr_left == 1)
             with m.Elif(issue):
                 m.d.comb += [rp_inc.eq(~fresh), rl_dec.eq(1)]
                 m.d.sync += [fresh.eq(0), rd_more.eq(rd_left != 1)]
@@ -733,11 +748,9 @@ class Sequencer(wiring.Component):
                 m.d.sync += jump.eq(is_op["JUMP"] | is_op["DJNZ"] & cnt_big)
                 # LOOP and DJNZ as one multiplexer (they never meet), which merges into the
                 # decrement's LUTs.
-                with m.If(is_op["LOOP"] | is_op["DJNZ"] & cnt_big):
-                    m.d.sync += cnt.eq(Mux(is_op["LOOP"], src, cnt - 1))
-                with m.Elif(is_op["DJNZ"]):
-                    # cnt is 0 or 1: clearing bit 0 clears it.
-                    m.d.sync += cnt[0].eq(0)
+                # DJNZ counts down to 0 (from 1 as from more; from 0 it stays).
+                with m.If(is_op["LOOP"] | is_op["DJNZ"] & (cnt_big | cnt[0])):
+                    m.d.sync += cnt.eq(_load_or_step(cnt, -1, is_op["LOOP"], src))
                 with m.If(is_op["SETOFS"] | is_op["ADDOFS"]):
                     # Stage A's sums: w1 + 0 and w2 + 0 for SETOFS, the offsets added for ADDOFS.
                     m.d.sync += [ofs_a.eq(src), ofs_b.eq(dst)]
@@ -777,8 +790,8 @@ class Sequencer(wiring.Component):
                 bad = (bad_src | bad_dst | (op_mat & bias_en & bad_bias) | (op_mat & w_bad)
                        | (op_lut & lut_bad))
                 m.d.comb += rp_src.eq(1)
-                m.d.sync += [wr_ptr.eq(dst),
-                             wr_left.eq(len_dst), lw_lane.eq(0), lw_entry.eq(dst),
+                m.d.comb += wr_load.eq(1)
+                m.d.sync += [lw_lane.eq(0), lw_entry.eq(dst),
                              lw_valid.eq(0), w_base.eq(w[3]), w_ptr.eq(w[3]),
                              mv_x.eq(0), mv_b.eq(0),
                              tiles_left.eq(w[5]), tl_more.eq(1),
@@ -825,9 +838,7 @@ class Sequencer(wiring.Component):
                 m.next = "MOVE_WR"
             with m.State("MOVE_WR"):
                 m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
-                m.d.comb += rp_inc.eq(1)
-                m.d.sync += [wr_ptr.eq(wr_ptr + 1),
-                             wr_left.eq(wr_left - 1)]
+                m.d.comb += [rp_inc.eq(1), wp_step.eq(1), wl_step.eq(1)]
                 m.next = "MOVE_RD"
                 with m.If(wr_one):
                     finish()
@@ -940,7 +951,8 @@ class Sequencer(wiring.Component):
                     yc = Mux(self.disc_shift[4], 0, Mux(y > 127, 127, Mux(y < -127, -127, y)))
                     m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1),
                                  p.wdata.eq(Cat(yc[:8], self.fixed_exp))]
-                    m.d.sync += [wr_ptr.eq(wr_ptr + 1), tiles_left.eq(tiles_left - 1),
+                    m.d.comb += wp_step.eq(1)
+                    m.d.sync += [tiles_left.eq(tiles_left - 1),
                                  tl_more.eq(tiles_left != 1),
                                  w_base.eq(w_base + nb_d)]
                     m.next = "DM_ROW"
@@ -995,6 +1007,10 @@ class Sequencer(wiring.Component):
                 # which the reader's increment already forms.
                 m.d.sync += [bias_ptr.eq(rd_inc), mv_b.eq(0)]
         reader()
+        with m.If(wr_load | wp_step):
+            m.d.sync += wr_ptr.eq(_load_or_step(wr_ptr, 1, wr_load, dst))
+        with m.If(wr_load | wl_step):
+            m.d.sync += wr_left.eq(_load_or_step(wr_left, -1, wr_load, len_dst))
         # rd_ptr's next value as one AND-OR of its sources (the selects never meet), not a
         # chain of multiplexers in statement order.
         # rd_left's: K or the source length with rd_ptr's load from src (RANGE, a tile, a row),

@@ -322,7 +322,11 @@ class Sequencer(wiring.Component):
         # ---- Run state -------------------------------------------------------------------------
         start = Signal(17)            # RUN start byte address, bits 0..16
         start_hi = Signal()           # any of its bits 17..31 set
-        limit = Signal(32)
+        # Instructions left before the limit: the RUN's limit shifted in, one less at each
+        # NEXT; its decrement's carry out says it is 0 (``executed == limit``, no compare).
+        left = Signal(32)
+        left_load = Signal()          # ARGS: a byte of the limit comes in
+        left_dec = Signal(33)
         nargs = Signal(4)
         status = Signal(8)
         pc = Signal(17)               # word address of the current instruction
@@ -355,7 +359,13 @@ class Sequencer(wiring.Component):
         # The instruction's words as they are kept: w0 as its opcode flip-flops (is_op, below)
         # and flags, w1 and w2 as src and dst (the decode pipeline), w3..w6 as they are; w6 is
         # also MATVEC's and DMATVEC's bias pointer once RANGE has checked it.
-        w = [None, None, None] + [Signal(16, name=f"w{k}") for k in range(3, 7)]
+        # Without the discrete unit, w4 and w5 are only MATVEC's nb and T: kept as wide as the
+        # lengths need (nb_bits, t_bits below), their tests (zero, too big) taken as they
+        # arrive.
+        t_bits = max(_log2(self._weight_depth) - lgB, 0) + 1
+        nb_bits = self._max_blocks.bit_length()
+        w_bits = {4: nb_bits, 5: t_bits} if not self._discrete else {}
+        w = [None, None, None] + [Signal(w_bits.get(k, 16), name=f"w{k}") for k in range(3, 7)]
         fidx = Signal(4)
         flags = Signal(3)
         is_data = Signal()            # w0's opcode is 0x10 or above
@@ -408,8 +418,6 @@ class Sequencer(wiring.Component):
         # above max_blocks fails in DECODE, T >= 2^t_bits always ends past the weights in
         # RANGE (T·nb·B >= 2·depth; nb >= 1), which fails as the ranges do. An opcode without
         # its engine fails in DECODE, so its lengths are not needed.
-        t_bits = max(_log2(depth) - lgB, 0) + 1
-        nb_bits = self._max_blocks.bit_length()
         len_s = Signal(16 + lgN)
         len_d = Signal(16 + lgN)
         ls, ld = count, count
@@ -434,8 +442,7 @@ class Sequencer(wiring.Component):
         m.d.sync += [
             len_src.eq(len_s), len_dst.eq(len_d),
             src_big.eq(len_s[lw:] != 0), dst_big.eq(len_d[lw:] != 0),
-            cnt_z.eq(count == 0), w4_z.eq(w[4] == 0), w5_z.eq(w[5] == 0),
-            nb_big.eq(w[4] > self._max_blocks),
+            cnt_z.eq(count == 0),
             cnt_big.eq(cnt > 1),
         ]
         if self._lut:
@@ -460,11 +467,11 @@ class Sequencer(wiring.Component):
         # T·nb·B by one small multiplication. T >= 2·depth/B always ends past the weights
         # (nb >= 1); below, T and nb <= max_blocks are narrow.
         w_bad = Signal()
+        t_big = Signal()              # w5 >= 2^t_bits (set as w5 arrives)
         if not self._discrete:
-            t_big = Signal()
             prod = Signal(t_bits + nb_bits)
             w_end = Signal(max(17, len(prod) + lgB) + 1)
-            m.d.sync += [t_big.eq(w[5][t_bits:] != 0), prod.eq(w[5][:t_bits] * w[4][:nb_bits]),
+            m.d.sync += [prod.eq(w[5][:t_bits] * w[4][:nb_bits]),
                          w_end.eq(w[3] + (prod << lgB)), w_bad.eq(t_big | (w_end > depth))]
         else:
             m.d.comb += w_bad.eq(mul_acc > depth)
@@ -613,12 +620,16 @@ class Sequencer(wiring.Component):
             o_fail.eq(~known | lacks | (Cat(*simple).any() & cnt_z) | Cat(0, *len_fail).any()),
             o_len.eq(known & ~lacks), o_range.eq(rng), o_mul.eq(mul),
         ]
-        # The limit (executed changes in NEXT, a fetch before DECODE), the fetch range, the
+        # The limit (left changes in NEXT, a fetch before DECODE), the fetch range, the
         # RUN's limit of 0 (set in ARGS).
         at_limit = Signal()
         pc_bad = Signal()
         limit_z = Signal()
-        m.d.sync += [at_limit.eq(executed == limit), pc_bad.eq(pc > words - 8)]
+        m.d.comb += left_dec.eq(left + (~left_load).replicate(32))
+        with m.If(left_load | ex_inc):
+            # As _load_or_step: the load's choice merges into the decrement's LUTs.
+            m.d.sync += left.eq(Mux(left_load, Cat(left, c.arg.payload)[8:], left_dec[:32]))
+        m.d.sync += [at_limit.eq(~left_dec[32]), pc_bad.eq(pc > words - 8)]
         m.d.sync += [dec_fail.eq(o_fail), dec_len.eq(o_len), dec_range.eq(o_range),
                      dec_mul.eq(o_mul), dec_config.eq(o_config)]
 
@@ -691,7 +702,7 @@ class Sequencer(wiring.Component):
                                 m.d.sync += start_hi.eq(start_hi | (b != 0))
                             with m.Default():
                                 # limit == 0 as a flag beside the shift register.
-                                m.d.sync += limit.eq(Cat(limit, b)[8:])
+                                m.d.comb += left_load.eq(1)
                                 with m.If(b != 0):
                                     m.d.sync += limit_z.eq(0)
             with m.State("CHECK"):
@@ -739,6 +750,12 @@ class Sequencer(wiring.Component):
                     for k in range(4, 8):          # w7 is unused by every instruction
                         with m.Case(k):
                             m.d.sync += w[k - 1].eq(rdata)
+                            # w4's and w5's tests (stage A), from the word as it arrives.
+                            if k == 5:
+                                m.d.sync += [w4_z.eq(rdata == 0),
+                                             nb_big.eq(rdata > self._max_blocks)]
+                            if k == 6:
+                                m.d.sync += [w5_z.eq(rdata == 0), t_big.eq(rdata[t_bits:] != 0)]
                 with m.If(fidx == 8):
                     m.next = "DECODE"
             with m.State("DECODE"):

@@ -466,6 +466,19 @@ def test_range_boundaries(dev):
     one past it fails with the documented status at that instruction. Each RUN's reply fields
     and, at the end, the whole scratchpad (random data, so every write shows) equal
     lowbit.sim.link.DeviceModel's, which was given the same state first."""
+    _check_range_boundaries(dev)
+
+
+def test_range_boundaries_bfp_only():
+    """The same with the BFP column alone (no discrete unit, no quantiser: MATVEC's nb and T
+    kept as narrow as the ranges need, the weight range by multiplication), where QUANT,
+    DMATVEC and GRAND fail with BAD_OPCODE as the model says."""
+    from lowbit.sim.program import Op
+    _check_range_boundaries(Device(discrete=False, quantiser=False, grand=False),
+                            lacks={Op.QUANT, Op.DMATVEC, Op.GRAND})
+
+
+def _check_range_boundaries(dev, lacks=()):
     model = L.DeviceModel(**dev.params)
     rng = np.random.default_rng(25)
 
@@ -496,6 +509,8 @@ def test_range_boundaries(dev):
         [I.loadw(300, 0, BASE["weight_depth"]), I.halt()])))
     assert both(L.Opcode.RUN, struct.pack("<II", 2 * prog, 10))[0] == L.Status.OK
     for program, status in _boundary_cases():
+        if any(ins.op in lacks for ins in program):
+            continue
         both(L.Opcode.MEM_WRITE, L.mem_write_payload(2 * prog, assemble(program + [I.halt()])))
         got = both(L.Opcode.RUN, struct.pack("<II", 2 * prog, 10))
         pc, executed = struct.unpack("<II", got[1][:8])

@@ -116,6 +116,10 @@ class Sequencer(wiring.Component):
     bfp_predictor : bool
         The column has the predicted exponent selector (``EXP_SELECT`` 2). Without it a
         MATVEC with ``EXP_SELECT`` 2 fails with ``BAD_OPCODE``.
+    bfp_mant_width : bool
+        The column takes its output mantissa width from ``MANT_WIDTH`` (2..8). Without it the
+        column's width is fixed at 8 and a MATVEC with ``MANT_WIDTH`` below 8 (as decoded: the
+        register clamped to 2..8) fails with ``BAD_OPCODE``.
     bfp_acc_block_ram, bfp_pipelined : bool
         The column's accumulator memory in block RAM, its pipelines with all stages
         (:class:`lowbit.hw.bfp.BFPColumn` ``acc_block_ram`` and ``pipelined``; area options for
@@ -162,7 +166,8 @@ class Sequencer(wiring.Component):
                  weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
                  quant_mult_bits=0, lut=True, lut_tables=4, grand=True, mult="lut",
                  simulation=True, bfp_stochastic=True, bfp_predictor=True,
-                 bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True):
+                 bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True,
+                 bfp_mant_width=True):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
@@ -175,6 +180,7 @@ class Sequencer(wiring.Component):
         self._discrete = _check_bool("discrete", discrete)
         self._bfp_stochastic = _check_bool("bfp_stochastic", bfp_stochastic)
         self._bfp_predictor = _check_bool("bfp_predictor", bfp_predictor)
+        self._bfp_mant_width = _check_bool("bfp_mant_width", bfp_mant_width)
         self._bfp_acc_block_ram = _check_bool("bfp_acc_block_ram", bfp_acc_block_ram)
         self._bfp_pipelined = _check_bool("bfp_pipelined", bfp_pipelined)
         self._busy_count = _check_bool("busy_count", busy_count)
@@ -210,6 +216,7 @@ class Sequencer(wiring.Component):
     weight_depth = property(lambda self: self._weight_depth)
     bfp_stochastic = property(lambda self: self._bfp_stochastic)
     bfp_predictor = property(lambda self: self._bfp_predictor)
+    bfp_mant_width = property(lambda self: self._bfp_mant_width)
 
     def column_params(self):
         """Keyword parameters of the BFP column (also those of its golden
@@ -283,7 +290,8 @@ class Sequencer(wiring.Component):
                             pipelined=self._bfp_pipelined)
             m.submodules.column = col
             m.d.comb += [
-                col.cfg_width.eq(mant_width), col.cfg_rounding.eq(rounding),
+                col.cfg_width.eq(mant_width if self._bfp_mant_width else 8),
+                col.cfg_rounding.eq(rounding),
                 col.cfg_exp_mode.eq(Mux(self.exp_select == 2, ExpMode.PREDICTED,
                                         Mux(self.exp_select != 0, ExpMode.FIXED, ExpMode.MAX))),
                 col.pred_clear.eq(run_start),
@@ -599,13 +607,16 @@ class Sequencer(wiring.Component):
             known = known | is_op["QUANT"]
         lacks = Const(0)
         if self._bfp:
-            # A rounding or exponent selector the column lacks: as a missing engine
+            # A rounding, exponent selector or mantissa width the column lacks: as a missing engine
             # (lowbit.sim.program.Machine checks it first too). Without the discrete unit the
             # weight range comes from the decode pipeline (w_bad).
             if not self._bfp_stochastic:
                 lacks = lacks | (rounding == 2)
             if not self._bfp_predictor:
                 lacks = lacks | (self.exp_select == 2)
+            if not self._bfp_mant_width:
+                # Below 8 as decoded (clamped to 2..8): the register below 8.
+                lacks = lacks | (self.mant_width < 8)
             lacks = is_op["MATVEC"] & lacks
             len_fail.append(is_op["MATVEC"] & (w4_z | nb_big | w5_z))
             known = known | is_op["MATVEC"]

@@ -665,11 +665,11 @@ class Accelerator(wiring.Component):
         Entries (16-bit words) per weight bank, a power of two, 16 to 16384.
     bfp, quantiser, discrete : bool
         Build the BFP column (MATVEC), the quantiser (QUANT), the discrete unit (DMATVEC).
-    bfp_stochastic, bfp_predictor, bfp_acc_block_ram, bfp_pipelined : bool
+    bfp_stochastic, bfp_predictor, bfp_mant_width, bfp_acc_block_ram, bfp_pipelined : bool
         Area options of the BFP column (:class:`lowbit.hw.sequencer.Sequencer`): stochastic
-        rounding,
-        the predicted exponent selector (a MATVEC needing one that is left out fails with
-        ``BAD_OPCODE``), the accumulator in block RAM, all pipeline stages.
+        rounding, the predicted exponent selector, the output mantissa width from
+        ``MANT_WIDTH`` (a MATVEC needing one that is left out fails with ``BAD_OPCODE``; without
+        the last the width is 8), the accumulator in block RAM, all pipeline stages.
     busy_count : bool
         Count the matrix engine's busy cycles of a RUN (the reply's ``busy``; without it
         ``0xFFFFFFFF``, "not counted").
@@ -713,7 +713,7 @@ class Accelerator(wiring.Component):
                  weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
                  multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
                  bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
-                 busy_count=True, uart_ddr=False):
+                 busy_count=True, uart_ddr=False, bfp_mant_width=True):
         p = check_top_params(
             clk_freq=clk_freq, baud=baud, lanes=lanes, scratch_bytes=scratch_bytes,
             use_spram=use_spram, frame_bytes=frame_bytes, timeout_bits=timeout_bits,
@@ -723,7 +723,7 @@ class Accelerator(wiring.Component):
             code_bits=code_bits, multiplier=multiplier, uart=uart, simulation=simulation,
             bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
-            uart_ddr=uart_ddr)
+            uart_ddr=uart_ddr, bfp_mant_width=bfp_mant_width)
         self._uart_ddr = uart_ddr
         self._divisor = p["divisor"]
         self._period = p["bit_period"]
@@ -745,7 +745,7 @@ class Accelerator(wiring.Component):
             bfp=bfp, quantiser=quantiser, discrete=discrete, code_bits=code_bits,
             mult=multiplier, bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
-            busy_count=_check_bool("busy_count", busy_count))
+            bfp_mant_width=bfp_mant_width, busy_count=_check_bool("busy_count", busy_count))
         self._engines = (((1 << ENGINE_BITS["lut"]) if lut_tables else 0)
                          | ((1 << ENGINE_BITS["grand"]) if grand else 0))
         if sequencer:
@@ -796,7 +796,8 @@ class Accelerator(wiring.Component):
         return dict(matrix_lanes=p["lanes"], block=p["block"], max_blocks=p["max_blocks"],
                     weight_depth=p["weight_depth"], lut_tables=self._lut_tables,
                     code_bits=p["code_bits"], bfp_stochastic=p["bfp_stochastic"],
-                    bfp_predictor=p["bfp_predictor"], frac_bits=COLUMN_FRAC_BITS,
+                    bfp_predictor=p["bfp_predictor"], bfp_mant_width=p["bfp_mant_width"],
+                    frac_bits=COLUMN_FRAC_BITS,
                     rand_bits=RAND_BITS, disc_acc_width=DISCRETE_ACC_WIDTH,
                     grand_modes=self._grand_modes)
 

@@ -23,6 +23,7 @@ from lowbit.sim.link import MAX_LENGTH, SOF_REPLY, SOF_REQUEST, Status
 
 from .common import check_int as _check_int
 from .crc import CRC16
+from .ports import load_or_step
 from .uart import quiet_on_error
 
 __all__ = ["CMD_LAYOUT", "RESP_LAYOUT", "ARG_BYTES", "CommandSignature", "HostLink",
@@ -196,8 +197,23 @@ class HostLink(wiring.Component):
         errors_inc = Signal(17)
         m.d.comb += [skipped_inc.eq(self.skipped + 1), errors_inc.eq(self.errors + 1)]
 
+        # remaining's loads (the request's length, the answer's) and its count down as one
+        # sum whose addend carries the load's select (lowbit.hw.ports.load_or_step: the
+        # choice merges into the carry chain's LUTs); reply() clears it.
+        rem_load = Signal()
+        rem_len = Signal()           # the load is the request's length (LEN_HI), not the answer's
+        rem_dec = Signal()
+        rem_clear = Signal()
+        new_length = Signal(16)
+        with m.If(rem_load | rem_dec):
+            m.d.sync += remaining.eq(load_or_step(remaining, -1, rem_load,
+                                                  Mux(rem_len, new_length, resp.payload.length)))
+        with m.If(rem_clear):
+            m.d.sync += remaining.eq(0)
+
         def reply(code):
-            m.d.sync += [status.eq(code), remaining.eq(0), step.eq(0)]
+            m.d.comb += rem_clear.eq(1)
+            m.d.sync += [status.eq(code), step.eq(0)]
             m.next = "HEADER"
 
         with m.FSM():
@@ -231,8 +247,9 @@ class HostLink(wiring.Component):
                             m.d.sync += crc_lo.eq(byte)      # free until CRC_LO
                             m.next = "LEN_HI"
                         elif state == "LEN_HI":
-                            new_length = Cat(crc_lo, byte)
-                            m.d.sync += [length.eq(new_length), remaining.eq(new_length)]
+                            m.d.comb += [new_length.eq(Cat(crc_lo, byte)), rem_load.eq(1),
+                                         rem_len.eq(1)]
+                            m.d.sync += length.eq(new_length)
                             with m.If(new_length > self._frame_bytes):
                                 m.d.sync += drain.eq(1)
                                 m.next = "PAYLOAD"
@@ -241,8 +258,8 @@ class HostLink(wiring.Component):
                             with m.Else():
                                 m.next = "PAYLOAD"
                         elif state == "PAYLOAD":
-                            m.d.comb += wr.en.eq(~drain)
-                            m.d.sync += [ptr.eq(ptr + 1), remaining.eq(remaining - 1)]
+                            m.d.comb += [wr.en.eq(~drain), rem_dec.eq(1)]
+                            m.d.sync += ptr.eq(ptr + 1)
                             with m.Switch(ptr):
                                 for k in range(ARG_BYTES):
                                     with m.Case(k):
@@ -272,8 +289,8 @@ class HostLink(wiring.Component):
             with m.State("RESPONSE"):
                 m.d.comb += resp.ready.eq(1)
                 with m.If(resp.valid):
-                    m.d.sync += [status.eq(resp.payload.status),
-                                 remaining.eq(resp.payload.length), step.eq(0)]
+                    m.d.comb += rem_load.eq(1)
+                    m.d.sync += [status.eq(resp.payload.status), step.eq(0)]
                     m.next = "HEADER"
 
             # Reply: SOF, status, len_lo, len_hi, payload, crc_lo, crc_hi.
@@ -313,7 +330,7 @@ class HostLink(wiring.Component):
                     crc.en.eq(rdata.valid & self.o.ready),
                 ]
                 with m.If(rdata.valid & self.o.ready):
-                    m.d.sync += remaining.eq(remaining - 1)
+                    m.d.comb += rem_dec.eq(1)
                     with m.If(remaining == 1):
                         m.next = "CRC"
 

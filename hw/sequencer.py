@@ -44,6 +44,7 @@ from .ports import (
     ConfigPortSignature,
     LUTPortSignature,
     ScratchPortSignature,
+    load_or_step,
 )
 from .prng import Xoroshiro128aox
 from .quantiser import Quantiser, QuantTarget
@@ -63,19 +64,6 @@ def _check_pow2(name, value, lo, hi):
 
 def _log2(n):
     return n.bit_length() - 1
-
-
-def _load_or_step(value, step, load, other):
-    """``other`` where ``load``, else ``value + step`` (a constant, modulo the width).
-
-    Written so that the choice costs no LUT: the addend's bits are ``load`` or ``~load`` (the
-    step's where ``load`` is low; the sum is not used where it is high), so each bit's carry-chain
-    LUT has ``load`` among its inputs already and takes ``other``'s bit on its free one.
-    ``Mux(load, other, value + step)`` costs a LUT per bit more.
-    """
-    step &= (1 << len(value)) - 1
-    addend = Cat(*[~load if step >> k & 1 else load for k in range(len(value))])
-    return Mux(load, other, value + addend)
 
 
 class Sequencer(wiring.Component):
@@ -638,7 +626,7 @@ class Sequencer(wiring.Component):
         limit_z = Signal()
         m.d.comb += left_dec.eq(left + (~left_load).replicate(32))
         with m.If(left_load | ex_inc):
-            # As _load_or_step: the load's choice merges into the decrement's LUTs.
+            # As load_or_step: the load's choice merges into the decrement's LUTs.
             m.d.sync += left.eq(Mux(left_load, Cat(left, c.arg.payload)[8:], left_dec[:32]))
         m.d.sync += [at_limit.eq(~left_dec[32]), pc_bad.eq(pc > words - 8)]
         m.d.sync += [dec_fail.eq(o_fail), dec_len.eq(o_len), dec_range.eq(o_range),
@@ -778,7 +766,7 @@ class Sequencer(wiring.Component):
                 # decrement's LUTs.
                 # DJNZ counts down to 0 (from 1 as from more; from 0 it stays).
                 with m.If(is_op["LOOP"] | is_op["DJNZ"] & (cnt_big | cnt[0])):
-                    m.d.sync += cnt.eq(_load_or_step(cnt, -1, is_op["LOOP"], src))
+                    m.d.sync += cnt.eq(load_or_step(cnt, -1, is_op["LOOP"], src))
                 with m.If(is_op["SETOFS"] | is_op["ADDOFS"]):
                     # Stage A's sums: w1 + 0 and w2 + 0 for SETOFS, the offsets added for ADDOFS.
                     m.d.sync += [ofs_a.eq(src), ofs_b.eq(dst)]
@@ -1036,9 +1024,9 @@ class Sequencer(wiring.Component):
                 m.d.sync += [bias_ptr.eq(rd_inc), mv_b.eq(0)]
         reader()
         with m.If(wr_load | wp_step):
-            m.d.sync += wr_ptr.eq(_load_or_step(wr_ptr, 1, wr_load, dst))
+            m.d.sync += wr_ptr.eq(load_or_step(wr_ptr, 1, wr_load, dst))
         with m.If(wr_load | wl_step):
-            m.d.sync += wr_left.eq(_load_or_step(wr_left, -1, wr_load, len_dst))
+            m.d.sync += wr_left.eq(load_or_step(wr_left, -1, wr_load, len_dst))
         # rd_ptr's next value as one AND-OR of its sources (the selects never meet), not a
         # chain of multiplexers in statement order.
         # rd_left's: K or the source length with rd_ptr's load from src (RANGE, a tile, a row),

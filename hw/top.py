@@ -53,6 +53,7 @@ from .ports import (
     SEQ_REGISTERS,
     ConfigPortSignature,
     ScratchPortSignature,
+    load_or_step,
 )
 from .sequencer import Sequencer
 from .uart import UARTReceiver, UARTTransmitter, quiet_on_error
@@ -327,6 +328,11 @@ class RegisterHandler(wiring.Component):
         # One write port for both writers (the host's REG_WRITE in EXEC and the sequencer's
         # CONFIG, never in the same cycle): each register bit is then a flip-flop with an enable
         # fed straight from the shared value, not a per-bit multiplexer of two sources.
+        # The host's side is chosen by the state (EXEC), not by the host's write enable: that
+        # would decode the index twice in a row (whether it names a read-write register, then
+        # which register the chosen index names), the top's longest path. A write to an index
+        # that names no read-write register enables no flip-flop and (``w_rw``) no copy word.
+        in_exec = Signal()
         host_we = Signal()
         w_en = Signal()
         w_index = Signal(16)
@@ -334,9 +340,10 @@ class RegisterHandler(wiring.Component):
         w_rw = Signal()
         w_mask = Signal(32)
         w_data = Signal(32)      # the value cut to the register's width, for both copies
-        m.d.comb += [w_en.eq(host_we | self.cfg.we),
-                     w_index.eq(Mux(host_we, index, self.cfg.index)),
-                     w_value.eq(Mux(host_we, wvalue, self.cfg.value)),
+        m.d.comb += [host_we.eq(in_exec & is_write & ~ident),
+                     w_en.eq(host_we | self.cfg.we),
+                     w_index.eq(Mux(in_exec, index, self.cfg.index)),
+                     w_value.eq(Mux(in_exec, wvalue, self.cfg.value)),
                      w_data.eq(w_value & w_mask)]
         seed3 = REGISTER_BY_NAME["PRNG_SEED3"].index
         m.d.sync += self.prng_load.eq(w_en & (w_index == seed3))
@@ -412,6 +419,7 @@ class RegisterHandler(wiring.Component):
                 # The copy's read register takes the word at the address now, for EXEC.
                 m.next = "EXEC"
             with m.State("EXEC"):
+                m.d.comb += in_exec.eq(1)
                 m.d.sync += [status.eq(Mux(ident, Status.OK, Status.BAD_ADDRESS)),
                              value.eq(rd_data)]
                 with m.If(~ident & (index[ib:] == 0)):
@@ -420,7 +428,6 @@ class RegisterHandler(wiring.Component):
                             with m.Case(r.index):
                                 if r.access == "rw":
                                     m.d.sync += status.eq(Status.OK)
-                                    m.d.comb += host_we.eq(is_write)
                                 else:
                                     if r.name in self.DYNAMIC:
                                         m.d.sync += value.eq(getattr(self, r.name.lower()))
@@ -539,13 +546,27 @@ class MemoryHandler(wiring.Component):
         span_end = Signal()
         m.d.comb += span_end.eq(rep == Mux(writing, last, 0))
 
-        m.d.comb += [ptr_next.eq(ptr), p.addr.eq(ptr_next[1:]),
+        # The pointer's next value: loaded in CHECK, else stepped by 1 (2 for a packed
+        # transfer) where ``adv``. Written with the load's select in the addend's upper bits
+        # (the sum is not used where it loads), so that the choice merges into the carry
+        # chain's LUTs (lowbit.hw.ports.load_or_step). The read address runs on it; in
+        # CHECK that is the request's address, read for nothing.
+        load = Signal()
+        adv = Signal()
+        addend = Cat(adv & ~packed, adv & packed, load.replicate(aw - 2))
+        m.d.comb += [ptr_next.eq(Mux(load, Cat(addr[0] | high, addr[1:aw]), ptr + addend)),
+                     p.addr.eq(ptr_next[1:]),
                      p.wdata.eq(Cat(c.arg.payload, c.arg.payload)),
                      p.wmask.eq(Mux(ptr[0], 0b10, 0b01))]
         m.d.sync += ptr.eq(ptr_next)
 
+        # ``left``: loaded with the count in CHECK, one less a byte (load_or_step).
+        left_dec = Signal()
+        with m.If(load | left_dec):
+            m.d.sync += left.eq(load_or_step(left, -1, load, count))
+
         def advance():
-            m.d.comb += ptr_next.eq(ptr + Mux(packed, 2, 1))
+            m.d.comb += adv.eq(1)
             m.d.sync += rep.eq(Mux(rep == last, 0, rep + 1))
 
         with m.FSM():
@@ -560,7 +581,9 @@ class MemoryHandler(wiring.Component):
                                  last.eq(Mux(op[2], Mux(is_write, self._block - 1,
                                                          self._tile - 1), 0)),
                                  # The arguments are in ``args`` already.
-                                 count.eq(Mux(is_write, n - 4, self.args[32:32 + fb])),
+                                 # (n - 4 as load_or_step's sum: the choice merges.)
+                                 count.eq(load_or_step(n, -4, ~is_write,
+                                                       self.args[32:32 + fb])),
                                  too_long.eq(~is_write & (self.args[32:48] > self._frame_bytes))]
                     with m.If(Mux(is_write, n >= 4, n == 6)):
                         m.next = "CHECK"
@@ -568,8 +591,8 @@ class MemoryHandler(wiring.Component):
                         m.d.sync += status.eq(Status.BAD_LENGTH)
                         m.next = "RESP"
             with m.State("CHECK"):
-                m.d.sync += [ptr.eq(Cat(addr[0] | high, addr[1:aw])), left.eq(count),
-                             status.eq(Status.OK)]
+                m.d.comb += load.eq(1)
+                m.d.sync += status.eq(Status.OK)
                 m.next = "RESP"
                 with m.If((addr >= self._size) | (packed & addr[0])):
                     m.d.sync += status.eq(Status.BAD_ADDRESS)
@@ -593,8 +616,7 @@ class MemoryHandler(wiring.Component):
                                  p.addr.eq(ptr[1:])]
                     with m.If(c.arg.valid):
                         advance()
-                        with m.If(span_end):
-                            m.d.sync += left.eq(left - 1)
+                        m.d.comb += left_dec.eq(span_end)
             with m.State("RESP"):
                 reading = (status == Status.OK) & ~writing
                 m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
@@ -610,7 +632,7 @@ class MemoryHandler(wiring.Component):
                 with m.If(c.data.ready | ~span_end):
                     advance()
                 with m.If(c.data.ready & span_end):
-                    m.d.sync += left.eq(left - 1)
+                    m.d.comb += left_dec.eq(1)
                     with m.If(left == 1):
                         m.next = "IDLE"
         return m
@@ -937,7 +959,10 @@ class Accelerator(wiring.Component):
         # load muxes off the timing path. Error: latched.
         prescale = Signal(max((int(self._clk_freq) // 40 - 1).bit_length(), 1))
         tick = Signal()
-        m.d.sync += [prescale.eq(prescale + 1), tick.eq(prescale == 0)]
+        # The tick is the increment's carry out (the prescaler wraps), not a compare with 0.
+        prescale_inc = Signal(len(prescale) + 1)
+        m.d.comb += prescale_inc.eq(prescale + 1)
+        m.d.sync += [prescale.eq(prescale_inc), tick.eq(prescale_inc[-1])]
         activity = Signal(2)
         with m.If(rx_byte):
             m.d.sync += activity.eq(3)

@@ -340,13 +340,13 @@ class Sequencer(wiring.Component):
         shift = Signal()
         ex_inc = Signal()             # NEXT: an instruction completed
 
-        def count(counter, inc, above):
+        def count_or_shift(counter, inc, above):
             with m.If(inc | shift):
                 m.d.sync += counter.eq(Mux(shift, Cat(counter[8:], above),
                                            counter + Cat(Const(1, 1), shift.replicate(31))))
 
         if self._busy_count:
-            count(busy_cycles, beat, Const(0, 8))
+            count_or_shift(busy_cycles, beat, Const(0, 8))
         # Cleared when a RUN starts (CHECK), so no reset: the clear is then the flip-flops' own
         # synchronous reset, not a LUT per bit beside the domain's reset.
         cnt = Signal(16, reset_less=True)
@@ -367,8 +367,8 @@ class Sequencer(wiring.Component):
         is_data = Signal()            # w0's opcode is 0x10 or above
         running = Signal()
         m.d.comb += self.busy.eq(running)
-        count(cycles, running, busy_cycles[:8])
-        count(executed, ex_inc, cycles[:8])
+        count_or_shift(cycles, running, busy_cycles[:8])
+        count_or_shift(executed, ex_inc, cycles[:8])
 
         # Effective operands.
         count = w[3]

@@ -221,7 +221,7 @@ def design_of(identity, registers):
     engines = frozenset(e for e in ENGINES if identity.engines >> ENGINE_BITS[e] & 1)
     kw = {k: p[k] for k in ("matrix_lanes", "block", "max_blocks", "weight_depth", "lut_tables",
                             "frac_bits", "rand_bits", "disc_acc_width", "grand_modes",
-                            "bfp_stochastic", "bfp_predictor")}
+                            "bfp_stochastic", "bfp_predictor", "bfp_mant_width")}
     if "lut" not in engines:
         kw["lut_tables"] = 0
     return Design(scratch_bytes=identity.scratch_bytes, lanes=identity.lanes,

@@ -81,15 +81,16 @@ BOARDS = {
                  matrix_lanes=8, block=16, max_blocks=4, weight_depth=512, bfp=True,
                  bfp_stochastic=False, bfp_predictor=False, bfp_acc_block_ram=True,
                  bfp_pipelined=False, busy_count=True, quantiser=False, discrete=False,
-                 code_bits=3),
+                 code_bits=3, bfp_mant_width=False),
         notes="8 SB_MAC16 DSPs, 4 SPRAM; 24 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
               "oscillator); UART over the FT2232H's second channel at 12 Mbaud, its fastest "
               "(2 cycles per bit: the rx pin's DDR input register samples the line at both "
               "clock edges, uart_ddr). "
               "The link, the sequencer, the LUT engine and an 8-lane BFP column on 4 of the 8 "
               "SB_MAC16 (MATVEC, "
-              "K <= 64, nearest / toward-zero rounding, max or fixed output exponent: a MATVEC "
-              "with ROUNDING 2 or EXP_SELECT 2 fails with BAD_OPCODE); the input is quantised "
+              "K <= 64, nearest / toward-zero rounding, max or fixed output exponent, output "
+              "mantissas of 8 bits: a MATVEC with ROUNDING 2, EXP_SELECT 2 or MANT_WIDTH below "
+              "8 fails with BAD_OPCODE); the input is quantised "
               "on the host; RUN replies count the column's busy cycles. The "
               "discrete unit is on icebreaker-discrete (docs/sequencer.md)",
     ),

@@ -18,7 +18,7 @@ from lowbit.sim.link import MAX_LENGTH, Opcode, Status
 from .grand import GrandUnit
 from .link import CommandSignature, _check_int
 from .lut import TransferLUT
-from .ports import LUTPortSignature
+from .ports import LUTPortSignature, load_or_step
 from .uart import quiet_on_error
 
 __all__ = ["LUTHandler", "GrandHandler"]
@@ -108,13 +108,21 @@ class LUTHandler(wiring.Component):
             lut.i.payload.code.eq(beat),
         ]
 
+        # ``left``: loaded with the length as the command comes, one less a byte
+        # (load_or_step: the load's choice merges into the decrement's LUTs).
+        left_load = Signal()
+        left_dec = Signal()
+        with m.If(left_load | left_dec):
+            m.d.sync += left.eq(load_or_step(left, -1, left_load, c.cmd.payload.length))
+
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += c.cmd.ready.eq(1)
                 with m.If(c.cmd.valid):
                     is_apply = c.cmd.payload.opcode == Opcode.LUT_APPLY
                     n = c.cmd.payload.length
-                    m.d.sync += [applying.eq(is_apply), left.eq(n), status.eq(Status.OK)]
+                    m.d.comb += left_load.eq(1)
+                    m.d.sync += [applying.eq(is_apply), status.eq(Status.OK)]
                     with m.If(Mux(is_apply, n >= 1, n >= 2)):
                         m.next = "TABLE"
                     with m.Else():
@@ -124,14 +132,14 @@ class LUTHandler(wiring.Component):
             with m.State("TABLE"):
                 m.d.comb += c.arg.ready.eq(1)
                 with m.If(c.arg.valid):
-                    m.d.sync += left.eq(left - 1)
+                    m.d.comb += left_dec.eq(1)
                     m.next = "CHECK"
                     with m.If(~applying):
                         m.next = "START"
             with m.State("START"):
                 m.d.comb += c.arg.ready.eq(1)
                 with m.If(c.arg.valid):
-                    m.d.sync += left.eq(left - 1)
+                    m.d.comb += left_dec.eq(1)
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.sync += [addr.eq(start), fill.eq(0), avail.eq(0), pos.eq(0)]
@@ -149,7 +157,8 @@ class LUTHandler(wiring.Component):
                     # i_write is always ready; one entry per arg byte.
                     m.d.comb += [c.arg.ready.eq(1), lut.i_write.valid.eq(c.arg.valid)]
                     with m.If(c.arg.valid):
-                        m.d.sync += [addr.eq(addr + 1), left.eq(left - 1)]
+                        m.d.comb += left_dec.eq(1)
+                        m.d.sync += addr.eq(addr + 1)
             with m.State("RESP"):
                 reply = (status == Status.OK) & applying
                 m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
@@ -182,7 +191,8 @@ class LUTHandler(wiring.Component):
             with m.State("SEND"):
                 m.d.comb += [c.data.valid.eq(1), c.data.payload.eq(out[pos])]
                 with m.If(c.data.ready):
-                    m.d.sync += [pos.eq(pos + 1), avail.eq(avail - 1), left.eq(left - 1)]
+                    m.d.comb += left_dec.eq(1)
+                    m.d.sync += [pos.eq(pos + 1), avail.eq(avail - 1)]
                     with m.If(avail == 1):
                         m.d.sync += fill.eq(0)
                         m.next = "GATHER"

@@ -23,6 +23,7 @@ from lowbit.sim.link import MAX_LENGTH, SOF_REPLY, SOF_REQUEST, Status
 
 from .common import check_int as _check_int
 from .crc import CRC16
+from .ports import load_or_step
 from .uart import quiet_on_error
 
 __all__ = ["CMD_LAYOUT", "RESP_LAYOUT", "ARG_BYTES", "CommandSignature", "HostLink",
@@ -196,8 +197,23 @@ class HostLink(wiring.Component):
         errors_inc = Signal(17)
         m.d.comb += [skipped_inc.eq(self.skipped + 1), errors_inc.eq(self.errors + 1)]
 
+        # remaining's loads (the request's length, the answer's) and its count down as one
+        # sum whose addend carries the load's select (lowbit.hw.ports.load_or_step: the
+        # choice merges into the carry chain's LUTs); reply() clears it.
+        rem_load = Signal()
+        rem_len = Signal()           # the load is the request's length (LEN_HI), not the answer's
+        rem_dec = Signal()
+        rem_clear = Signal()
+        new_length = Signal(16)
+        with m.If(rem_load | rem_dec):
+            m.d.sync += remaining.eq(load_or_step(remaining, -1, rem_load,
+                                                  Mux(rem_len, new_length, resp.payload.length)))
+        with m.If(rem_clear):
+            m.d.sync += remaining.eq(0)
+
         def reply(code):
-            m.d.sync += [status.eq(code), remaining.eq(0), step.eq(0)]
+            m.d.comb += rem_clear.eq(1)
+            m.d.sync += [status.eq(code), step.eq(0)]
             m.next = "HEADER"
 
         with m.FSM():
@@ -231,8 +247,9 @@ class HostLink(wiring.Component):
                             m.d.sync += crc_lo.eq(byte)      # free until CRC_LO
                             m.next = "LEN_HI"
                         elif state == "LEN_HI":
-                            new_length = Cat(crc_lo, byte)
-                            m.d.sync += [length.eq(new_length), remaining.eq(new_length)]
+                            m.d.comb += [new_length.eq(Cat(crc_lo, byte)), rem_load.eq(1),
+                                         rem_len.eq(1)]
+                            m.d.sync += length.eq(new_length)
                             with m.If(new_length > self._frame_bytes):
                                 m.d.sync += drain.eq(1)
                                 m.next = "PAYLOAD"
@@ -241,8 +258,8 @@ class HostLink(wiring.Component):
                             with m.Else():
                                 m.next = "PAYLOAD"
                         elif state == "PAYLOAD":
-                            m.d.comb += wr.en.eq(~drain)
-                            m.d.sync += [ptr.eq(ptr + 1), remaining.eq(remaining - 1)]
+                            m.d.comb += [wr.en.eq(~drain), rem_dec.eq(1)]
+                            m.d.sync += ptr.eq(ptr + 1)
                             with m.Switch(ptr):
                                 for k in range(ARG_BYTES):
                                     with m.Case(k):
@@ -272,8 +289,8 @@ class HostLink(wiring.Component):
             with m.State("RESPONSE"):
                 m.d.comb += resp.ready.eq(1)
                 with m.If(resp.valid):
-                    m.d.sync += [status.eq(resp.payload.status),
-                                 remaining.eq(resp.payload.length), step.eq(0)]
+                    m.d.comb += rem_load.eq(1)
+                    m.d.sync += [status.eq(resp.payload.status), step.eq(0)]
                     m.next = "HEADER"
 
             # Reply: SOF, status, len_lo, len_hi, payload, crc_lo, crc_hi.
@@ -313,7 +330,7 @@ class HostLink(wiring.Component):
                     crc.en.eq(rdata.valid & self.o.ready),
                 ]
                 with m.If(rdata.valid & self.o.ready):
-                    m.d.sync += remaining.eq(remaining - 1)
+                    m.d.comb += rem_dec.eq(1)
                     with m.If(remaining == 1):
                         m.next = "CRC"
 
@@ -335,11 +352,17 @@ class Dispatcher(wiring.Component):
     the handler that has the command), so a handler must hold ``resp`` and ``data`` (valid and
     payload) at zero from the end of its reply to the next command it takes.
 
+    Opcodes in ``echo`` are answered by the dispatcher itself as :class:`PingHandler` answers
+    them (``OK``, the payload echoed), without a handler port: one answer fewer to OR (PING on
+    the top, whose ORs then take four answers, one LUT4 a bit).
+
     Parameters
     ----------
     table : sequence of iterables of int
         ``table[k]`` is the set of opcodes handled on port ``handler_k``. Opcodes must be bytes
-        and appear once.
+        and appear once (in ``table`` and ``echo`` together).
+    echo : iterable of int
+        Opcodes the dispatcher answers by echoing the payload (default none).
 
     Members
     -------
@@ -355,10 +378,10 @@ class Dispatcher(wiring.Component):
     """
 
     @quiet_on_error
-    def __init__(self, table):
+    def __init__(self, table, *, echo=()):
         rows = []
         seen = set()
-        for row in table:
+        for row in (*table, echo):
             row = tuple(row)
             for op in row:
                 _check_int("Opcode", op, 0, 255)
@@ -366,6 +389,7 @@ class Dispatcher(wiring.Component):
                     raise ValueError(f"Opcode 0x{op:02X} appears twice in the dispatch table")
                 seen.add(op)
             rows.append(tuple(int(op) for op in row))
+        *rows, self._echo = rows
         if not rows:
             raise ValueError("Dispatch table must have at least one row")
         self._table = tuple(rows)
@@ -377,6 +401,10 @@ class Dispatcher(wiring.Component):
     @property
     def table(self):
         return self._table
+
+    @property
+    def echo(self):
+        return self._echo
 
     def elaborate(self, platform):
         m = Module()
@@ -395,15 +423,31 @@ class Dispatcher(wiring.Component):
             m.d.comb += hit.eq(Const(0) if not row else
                                _any(up.cmd.payload.opcode == op for op in row))
             match.append(hit)
+        echo = Signal()
+        m.d.comb += echo.eq(_any(up.cmd.payload.opcode == op for op in self._echo))
         none = Signal()
-        m.d.comb += none.eq(~_any(match))
+        m.d.comb += none.eq(~_any(match) & ~echo)
+
+        # The echo (PingHandler's): ``answering`` from the command to its answer, then the
+        # payload passes through while ``echoing``. ``length`` is cleared with the answer, so
+        # the answer is zero while idle without a gate per bit.
+        echoing = Signal()
+        answering = Signal()
+        length = Signal.like(up.cmd.payload.length)
+        with m.If(up.cmd.valid & up.cmd.ready & echo):
+            m.d.sync += [length.eq(up.cmd.payload.length), answering.eq(1)]
+        with m.If(answering & up.resp.ready):
+            m.d.sync += [length.eq(0), answering.eq(0)]
+        echo_data = Signal()
+        m.d.comb += echo_data.eq(up.arg.valid & echoing & ~answering)
 
         cmd_ready = Const(0)
-        arg_ready = Const(0)
-        resp_valid = pending
-        resp_payload = Mux(pending, Cat(Const(Status.BAD_OPCODE, 8), Const(0, 16)), 0)
-        data_valid = Const(0)
-        data_payload = Const(0, 8)
+        arg_ready = echoing & ~answering & up.data.ready
+        # BAD_OPCODE (the dispatcher's own answer) and OK with the echo's length.
+        resp_valid = pending | answering
+        resp_payload = Cat(Mux(pending, Const(Status.BAD_OPCODE, 8), 0), length)
+        data_valid = echo_data
+        data_payload = Mux(echo_data, up.arg.payload, 0)
         for k, port in enumerate(ports):
             m.d.comb += [port.cmd.valid.eq(up.cmd.valid & match[k]),
                          port.cmd.payload.eq(up.cmd.payload),
@@ -418,14 +462,14 @@ class Dispatcher(wiring.Component):
             resp_payload = resp_payload | port.resp.payload.as_value()
             data_valid = data_valid | port.data.valid
             data_payload = data_payload | port.data.payload
-        m.d.comb += [up.cmd.ready.eq(cmd_ready | (none & ~pending)),
+        m.d.comb += [up.cmd.ready.eq(cmd_ready | ((none | echo) & ~pending & ~answering)),
                      up.arg.ready.eq(arg_ready),
                      up.resp.valid.eq(resp_valid),
                      up.resp.payload.eq(resp_payload),
                      up.data.valid.eq(data_valid),
                      up.data.payload.eq(data_payload)]
         with m.If(up.cmd.valid & up.cmd.ready):
-            m.d.sync += [sel.eq(Cat(match)), pending.eq(none)]
+            m.d.sync += [sel.eq(Cat(match)), pending.eq(none), echoing.eq(echo)]
         with m.If(pending & up.resp.ready):
             m.d.sync += pending.eq(0)
         return m

@@ -7,11 +7,12 @@ registers. They live here so that the top imports the sequencer and the engines 
 import only this module.
 """
 
+from amaranth.hdl import Cat, Mux
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["ScratchPortSignature", "ConfigPortSignature", "LUTPortSignature", "SEQ_REGISTERS",
-           "COLUMN_FRAC_BITS", "RAND_BITS", "DISCRETE_ACC_WIDTH"]
+           "COLUMN_FRAC_BITS", "RAND_BITS", "DISCRETE_ACC_WIDTH", "load_or_step"]
 
 #: Fraction guard bits of the sequencer's BFP column (:class:`lowbit.sim.bfp_column.ColumnModel`).
 COLUMN_FRAC_BITS = 3
@@ -87,3 +88,16 @@ class LUTPortSignature(wiring.Signature):
             "i": Out(stream.Signature(data.StructLayout({"table": 6, "code": 8}))),
             "o": In(stream.Signature(8)),
         })
+
+
+def load_or_step(value, step, load, other):
+    """``other`` where ``load``, else ``value + step`` (a constant, modulo ``value``'s width).
+
+    Written so that the choice costs no LUT on iCE40: the addend's bits are ``load`` or
+    ``~load`` (the step's where ``load`` is low; the sum is not used where it is high), so each
+    bit's carry-chain LUT has ``load`` among its inputs already and takes ``other``'s bit on its
+    free one. ``Mux(load, other, value + step)`` costs a LUT per bit more.
+    """
+    step &= (1 << len(value)) - 1
+    addend = Cat(*[~load if step >> k & 1 else load for k in range(len(value))])
+    return Mux(load, other, value + addend)

@@ -44,6 +44,7 @@ from .ports import (
     ConfigPortSignature,
     LUTPortSignature,
     ScratchPortSignature,
+    load_or_step,
 )
 from .prng import Xoroshiro128aox
 from .quantiser import Quantiser, QuantTarget
@@ -103,6 +104,10 @@ class Sequencer(wiring.Component):
     bfp_predictor : bool
         The column has the predicted exponent selector (``EXP_SELECT`` 2). Without it a
         MATVEC with ``EXP_SELECT`` 2 fails with ``BAD_OPCODE``.
+    bfp_mant_width : bool
+        The column takes its output mantissa width from ``MANT_WIDTH`` (2..8). Without it the
+        column's width is fixed at 8 and a MATVEC with ``MANT_WIDTH`` below 8 (as decoded: the
+        register clamped to 2..8) fails with ``BAD_OPCODE``.
     bfp_acc_block_ram, bfp_pipelined, bfp_pipelined_combiner : bool
         The column's accumulator memory in block RAM, its pipelines with all stages, its
         combiner's stages without the others' (:class:`lowbit.hw.bfp.BFPColumn`
@@ -151,7 +156,7 @@ class Sequencer(wiring.Component):
                  quant_mult_bits=0, lut=True, lut_tables=4, grand=True, mult="lut",
                  simulation=True, bfp_stochastic=True, bfp_predictor=True,
                  bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True,
-                 bfp_pipelined_combiner=False):
+                 bfp_pipelined_combiner=False, bfp_mant_width=True):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
@@ -164,6 +169,7 @@ class Sequencer(wiring.Component):
         self._discrete = _check_bool("discrete", discrete)
         self._bfp_stochastic = _check_bool("bfp_stochastic", bfp_stochastic)
         self._bfp_predictor = _check_bool("bfp_predictor", bfp_predictor)
+        self._bfp_mant_width = _check_bool("bfp_mant_width", bfp_mant_width)
         self._bfp_acc_block_ram = _check_bool("bfp_acc_block_ram", bfp_acc_block_ram)
         self._bfp_pipelined = _check_bool("bfp_pipelined", bfp_pipelined)
         self._bfp_pipelined_combiner = _check_bool("bfp_pipelined_combiner",
@@ -201,6 +207,7 @@ class Sequencer(wiring.Component):
     weight_depth = property(lambda self: self._weight_depth)
     bfp_stochastic = property(lambda self: self._bfp_stochastic)
     bfp_predictor = property(lambda self: self._bfp_predictor)
+    bfp_mant_width = property(lambda self: self._bfp_mant_width)
 
     def column_params(self):
         """Keyword parameters of the BFP column (also those of its golden
@@ -275,7 +282,8 @@ class Sequencer(wiring.Component):
                             pipelined_combiner=self._bfp_pipelined_combiner)
             m.submodules.column = col
             m.d.comb += [
-                col.cfg_width.eq(mant_width), col.cfg_rounding.eq(rounding),
+                col.cfg_width.eq(mant_width if self._bfp_mant_width else 8),
+                col.cfg_rounding.eq(rounding),
                 col.cfg_exp_mode.eq(Mux(self.exp_select == 2, ExpMode.PREDICTED,
                                         Mux(self.exp_select != 0, ExpMode.FIXED, ExpMode.MAX))),
                 col.pred_clear.eq(run_start),
@@ -314,7 +322,11 @@ class Sequencer(wiring.Component):
         # ---- Run state -------------------------------------------------------------------------
         start = Signal(17)            # RUN start byte address, bits 0..16
         start_hi = Signal()           # any of its bits 17..31 set
-        limit = Signal(32)
+        # Instructions left before the limit: the RUN's limit shifted in, one less at each
+        # NEXT; its decrement's carry out says it is 0 (``executed == limit``, no compare).
+        left = Signal(32)
+        left_load = Signal()          # ARGS: a byte of the limit comes in
+        left_dec = Signal(33)
         nargs = Signal(4)
         status = Signal(8)
         pc = Signal(17)               # word address of the current instruction
@@ -322,10 +334,23 @@ class Sequencer(wiring.Component):
         cycles = Signal(32)
         busy_cycles = Signal(32, init=0 if self._busy_count else 0xFFFFFFFF)
         beat = Signal()               # the matrix engine accepts a beat this cycle
-        if self._busy_count:
-            with m.If(beat):
-                m.d.sync += busy_cycles.eq(busy_cycles + 1)
         sidx = Signal(4)
+        # The RUN reply's counters shift out through ``executed``'s low byte (SEND, after the
+        # pc's bytes): ``executed`` takes ``cycles``' low byte, ``cycles`` ``busy``'s, so no
+        # 16:1 byte multiplexer. The shift costs no LUT: written as the counter's sum with
+        # ``shift`` in the addend's upper bits (the sum is not used while shifting), the choice
+        # merges into the carry chain's LUT, whose inputs are the bit, the addend, the carry
+        # and one free (the bit shifted in).
+        shift = Signal()
+        ex_inc = Signal()             # NEXT: an instruction completed
+
+        def count_or_shift(counter, inc, above):
+            with m.If(inc | shift):
+                m.d.sync += counter.eq(Mux(shift, Cat(counter[8:], above),
+                                           counter + Cat(Const(1, 1), shift.replicate(31))))
+
+        if self._busy_count:
+            count_or_shift(busy_cycles, beat, Const(0, 8))
         # Cleared when a RUN starts (CHECK), so no reset: the clear is then the flip-flops' own
         # synchronous reset, not a LUT per bit beside the domain's reset.
         cnt = Signal(16, reset_less=True)
@@ -334,14 +359,20 @@ class Sequencer(wiring.Component):
         # The instruction's words as they are kept: w0 as its opcode flip-flops (is_op, below)
         # and flags, w1 and w2 as src and dst (the decode pipeline), w3..w6 as they are; w6 is
         # also MATVEC's and DMATVEC's bias pointer once RANGE has checked it.
-        w = [None, None, None] + [Signal(16, name=f"w{k}") for k in range(3, 7)]
+        # Without the discrete unit, w4 and w5 are only MATVEC's nb and T: kept as wide as the
+        # lengths need (nb_bits, t_bits below), their tests (zero, too big) taken as they
+        # arrive.
+        t_bits = max(_log2(self._weight_depth) - lgB, 0) + 1
+        nb_bits = self._max_blocks.bit_length()
+        w_bits = {4: nb_bits, 5: t_bits} if not self._discrete else {}
+        w = [None, None, None] + [Signal(w_bits.get(k, 16), name=f"w{k}") for k in range(3, 7)]
         fidx = Signal(4)
         flags = Signal(3)
         is_data = Signal()            # w0's opcode is 0x10 or above
         running = Signal()
         m.d.comb += self.busy.eq(running)
-        with m.If(running):
-            m.d.sync += cycles.eq(cycles + 1)
+        count_or_shift(cycles, running, busy_cycles[:8])
+        count_or_shift(executed, ex_inc, cycles[:8])
 
         # Effective operands.
         count = w[3]
@@ -387,8 +418,6 @@ class Sequencer(wiring.Component):
         # above max_blocks fails in DECODE, T >= 2^t_bits always ends past the weights in
         # RANGE (T·nb·B >= 2·depth; nb >= 1), which fails as the ranges do. An opcode without
         # its engine fails in DECODE, so its lengths are not needed.
-        t_bits = max(_log2(depth) - lgB, 0) + 1
-        nb_bits = self._max_blocks.bit_length()
         len_s = Signal(16 + lgN)
         len_d = Signal(16 + lgN)
         ls, ld = count, count
@@ -413,8 +442,7 @@ class Sequencer(wiring.Component):
         m.d.sync += [
             len_src.eq(len_s), len_dst.eq(len_d),
             src_big.eq(len_s[lw:] != 0), dst_big.eq(len_d[lw:] != 0),
-            cnt_z.eq(count == 0), w4_z.eq(w[4] == 0), w5_z.eq(w[5] == 0),
-            nb_big.eq(w[4] > self._max_blocks),
+            cnt_z.eq(count == 0),
             cnt_big.eq(cnt > 1),
         ]
         if self._lut:
@@ -439,11 +467,11 @@ class Sequencer(wiring.Component):
         # T·nb·B by one small multiplication. T >= 2·depth/B always ends past the weights
         # (nb >= 1); below, T and nb <= max_blocks are narrow.
         w_bad = Signal()
+        t_big = Signal()              # w5 >= 2^t_bits (set as w5 arrives)
         if not self._discrete:
-            t_big = Signal()
             prod = Signal(t_bits + nb_bits)
             w_end = Signal(max(17, len(prod) + lgB) + 1)
-            m.d.sync += [t_big.eq(w[5][t_bits:] != 0), prod.eq(w[5][:t_bits] * w[4][:nb_bits]),
+            m.d.sync += [prod.eq(w[5][:t_bits] * w[4][:nb_bits]),
                          w_end.eq(w[3] + (prod << lgB)), w_bad.eq(t_big | (w_end > depth))]
         else:
             m.d.comb += w_bad.eq(mul_acc > depth)
@@ -501,15 +529,17 @@ class Sequencer(wiring.Component):
                      p.addr.eq(rd_next)]
         wr_one = Signal()             # wr_left == 1 (MOVE), valid a cycle after wr_left changes
         m.d.sync += wr_one.eq(wr_left == 1)
+        # RANGE loads wr_ptr and wr_left; a write steps them (wr_left not in DM_POST).
+        wr_load, wp_step, wl_step = Signal(), Signal(), Signal()
 
         def reader():
             # After the FSM: the stage's decisions come last, so they are the last multiplexer
             # in front of the pointers and the address (the FSM's own loads and addresses never
             # meet a write or an issue).
             with m.If(wr_valid):
-                m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data)]
-                m.d.sync += [wr_ptr.eq(wr_ptr + 1), wr_left.eq(wr_left - 1),
-                             wr_done.eq(wr_left == 1)]
+                m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data),
+                             wp_step.eq(1), wl_step.eq(1)]
+                m.d.sync += wr_done.eq(wr_left == 1)
             with m.Elif(issue):
                 m.d.comb += [rp_inc.eq(~fresh), rl_dec.eq(1)]
                 m.d.sync += [fresh.eq(0), rd_more.eq(rd_left != 1)]
@@ -569,13 +599,16 @@ class Sequencer(wiring.Component):
             known = known | is_op["QUANT"]
         lacks = Const(0)
         if self._bfp:
-            # A rounding or exponent selector the column lacks: as a missing engine
+            # A rounding, exponent selector or mantissa width the column lacks: as a missing engine
             # (lowbit.sim.program.Machine checks it first too). Without the discrete unit the
             # weight range comes from the decode pipeline (w_bad).
             if not self._bfp_stochastic:
                 lacks = lacks | (rounding == 2)
             if not self._bfp_predictor:
                 lacks = lacks | (self.exp_select == 2)
+            if not self._bfp_mant_width:
+                # Below 8 as decoded (clamped to 2..8): the register below 8.
+                lacks = lacks | (self.mant_width < 8)
             lacks = is_op["MATVEC"] & lacks
             len_fail.append(is_op["MATVEC"] & (w4_z | nb_big | w5_z))
             known = known | is_op["MATVEC"]
@@ -590,12 +623,16 @@ class Sequencer(wiring.Component):
             o_fail.eq(~known | lacks | (Cat(*simple).any() & cnt_z) | Cat(0, *len_fail).any()),
             o_len.eq(known & ~lacks), o_range.eq(rng), o_mul.eq(mul),
         ]
-        # The limit (executed changes in NEXT, a fetch before DECODE), the fetch range, the
+        # The limit (left changes in NEXT, a fetch before DECODE), the fetch range, the
         # RUN's limit of 0 (set in ARGS).
         at_limit = Signal()
         pc_bad = Signal()
         limit_z = Signal()
-        m.d.sync += [at_limit.eq(executed == limit), pc_bad.eq(pc > words - 8)]
+        m.d.comb += left_dec.eq(left + (~left_load).replicate(32))
+        with m.If(left_load | ex_inc):
+            # As load_or_step: the load's choice merges into the decrement's LUTs.
+            m.d.sync += left.eq(Mux(left_load, Cat(left, c.arg.payload)[8:], left_dec[:32]))
+        m.d.sync += [at_limit.eq(~left_dec[32]), pc_bad.eq(pc > words - 8)]
         m.d.sync += [dec_fail.eq(o_fail), dec_len.eq(o_len), dec_range.eq(o_range),
                      dec_mul.eq(o_mul), dec_config.eq(o_config)]
 
@@ -668,7 +705,7 @@ class Sequencer(wiring.Component):
                                 m.d.sync += start_hi.eq(start_hi | (b != 0))
                             with m.Default():
                                 # limit == 0 as a flag beside the shift register.
-                                m.d.sync += limit.eq(Cat(limit, b)[8:])
+                                m.d.comb += left_load.eq(1)
                                 with m.If(b != 0):
                                     m.d.sync += limit_z.eq(0)
             with m.State("CHECK"):
@@ -716,6 +753,12 @@ class Sequencer(wiring.Component):
                     for k in range(4, 8):          # w7 is unused by every instruction
                         with m.Case(k):
                             m.d.sync += w[k - 1].eq(rdata)
+                            # w4's and w5's tests (stage A), from the word as it arrives.
+                            if k == 5:
+                                m.d.sync += [w4_z.eq(rdata == 0),
+                                             nb_big.eq(rdata > self._max_blocks)]
+                            if k == 6:
+                                m.d.sync += [w5_z.eq(rdata == 0), t_big.eq(rdata[t_bits:] != 0)]
                 with m.If(fidx == 8):
                     m.next = "DECODE"
             with m.State("DECODE"):
@@ -725,11 +768,9 @@ class Sequencer(wiring.Component):
                 m.d.sync += jump.eq(is_op["JUMP"] | is_op["DJNZ"] & cnt_big)
                 # LOOP and DJNZ as one multiplexer (they never meet), which merges into the
                 # decrement's LUTs.
-                with m.If(is_op["LOOP"] | is_op["DJNZ"] & cnt_big):
-                    m.d.sync += cnt.eq(Mux(is_op["LOOP"], src, cnt - 1))
-                with m.Elif(is_op["DJNZ"]):
-                    # cnt is 0 or 1: clearing bit 0 clears it.
-                    m.d.sync += cnt[0].eq(0)
+                # DJNZ counts down to 0 (from 1 as from more; from 0 it stays).
+                with m.If(is_op["LOOP"] | is_op["DJNZ"] & (cnt_big | cnt[0])):
+                    m.d.sync += cnt.eq(load_or_step(cnt, -1, is_op["LOOP"], src))
                 with m.If(is_op["SETOFS"] | is_op["ADDOFS"]):
                     # Stage A's sums: w1 + 0 and w2 + 0 for SETOFS, the offsets added for ADDOFS.
                     m.d.sync += [ofs_a.eq(src), ofs_b.eq(dst)]
@@ -769,8 +810,8 @@ class Sequencer(wiring.Component):
                 bad = (bad_src | bad_dst | (op_mat & bias_en & bad_bias) | (op_mat & w_bad)
                        | (op_lut & lut_bad))
                 m.d.comb += rp_src.eq(1)
-                m.d.sync += [wr_ptr.eq(dst),
-                             wr_left.eq(len_dst), lw_lane.eq(0), lw_entry.eq(dst),
+                m.d.comb += wr_load.eq(1)
+                m.d.sync += [lw_lane.eq(0), lw_entry.eq(dst),
                              lw_valid.eq(0), w_base.eq(w[3]), w_ptr.eq(w[3]),
                              mv_x.eq(0), mv_b.eq(0),
                              tiles_left.eq(w[5]), tl_more.eq(1),
@@ -817,9 +858,7 @@ class Sequencer(wiring.Component):
                 m.next = "MOVE_WR"
             with m.State("MOVE_WR"):
                 m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
-                m.d.comb += rp_inc.eq(1)
-                m.d.sync += [wr_ptr.eq(wr_ptr + 1),
-                             wr_left.eq(wr_left - 1)]
+                m.d.comb += [rp_inc.eq(1), wp_step.eq(1), wl_step.eq(1)]
                 m.next = "MOVE_RD"
                 with m.If(wr_one):
                     finish()
@@ -932,7 +971,8 @@ class Sequencer(wiring.Component):
                     yc = Mux(self.disc_shift[4], 0, Mux(y > 127, 127, Mux(y < -127, -127, y)))
                     m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1),
                                  p.wdata.eq(Cat(yc[:8], self.fixed_exp))]
-                    m.d.sync += [wr_ptr.eq(wr_ptr + 1), tiles_left.eq(tiles_left - 1),
+                    m.d.comb += wp_step.eq(1)
+                    m.d.sync += [tiles_left.eq(tiles_left - 1),
                                  tl_more.eq(tiles_left != 1),
                                  w_base.eq(w_base + nb_d)]
                     m.next = "DM_ROW"
@@ -941,7 +981,7 @@ class Sequencer(wiring.Component):
             with m.State("NEXT"):
                 # Counted here, not where the instruction ends (one enable, not the OR of every
                 # state's end); FETCH compares it with the limit.
-                m.d.sync += executed.eq(executed + 1)
+                m.d.comb += ex_inc.eq(1)
                 with m.If(is_op["HALT"]):
                     m.next = "DONE"
                 with m.Else():
@@ -956,10 +996,15 @@ class Sequencer(wiring.Component):
                 with m.If(c.resp.ready):
                     m.next = "SEND"
             with m.State("SEND"):
-                reply = Cat(Const(0, 1), pc, Const(0, 14), executed, cycles, busy_cycles)
-                m.d.comb += [c.data.valid.eq(1), c.data.payload.eq(reply.word_select(sidx, 8))]
+                # The pc's four bytes, then the counters' twelve through executed's low byte.
+                pc_bytes = Cat(Const(0, 1), pc, Const(0, 14))
+                first = sidx[2:] == 0
+                m.d.comb += [c.data.valid.eq(1),
+                             c.data.payload.eq(Mux(first, pc_bytes.word_select(sidx[:2], 8),
+                                                   executed[:8]))]
                 with m.If(c.data.ready):
                     m.d.sync += sidx.eq(sidx + 1)
+                    m.d.comb += shift.eq(~first)
                     with m.If(sidx == 15):
                         m.next = "IDLE"
         if self._bfp:
@@ -982,6 +1027,10 @@ class Sequencer(wiring.Component):
                 # which the reader's increment already forms.
                 m.d.sync += [bias_ptr.eq(rd_inc), mv_b.eq(0)]
         reader()
+        with m.If(wr_load | wp_step):
+            m.d.sync += wr_ptr.eq(load_or_step(wr_ptr, 1, wr_load, dst))
+        with m.If(wr_load | wl_step):
+            m.d.sync += wr_left.eq(load_or_step(wr_left, -1, wr_load, len_dst))
         # rd_ptr's next value as one AND-OR of its sources (the selects never meet), not a
         # chain of multiplexers in statement order.
         # rd_left's: K or the source length with rd_ptr's load from src (RANGE, a tile, a row),

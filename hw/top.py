@@ -2,7 +2,7 @@
 
 The communication backbone the engines plug into::
 
-    rx -> UARTReceiver -> HostLink -> Dispatcher -+-> PingHandler
+    rx -> UARTReceiver -> HostLink -> Dispatcher -+   (the dispatcher answers PING itself)
     tx <- UARTTransmitter <-'                     +-> RegisterHandler (IDENTIFY, configuration
                                                   |                    registers)
                                                   +-> MemoryHandler -> Scratchpad <-+
@@ -45,7 +45,7 @@ from lowbit.sim.topparams import check_scratch_bytes as _check_scratch_bytes
 
 from .common import check_bool as _check_bool
 from .engines import GrandHandler, LUTHandler
-from .link import ARG_BYTES, CommandSignature, Dispatcher, HostLink, PingHandler
+from .link import ARG_BYTES, CommandSignature, Dispatcher, HostLink
 from .ports import (
     COLUMN_FRAC_BITS,
     DISCRETE_ACC_WIDTH,
@@ -53,6 +53,7 @@ from .ports import (
     SEQ_REGISTERS,
     ConfigPortSignature,
     ScratchPortSignature,
+    load_or_step,
 )
 from .sequencer import Sequencer
 from .uart import UARTReceiver, UARTTransmitter, quiet_on_error
@@ -327,6 +328,11 @@ class RegisterHandler(wiring.Component):
         # One write port for both writers (the host's REG_WRITE in EXEC and the sequencer's
         # CONFIG, never in the same cycle): each register bit is then a flip-flop with an enable
         # fed straight from the shared value, not a per-bit multiplexer of two sources.
+        # The host's side is chosen by the state (EXEC), not by the host's write enable: that
+        # would decode the index twice in a row (whether it names a read-write register, then
+        # which register the chosen index names), the top's longest path. A write to an index
+        # that names no read-write register enables no flip-flop and (``w_rw``) no copy word.
+        in_exec = Signal()
         host_we = Signal()
         w_en = Signal()
         w_index = Signal(16)
@@ -334,9 +340,10 @@ class RegisterHandler(wiring.Component):
         w_rw = Signal()
         w_mask = Signal(32)
         w_data = Signal(32)      # the value cut to the register's width, for both copies
-        m.d.comb += [w_en.eq(host_we | self.cfg.we),
-                     w_index.eq(Mux(host_we, index, self.cfg.index)),
-                     w_value.eq(Mux(host_we, wvalue, self.cfg.value)),
+        m.d.comb += [host_we.eq(in_exec & is_write & ~ident),
+                     w_en.eq(host_we | self.cfg.we),
+                     w_index.eq(Mux(in_exec, index, self.cfg.index)),
+                     w_value.eq(Mux(in_exec, wvalue, self.cfg.value)),
                      w_data.eq(w_value & w_mask)]
         seed3 = REGISTER_BY_NAME["PRNG_SEED3"].index
         m.d.sync += self.prng_load.eq(w_en & (w_index == seed3))
@@ -412,6 +419,7 @@ class RegisterHandler(wiring.Component):
                 # The copy's read register takes the word at the address now, for EXEC.
                 m.next = "EXEC"
             with m.State("EXEC"):
+                m.d.comb += in_exec.eq(1)
                 m.d.sync += [status.eq(Mux(ident, Status.OK, Status.BAD_ADDRESS)),
                              value.eq(rd_data)]
                 with m.If(~ident & (index[ib:] == 0)):
@@ -420,7 +428,6 @@ class RegisterHandler(wiring.Component):
                             with m.Case(r.index):
                                 if r.access == "rw":
                                     m.d.sync += status.eq(Status.OK)
-                                    m.d.comb += host_we.eq(is_write)
                                 else:
                                     if r.name in self.DYNAMIC:
                                         m.d.sync += value.eq(getattr(self, r.name.lower()))
@@ -539,13 +546,27 @@ class MemoryHandler(wiring.Component):
         span_end = Signal()
         m.d.comb += span_end.eq(rep == Mux(writing, last, 0))
 
-        m.d.comb += [ptr_next.eq(ptr), p.addr.eq(ptr_next[1:]),
+        # The pointer's next value: loaded in CHECK, else stepped by 1 (2 for a packed
+        # transfer) where ``adv``. Written with the load's select in the addend's upper bits
+        # (the sum is not used where it loads), so that the choice merges into the carry
+        # chain's LUTs (lowbit.hw.ports.load_or_step). The read address runs on it; in
+        # CHECK that is the request's address, read for nothing.
+        load = Signal()
+        adv = Signal()
+        addend = Cat(adv & ~packed, adv & packed, load.replicate(aw - 2))
+        m.d.comb += [ptr_next.eq(Mux(load, Cat(addr[0] | high, addr[1:aw]), ptr + addend)),
+                     p.addr.eq(ptr_next[1:]),
                      p.wdata.eq(Cat(c.arg.payload, c.arg.payload)),
                      p.wmask.eq(Mux(ptr[0], 0b10, 0b01))]
         m.d.sync += ptr.eq(ptr_next)
 
+        # ``left``: loaded with the count in CHECK, one less a byte (load_or_step).
+        left_dec = Signal()
+        with m.If(load | left_dec):
+            m.d.sync += left.eq(load_or_step(left, -1, load, count))
+
         def advance():
-            m.d.comb += ptr_next.eq(ptr + Mux(packed, 2, 1))
+            m.d.comb += adv.eq(1)
             m.d.sync += rep.eq(Mux(rep == last, 0, rep + 1))
 
         with m.FSM():
@@ -560,7 +581,9 @@ class MemoryHandler(wiring.Component):
                                  last.eq(Mux(op[2], Mux(is_write, self._block - 1,
                                                          self._tile - 1), 0)),
                                  # The arguments are in ``args`` already.
-                                 count.eq(Mux(is_write, n - 4, self.args[32:32 + fb])),
+                                 # (n - 4 as load_or_step's sum: the choice merges.)
+                                 count.eq(load_or_step(n, -4, ~is_write,
+                                                       self.args[32:32 + fb])),
                                  too_long.eq(~is_write & (self.args[32:48] > self._frame_bytes))]
                     with m.If(Mux(is_write, n >= 4, n == 6)):
                         m.next = "CHECK"
@@ -568,8 +591,8 @@ class MemoryHandler(wiring.Component):
                         m.d.sync += status.eq(Status.BAD_LENGTH)
                         m.next = "RESP"
             with m.State("CHECK"):
-                m.d.sync += [ptr.eq(Cat(addr[0] | high, addr[1:aw])), left.eq(count),
-                             status.eq(Status.OK)]
+                m.d.comb += load.eq(1)
+                m.d.sync += status.eq(Status.OK)
                 m.next = "RESP"
                 with m.If((addr >= self._size) | (packed & addr[0])):
                     m.d.sync += status.eq(Status.BAD_ADDRESS)
@@ -593,8 +616,7 @@ class MemoryHandler(wiring.Component):
                                  p.addr.eq(ptr[1:])]
                     with m.If(c.arg.valid):
                         advance()
-                        with m.If(span_end):
-                            m.d.sync += left.eq(left - 1)
+                        m.d.comb += left_dec.eq(span_end)
             with m.State("RESP"):
                 reading = (status == Status.OK) & ~writing
                 m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
@@ -610,7 +632,7 @@ class MemoryHandler(wiring.Component):
                 with m.If(c.data.ready | ~span_end):
                     advance()
                 with m.If(c.data.ready & span_end):
-                    m.d.sync += left.eq(left - 1)
+                    m.d.comb += left_dec.eq(1)
                     with m.If(left == 1):
                         m.next = "IDLE"
         return m
@@ -665,11 +687,14 @@ class Accelerator(wiring.Component):
         Entries (16-bit words) per weight bank, a power of two, 16 to 16384.
     bfp, quantiser, discrete : bool
         Build the BFP column (MATVEC), the quantiser (QUANT), the discrete unit (DMATVEC).
-    bfp_stochastic, bfp_predictor, bfp_acc_block_ram, bfp_pipelined, bfp_pipelined_combiner : bool
-        Area options of the BFP column (:class:`lowbit.hw.sequencer.Sequencer`): stochastic
-        rounding,
-        the predicted exponent selector (a MATVEC needing one that is left out fails with
-        ``BAD_OPCODE``), the accumulator in block RAM, all pipeline stages, the combiner's.
+    bfp_stochastic, bfp_predictor, bfp_mant_width : bool
+        Options of the BFP column (:class:`lowbit.hw.sequencer.Sequencer`): stochastic
+        rounding, the predicted exponent selector, the output mantissa width from
+        ``MANT_WIDTH`` (a MATVEC needing one that is left out fails with ``BAD_OPCODE``; without
+        the last the width is 8).
+    bfp_acc_block_ram, bfp_pipelined, bfp_pipelined_combiner : bool
+        Area and timing options of the BFP column: the accumulator in block RAM, all pipeline
+        stages, the combiner's.
     busy_count : bool
         Count the matrix engine's busy cycles of a RUN (the reply's ``busy``; without it
         ``0xFFFFFFFF``, "not counted").
@@ -713,7 +738,8 @@ class Accelerator(wiring.Component):
                  weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
                  multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
                  bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
-                 busy_count=True, uart_ddr=False, bfp_pipelined_combiner=False):
+                 busy_count=True, uart_ddr=False, bfp_pipelined_combiner=False,
+                 bfp_mant_width=True):
         p = check_top_params(
             clk_freq=clk_freq, baud=baud, lanes=lanes, scratch_bytes=scratch_bytes,
             use_spram=use_spram, frame_bytes=frame_bytes, timeout_bits=timeout_bits,
@@ -723,7 +749,8 @@ class Accelerator(wiring.Component):
             code_bits=code_bits, multiplier=multiplier, uart=uart, simulation=simulation,
             bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
-            uart_ddr=uart_ddr, bfp_pipelined_combiner=bfp_pipelined_combiner)
+            uart_ddr=uart_ddr, bfp_pipelined_combiner=bfp_pipelined_combiner,
+            bfp_mant_width=bfp_mant_width)
         self._uart_ddr = uart_ddr
         self._divisor = p["divisor"]
         self._period = p["bit_period"]
@@ -745,7 +772,7 @@ class Accelerator(wiring.Component):
             bfp=bfp, quantiser=quantiser, discrete=discrete, code_bits=code_bits,
             mult=multiplier, bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
-            bfp_pipelined_combiner=bfp_pipelined_combiner,
+            bfp_pipelined_combiner=bfp_pipelined_combiner, bfp_mant_width=bfp_mant_width,
             busy_count=_check_bool("busy_count", busy_count))
         self._engines = (((1 << ENGINE_BITS["lut"]) if lut_tables else 0)
                          | ((1 << ENGINE_BITS["grand"]) if grand else 0))
@@ -797,7 +824,8 @@ class Accelerator(wiring.Component):
         return dict(matrix_lanes=p["lanes"], block=p["block"], max_blocks=p["max_blocks"],
                     weight_depth=p["weight_depth"], lut_tables=self._lut_tables,
                     code_bits=p["code_bits"], bfp_stochastic=p["bfp_stochastic"],
-                    bfp_predictor=p["bfp_predictor"], frac_bits=COLUMN_FRAC_BITS,
+                    bfp_predictor=p["bfp_predictor"], bfp_mant_width=p["bfp_mant_width"],
+                    frac_bits=COLUMN_FRAC_BITS,
                     rand_bits=RAND_BITS, disc_acc_width=DISCRETE_ACC_WIDTH,
                     grand_modes=self._grand_modes)
 
@@ -820,8 +848,10 @@ class Accelerator(wiring.Component):
         return [n for n, b in ENGINE_BITS.items() if self._engines >> b & 1]
 
     def dispatch_table(self):
-        """Rows of the dispatcher: opcode groups, one handler each (engines append rows)."""
-        table = [(Opcode.PING,), (Opcode.IDENTIFY, Opcode.REG_READ, Opcode.REG_WRITE),
+        """Rows of the dispatcher: opcode groups, one handler each (engines append rows). PING
+        is not among them: the dispatcher answers it (:class:`lowbit.hw.link.Dispatcher`
+        ``echo``)."""
+        table = [(Opcode.IDENTIFY, Opcode.REG_READ, Opcode.REG_WRITE),
                  (Opcode.MEM_READ, Opcode.MEM_WRITE, *PACKED_TRANSFERS)]
         if self._lut_tables:
             table.append((Opcode.LUT_WRITE, Opcode.LUT_APPLY))
@@ -836,8 +866,8 @@ class Accelerator(wiring.Component):
         link = HostLink(frame_bytes=self._frame_bytes,
                         timeout_cycles=self._timeout_bits * self._divisor)
         m.submodules.link = link
-        m.submodules.dispatch = dispatch = Dispatcher(self.dispatch_table())
-        m.submodules.ping = ping = PingHandler()
+        m.submodules.dispatch = dispatch = Dispatcher(self.dispatch_table(),
+                                                      echo=(Opcode.PING,))
         # Engines read the configuration registers from the ``regs`` ports (e.g. regs.mant_width).
         # The register handler also answers IDENTIFY (its record is in the registers' RAM).
         m.submodules.registers = regs = RegisterHandler(self._identity, self.design_params())
@@ -848,7 +878,7 @@ class Accelerator(wiring.Component):
             size=self._scratch_bytes, frame_bytes=self._frame_bytes,
             addr_width=scratch.addr_width, block=self._seq_params["block"],
             tile=self._seq_params["lanes"])
-        handlers = [ping, regs, mem]
+        handlers = [regs, mem]
         if self._lut_tables:
             m.submodules.lut = lut = LUTHandler(lanes=self._lanes, tables=self._lut_tables,
                                                 frame_bytes=self._frame_bytes)
@@ -935,7 +965,10 @@ class Accelerator(wiring.Component):
         # load muxes off the timing path. Error: latched.
         prescale = Signal(max((int(self._clk_freq) // 40 - 1).bit_length(), 1))
         tick = Signal()
-        m.d.sync += [prescale.eq(prescale + 1), tick.eq(prescale == 0)]
+        # The tick is the increment's carry out (the prescaler wraps), not a compare with 0.
+        prescale_inc = Signal(len(prescale) + 1)
+        m.d.comb += prescale_inc.eq(prescale + 1)
+        m.d.sync += [prescale.eq(prescale_inc), tick.eq(prescale_inc[-1])]
         activity = Signal(2)
         with m.If(rx_byte):
             m.d.sync += activity.eq(3)

@@ -168,18 +168,20 @@ class Identity:
 #: :class:`lowbit.hw.top.Accelerator`; ``frac_bits``, ``rand_bits`` and ``disc_acc_width`` are
 #: constants of :mod:`lowbit.hw.sequencer` in the gateware). ``grand_modes=None`` means all modes.
 DESIGN_PARAMS = dict(matrix_lanes=8, block=16, max_blocks=16, weight_depth=512, lut_tables=4,
-                     code_bits=3, bfp_stochastic=True, bfp_predictor=True, frac_bits=3,
+                     code_bits=3, bfp_stochastic=True, bfp_predictor=True, bfp_mant_width=True,
+                     frac_bits=3,
                      rand_bits=8, disc_acc_width=16, grand_modes=None)
 
-# (name, low bit, bits, kind, offset): field = log2(value) ("log2"), int(value) ("bool") or
-# value - offset ("int").
+# (name, low bit, bits, kind, offset): field = log2(value) ("log2"), int(value) ("bool"),
+# int(not value) ("not": a bit set where the design lacks the feature, so that the designs
+# that have it, all those before the bit, read as before) or value - offset ("int").
 _ID_FIELDS = {
     "ID_MATRIX": (("matrix_lanes", 0, 8, "int", 0), ("block", 8, 8, "log2", 0),
                   ("max_blocks", 16, 8, "int", 1), ("weight_depth", 24, 8, "log2", 0)),
     "ID_ENGINE": (("lut_tables", 0, 8, "int", 0), ("code_bits", 8, 2, "int", 0),
                   ("bfp_stochastic", 10, 1, "bool", 0), ("bfp_predictor", 11, 1, "bool", 0),
                   ("frac_bits", 12, 4, "int", 0), ("rand_bits", 16, 4, "int", 1),
-                  ("disc_acc_width", 20, 5, "int", 1)),
+                  ("disc_acc_width", 20, 5, "int", 1), ("bfp_mant_width", 31, 1, "not", 0)),
 }
 _GRAND_MODES_LSB = 25
 
@@ -211,10 +213,10 @@ def design_registers(**params):
         value = 0
         for name, lsb, bits, kind, offset in fields:
             v = p[name]
-            if kind == "bool":
+            if kind in ("bool", "not"):
                 if not isinstance(v, (bool, np.bool_)):
                     raise TypeError(f"Design parameter {name} must be a bool, not {v!r}")
-                value |= int(v) << lsb
+                value |= int(bool(v) != (kind == "not")) << lsb
                 continue
             if not isinstance(v, (int, np.integer)) or isinstance(v, (bool, np.bool_)):
                 raise TypeError(f"Design parameter {name} must be an integer, not {v!r}")
@@ -250,7 +252,8 @@ def decode_design_registers(id_matrix, id_engine):
     for reg, value in (("ID_MATRIX", id_matrix), ("ID_ENGINE", id_engine)):
         for name, lsb, bits, kind, offset in _ID_FIELDS[reg]:
             field = int(value) >> lsb & ((1 << bits) - 1)
-            out[name] = {"log2": 1 << field, "bool": bool(field)}.get(kind, field + offset)
+            out[name] = {"log2": 1 << field, "bool": bool(field),
+                         "not": not field}.get(kind, field + offset)
     modes = _grand_mode_names()
     out["grand_modes"] = tuple(m for k, m in enumerate(modes)
                                if int(id_engine) >> (_GRAND_MODES_LSB + k) & 1)
@@ -430,11 +433,11 @@ class DeviceModel:
     code_bits : int
         Largest discrete code width of the discrete unit and the quantiser (reported in
         ``ID_ENGINE``; the model itself accepts every code width).
-    bfp_stochastic, bfp_predictor : bool
-        The BFP column has stochastic rounding / the predicted exponent selector
-        (:class:`lowbit.sim.program.Design`; without one a MATVEC needing it fails with
-        ``BAD_OPCODE``). ``bfp_acc_block_ram``, ``bfp_pipelined`` and
-        ``bfp_pipelined_combiner`` are hardware-only.
+    bfp_stochastic, bfp_predictor, bfp_mant_width : bool
+        The BFP column has stochastic rounding / the predicted exponent selector / its output
+        mantissa width from ``MANT_WIDTH`` (:class:`lowbit.sim.program.Design`; without one a
+        MATVEC needing it fails with ``BAD_OPCODE``). ``bfp_acc_block_ram``, ``bfp_pipelined``
+        and ``bfp_pipelined_combiner`` are hardware-only.
     busy_count : bool
         The device counts the matrix engine's busy cycles; without it RUN replies carry
         ``busy = 0xFFFFFFFF`` (:data:`lowbit.sim.program.NOT_COUNTED`).
@@ -469,7 +472,7 @@ class DeviceModel:
                  matrix_lanes=8, block=16, max_blocks=16, weight_depth=512, bfp=True,
                  quantiser=True, discrete=True, frac_bits=3, rand_bits=8, disc_acc_width=16,
                  code_bits=3, bfp_stochastic=True, bfp_predictor=True, busy_count=True,
-                 clk_freq=12e6, baud=1_000_000, lut_wide_tables=0, **hardware):
+                 bfp_mant_width=True, clk_freq=12e6, baud=1_000_000, lut_wide_tables=0, **hardware):
         unknown = set(hardware) - self.HARDWARE_ONLY
         if unknown:
             raise TypeError(f"Unknown DeviceModel parameters: {', '.join(sorted(unknown))}")
@@ -480,7 +483,7 @@ class DeviceModel:
             sequencer=sequencer, matrix_lanes=matrix_lanes, block=block, max_blocks=max_blocks,
             weight_depth=weight_depth, bfp=bfp, quantiser=quantiser, discrete=discrete,
             code_bits=code_bits, bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
-            clk_freq=clk_freq, baud=baud, **hardware)
+            bfp_mant_width=bfp_mant_width, clk_freq=clk_freq, baud=baud, **hardware)
         scratch_bytes = top["scratch_bytes"]
         if not isinstance(lut_wide_tables, int) or isinstance(lut_wide_tables, bool):
             raise TypeError(f"Wide LUT table count must be an integer between 0 and 16, not "
@@ -511,7 +514,8 @@ class DeviceModel:
             disc_acc_width=disc_acc_width, grand_modes=grand_modes,
             engines=frozenset(n for n, on in present.items()
                               if on and n not in ("sequencer", "lut_wide")),
-            bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor)
+            bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
+            bfp_mant_width=bfp_mant_width)
         self.identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, lanes, scratch_bytes,
                                  frame_bytes, engines, use_spram, baud, round(clk_freq))
         self.code_bits = code_bits
@@ -519,8 +523,9 @@ class DeviceModel:
                                  max_blocks=max_blocks, weight_depth=weight_depth,
                                  lut_tables=lut_tables, code_bits=code_bits,
                                  bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
-                                 frac_bits=frac_bits, rand_bits=rand_bits,
-                                 disc_acc_width=disc_acc_width, grand_modes=grand_modes)
+                                 bfp_mant_width=bfp_mant_width, frac_bits=frac_bits,
+                                 rand_bits=rand_bits, disc_acc_width=disc_acc_width,
+                                 grand_modes=grand_modes)
         self.regs = {r.index: ids.get(r.name, r.reset) for r in REGISTERS}
         self.scratch = bytearray(scratch_bytes)
         #: Byte tables of the LUT engine, ``luts[table][code]`` (power-on contents are 0).

@@ -293,6 +293,10 @@ class Design:
         The BFP column rounds stochastically / has the predicted exponent selector (default
         both). Without one, a MATVEC that needs it (``ROUNDING`` 2 / ``EXP_SELECT`` 2) fails
         with ``BAD_OPCODE``, as a missing engine does.
+    bfp_mant_width : bool
+        The BFP column's output mantissa width comes from ``MANT_WIDTH`` (default). Without it
+        the width is 8, and a MATVEC with ``MANT_WIDTH`` below 8 (as decoded: clamped to 2..8)
+        fails with ``BAD_OPCODE``.
     """
     matrix_lanes: int = 8
     block: int = 16
@@ -308,6 +312,7 @@ class Design:
     grand_modes: tuple = None
     bfp_stochastic: bool = True
     bfp_predictor: bool = True
+    bfp_mant_width: bool = True
 
     def __post_init__(self):
         from .grand import MODES
@@ -327,7 +332,7 @@ class Design:
         _check_param("Fraction guard bit count", self.frac_bits, 0, 8)
         _check_param("Random bit count", self.rand_bits, 1, 16)
         _check_param("Discrete accumulator width", self.disc_acc_width, 8, 32)
-        for name in ("bfp_stochastic", "bfp_predictor"):
+        for name in ("bfp_stochastic", "bfp_predictor", "bfp_mant_width"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"{name} must be a bool, not {getattr(self, name)!r}")
         if isinstance(self.engines, str) or not all(isinstance(e, str) for e in self.engines):
@@ -425,8 +430,8 @@ class Machine:
     to nearest. Random numbers are drawn only when the rounding is stochastic. MATVEC takes the
     exponent of an input block, like that of a weight block, from its last beat. Within one
     instruction the checks run in this order: engine present and, for MATVEC, its rounding and
-    exponent selector built (:class:`Design` ``bfp_stochastic`` / ``bfp_predictor``)
-    (``BAD_OPCODE``), counts
+    exponent selector built and its mantissa width (:class:`Design` ``bfp_stochastic`` /
+    ``bfp_predictor`` / ``bfp_mant_width``) (``BAD_OPCODE``), counts
     (``BAD_LENGTH``), register-selected resources such as ``LUT_SELECT`` and ranges
     (``BAD_ADDRESS``).
 
@@ -696,6 +701,9 @@ class Machine:
         if not d.bfp_predictor and self.reg("EXP_SELECT") == 2:
             raise Fault(Status.BAD_OPCODE, "MATVEC with the predicted exponent selector "
                         "(EXP_SELECT 2) needs the column's predictor, which this design lacks")
+        if not d.bfp_mant_width and self._width() != 8:
+            raise Fault(Status.BAD_OPCODE, f"MATVEC with MANT_WIDTH {self._width()} needs "
+                        "the column's runtime mantissa width, which this design lacks (8 only)")
 
     def _matvec(self, x, dst, w, flags):
         from .network import pack_elements, unpack_elements
@@ -993,6 +1001,9 @@ class NetworkLayout:
                 if layer.exp_mode == "predicted" and not design.bfp_predictor:
                     raise ValueError(f"Layer {i} uses the predicted exponent selector; the "
                                      f"design's BFP column has none")
+                if layer.width != 8 and not design.bfp_mant_width:
+                    raise ValueError(f"Layer {i} has width {layer.width}; the design's BFP "
+                                     f"column has width 8 only")
             else:
                 if layer.acc_width != design.disc_acc_width:
                     raise ValueError(f"Layer {i} accumulator width {layer.acc_width} differs "

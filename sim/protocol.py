@@ -57,11 +57,12 @@ REGISTERS = (
     Register("ID_MATRIX", 0x08, 32, "ro", 0,
              "matrix lanes N [7:0], log2 block B [15:8], max_blocks - 1 [23:16], "
              "log2 weight_depth [31:24]"),
-    Register("ID_ENGINE", 0x09, 31, "ro", 0,
+    Register("ID_ENGINE", 0x09, 32, "ro", 0,
              "lut_tables [7:0], code_bits [9:8], BFP column with stochastic rounding [10] "
              "and with the predicted exponent selector [11], frac_bits [15:12], "
              "rand_bits - 1 [19:16], disc_acc_width - 1 [24:20], grand modes built "
-             "(bit 25 + k: lowbit.sim.grand.MODES[k]) [30:25]"),
+             "(bit 25 + k: lowbit.sim.grand.MODES[k]) [30:25], BFP column without the "
+             "runtime mantissa width (fixed at 8) [31]"),
     Register("MANT_WIDTH", 0x10, 4, "rw", 8, "BFP mantissa width W"),
     Register("ROUNDING", 0x11, 2, "rw", 0, "rounding mode (lowbit.hw.common.Rounding)"),
     Register("EXP_SELECT", 0x12, 2, "rw", 0, "exponent selector: 0 max, 1 fixed, 2 predicted"),

@@ -45,7 +45,7 @@ TOP_DEFAULTS = dict(clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None, 
                     weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
                     multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
                     bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
-                    uart_ddr=False, bfp_pipelined_combiner=False)
+                    uart_ddr=False, bfp_pipelined_combiner=False, bfp_mant_width=True)
 
 
 def check_int(name, value, lo, hi):
@@ -183,9 +183,8 @@ def check_top_params(**params):
     ``simulation``, ``lut_tables``, ``grand``, ``grand_modes``, ``sequencer``,
     ``matrix_lanes``, ``block``, ``max_blocks``, ``weight_depth``, ``bfp``, ``quantiser``,
     ``discrete``, ``code_bits``, ``multiplier``, ``bfp_stochastic``, ``bfp_predictor``,
-    ``bfp_acc_block_ram``, ``bfp_pipelined``, ``bfp_pipelined_combiner``; then an odd
-    ``matrix_lanes`` with the
-    ``sb_mac16`` multiplier.
+    ``bfp_acc_block_ram``, ``bfp_pipelined``, ``bfp_pipelined_combiner``, ``bfp_mant_width``;
+    then an odd ``matrix_lanes`` with the ``sb_mac16`` multiplier.
 
     Raises
     ------
@@ -223,7 +222,7 @@ def check_top_params(**params):
     check_int("Code width", p["code_bits"], 1, 3)
     check_multiplier(p["multiplier"])
     for name in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram", "bfp_pipelined",
-                 "bfp_pipelined_combiner"):
+                 "bfp_pipelined_combiner", "bfp_mant_width"):
         check_bool(name, p[name])
     if p["sequencer"] and p["bfp"] and p["multiplier"] == "sb_mac16" and p["matrix_lanes"] % 2:
         raise ValueError("Matrix lane count must be even with sb_mac16")

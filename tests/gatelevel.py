@@ -516,7 +516,8 @@ def host_session(params, *, matvec=True, seed=73):
     counters and the register the bad frame named (unchanged); with ``matvec`` one MATVEC:
     a single MEM_WRITE of a program (``LOADW``, ``MATVEC`` with bias on one tile of ``N`` rows
     and one block of ``B`` columns, ``HALT``), its weights (one exponent for all rows), input
-    and bias; ``RUN``; a MEM_READ of the ``N`` result words (``MANT_WIDTH`` 7).
+    and bias; ``RUN``; a MEM_READ of the ``N`` result words (``MANT_WIDTH`` 7, or 8 written
+    before the program where the column's width is fixed, ``bfp_mant_width=False``).
 
     ``seed`` draws the data; the default's MATVEC rows all come out with mantissas of 24 or
     more in magnitude (``tests/test_gatelevel.py`` checks it): with rows near zero at the
@@ -580,6 +581,8 @@ def host_session(params, *, matvec=True, seed=73):
         code = assemble(program)
         assert len(code) == 2 * w_at
         image = code + b"".join(v.astype("<u2").tobytes() for v in (weights, x, bias))
+        if not acc.design.bfp_mant_width:
+            step("write MANT_WIDTH 8 (fixed width)", acc.write_reg, "MANT_WIDTH", 8)
         step("MEM_WRITE of program, weights, x, bias", acc.write_mem, 0, image)
         step("RUN (LOADW, MATVEC, HALT)", acc.run, 0, len(program))
         step("read the MATVEC result", acc.read_mem, 2 * y_at, n, np.uint16)

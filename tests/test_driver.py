@@ -956,3 +956,14 @@ def test_sim_random_programs_match_model(diff_acc):
 @pytest.mark.parametrize("seed", [2, *(pytest.param(s, marks=pytest.mark.heavy) for s in (3, 4))])
 def test_sim_random_programs_match_model_long(diff_acc, seed):
     _differential(diff_acc, seed, 15)
+
+
+def test_driver_learns_the_fixed_mant_width():
+    """A device without the runtime mantissa width says so in ID_ENGINE; the driver's design
+    has it, and a profile that expects the width differs."""
+    acc = Accelerator(ModelPort(L.DeviceModel(sequencer=True, bfp_mant_width=False)))
+    assert acc.design.bfp_mant_width is False
+    assert Accelerator(ModelPort(L.DeviceModel(sequencer=True))).design.bfp_mant_width is True
+    with pytest.raises(IdentityError, match="bfp_mant_width: device False, expected True"):
+        Accelerator(ModelPort(L.DeviceModel(sequencer=True, bfp_mant_width=False)),
+                    params={"sequencer": True})

@@ -198,7 +198,8 @@ def test_design_registers_round_trip(n, lg_b, nb, lg_d, tables, code, stoch, pre
     assert regs["ID_MATRIX"] < 1 << 32 and regs["ID_ENGINE"] < 1 << 31
     got = L.decode_design_registers(regs["ID_MATRIX"], regs["ID_ENGINE"])
     order = ("normal", "normal144", "trunc2", "trunc3", "uniform", "raw")
-    assert got == {**params, "grand_modes": tuple(m for m in order if m in modes)}
+    assert got == {**params, "bfp_mant_width": True,
+                   "grand_modes": tuple(m for m in order if m in modes)}
 
 
 def test_design_registers_layout_and_defaults():
@@ -220,6 +221,18 @@ def test_design_registers_layout_and_defaults():
         L.DESIGN_PARAMS, matrix_lanes=16, block=8, weight_depth=64, code_bits=2,
         disc_acc_width=20, grand_modes=(), bfp_predictor=False)
     assert not model.design.bfp_predictor and model.design.bfp_stochastic
+
+
+def test_design_registers_mant_width_bit():
+    """ID_ENGINE bit 31 is set where the column lacks the runtime mantissa width, so that the
+    designs with it read as before."""
+    regs = L.design_registers()
+    fixed = L.design_registers(bfp_mant_width=False)
+    assert fixed == {**regs, "ID_ENGINE": regs["ID_ENGINE"] | 1 << 31}
+    assert L.decode_design_registers(*fixed.values())["bfp_mant_width"] is False
+    assert L.decode_design_registers(*regs.values())["bfp_mant_width"] is True
+    with pytest.raises(TypeError, match="bfp_mant_width must be a bool, not 1"):
+        L.design_registers(bfp_mant_width=1)
 
 
 @pytest.mark.parametrize("kw, exc, match", [
@@ -452,6 +465,15 @@ def test_link_parameter_validation():
         Dispatcher([("a",)])
     with pytest.raises(ValueError, match="at least one row"):
         Dispatcher([])
+
+
+def test_dispatcher_echo_opcodes():
+    d = Dispatcher([(1, 2)], echo=(0,))
+    assert d.table == ((1, 2),) and d.echo == (0,)
+    with pytest.raises(ValueError, match="Opcode 0x01 appears twice"):
+        Dispatcher([(1, 2)], echo=(1,))
+    with pytest.raises(ValueError, match="at least one row"):
+        Dispatcher([], echo=(0,))
 
 
 # -- stream behaviour ---------------------------------------------------------------------------

@@ -466,6 +466,19 @@ def test_range_boundaries(dev):
     one past it fails with the documented status at that instruction. Each RUN's reply fields
     and, at the end, the whole scratchpad (random data, so every write shows) equal
     lowbit.sim.link.DeviceModel's, which was given the same state first."""
+    _check_range_boundaries(dev)
+
+
+def test_range_boundaries_bfp_only():
+    """The same with the BFP column alone (no discrete unit, no quantiser: MATVEC's nb and T
+    kept as narrow as the ranges need, the weight range by multiplication), where QUANT,
+    DMATVEC and GRAND fail with BAD_OPCODE as the model says."""
+    from lowbit.sim.program import Op
+    _check_range_boundaries(Device(discrete=False, quantiser=False, grand=False),
+                            lacks={Op.QUANT, Op.DMATVEC, Op.GRAND})
+
+
+def _check_range_boundaries(dev, lacks=()):
     model = L.DeviceModel(**dev.params)
     rng = np.random.default_rng(25)
 
@@ -496,6 +509,8 @@ def test_range_boundaries(dev):
         [I.loadw(300, 0, BASE["weight_depth"]), I.halt()])))
     assert both(L.Opcode.RUN, struct.pack("<II", 2 * prog, 10))[0] == L.Status.OK
     for program, status in _boundary_cases():
+        if any(ins.op in lacks for ins in program):
+            continue
         both(L.Opcode.MEM_WRITE, L.mem_write_payload(2 * prog, assemble(program + [I.halt()])))
         got = both(L.Opcode.RUN, struct.pack("<II", 2 * prog, 10))
         pc, executed = struct.unpack("<II", got[1][:8])
@@ -712,7 +727,8 @@ def _icebreaker_design():
     return Design(matrix_lanes=t["matrix_lanes"], block=t["block"], max_blocks=t["max_blocks"],
                   weight_depth=t["weight_depth"], scratch_bytes=t["scratch_bytes"],
                   lanes=t["lanes"], lut_tables=t["lut_tables"], engines={"bfp"},
-                  bfp_stochastic=t["bfp_stochastic"], bfp_predictor=t["bfp_predictor"])
+                  bfp_stochastic=t["bfp_stochastic"], bfp_predictor=t["bfp_predictor"],
+                  bfp_mant_width=t.get("bfp_mant_width", True))
 
 
 def _icebreaker_busy_count():
@@ -782,7 +798,7 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
     b, n = 16, machine.design.matrix_lanes
     l1 = BFPDense(w_m=rng.integers(-128, 128, (12, 32)), w_e=rng.integers(-8, -3, (12, 2)),
                   bias_m=rng.integers(-128, 128, 12), bias_e=rng.integers(-6, -2, 12),
-                  exp_mode="max", width=7)
+                  exp_mode="max", width=8 if _icebreaker_design().bfp_mant_width is False else 7)
     table = rng.integers(0, 256, 256)
     dev.ok(L.Opcode.LUT_WRITE, bytes([3, 0]) + bytes(int(v) for v in table))
     machine.luts[3][:] = bytes(int(v) for v in table)
@@ -800,7 +816,7 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
                I.halt()]
     (status, pc, executed, cycles, busy), ref = _run_both(
         dev, machine, program, 200, {WS: wwords, X: x, BI: bias, Y: np.zeros(20, int)},
-        {"MANT_WIDTH": 7, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": -5 & 0xFF})
+        {"MANT_WIDTH": l1.width, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": -5 & 0xFF})
     assert (status, pc, executed) == (ref.status, ref.pc, ref.executed) == \
         (L.Status.OK, 400 + 16 * 6, 7)
     # T · K beats per MATVEC: (2 tiles - 1) · 32 busy cycles, counted by the iCEBreaker's top.
@@ -891,3 +907,56 @@ def test_matvec_weight_range_by_multiplication():
                     L.Opcode.RUN, struct.pack("<II", 0, 4))))[0])
     assert got == want
     assert got.count(L.Status.OK) == 4 and got.count(L.Status.BAD_ADDRESS) == 9
+
+
+@pytest.mark.parametrize("busy_count", [True, False])
+def test_run_reply_counters(busy_count):
+    """The RUN reply's counters shift out through ``executed``'s low byte: every byte of
+    ``executed``, ``cycles`` and ``busy`` as the model predicts (``busy`` ``0xFFFFFFFF``, not
+    counted, without the busy counter), above 255 where the counters reach it."""
+    from lowbit.sim.program import NOT_COUNTED
+    dev = Device(busy_count=busy_count, discrete=False, quantiser=False)
+    k = 4 * B
+    dev.put(WSRC, np.zeros(k * N, dtype=np.int64))
+    dev.put(XA, np.zeros(k, dtype=np.int64))
+    body = [I.matvec(XA, YA, 0, k // B, 1)] * 3
+    status, pc, executed, cycles, busy = dev.run(
+        [I.loadw(WSRC, 0, k), I.loop(100), *body, I.djnz(16), I.halt()])
+    assert status == L.Status.OK
+    assert (pc, executed) == (2 * 8 * 6, 2 + 100 * 4 + 1)
+    assert busy == (100 * 3 * k if busy_count else NOT_COUNTED)
+    assert cycles > 100 * 3 * k
+
+
+def test_fixed_mant_width_refuses_what_the_model_refuses():
+    """Without the runtime mantissa width (``bfp_mant_width=False``) the column's width is 8: a
+    MATVEC with ``MANT_WIDTH`` below 8 fails with BAD_OPCODE, one with 8 or more (clamped to 8)
+    runs; the gateware answers every RUN as lowbit.sim.link.DeviceModel does, outputs
+    included."""
+    dev = Device(bfp_mant_width=False, discrete=False, quantiser=False, grand=False)
+    model = L.DeviceModel(**dev.params)
+    assert not model.design.bfp_mant_width
+
+    def both(opcode, payload=b""):
+        want = L.decode_reply(model.feed(L.encode_request(opcode, payload)))
+        got = dev.send(opcode, payload)
+        if opcode == L.Opcode.RUN:     # the cycle count (bytes 8..11) is the hardware's
+            assert (got[0], got[1][:8], got[1][12:]) == (want[0], want[1][:8], want[1][12:])
+        else:
+            assert got == want
+        return got
+
+    rng = np.random.default_rng(11)
+    layer = random_layer(rng, N, 2 * B, bias=False, exp_mode="max", rounding="nearest")
+    words = weight_words(layer.w_m, layer.w_e, B)
+    x = pack_elements(rng.integers(-128, 128, 2 * B), np.repeat(rng.integers(-4, 2, 2), B))
+    for addr, data in ((WSRC, words), (XA, x)):
+        both(L.Opcode.MEM_WRITE, L.mem_write_payload(2 * addr, np.asarray(data, "<u2").tobytes()))
+    prog = assemble([I.loadw(WSRC, 0, 2 * B), I.matvec(XA, YA, 0, 2, 1), I.halt()])
+    both(L.Opcode.MEM_WRITE, L.mem_write_payload(0, prog))
+    for width, status in ((7, L.Status.BAD_OPCODE), (2, L.Status.BAD_OPCODE),
+                          (0, L.Status.BAD_OPCODE), (8, L.Status.OK), (12, L.Status.OK)):
+        both(L.Opcode.REG_WRITE, L.reg_write_payload(REG["MANT_WIDTH"], width))
+        both(L.Opcode.MEM_WRITE, L.mem_write_payload(2 * YA, bytes(2 * N)))
+        assert both(L.Opcode.RUN, struct.pack("<II", 0, 10))[0] == status, width
+        both(L.Opcode.MEM_READ, L.mem_read_payload(2 * YA, 2 * N))

@@ -78,15 +78,15 @@ BOARDS = {
         pll_pad=True,
         top=dict(lanes=1, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
                  baud=12_000_000, uart_ddr=True, lut_tables=4, grand=False, sequencer=True,
-                 matrix_lanes=8, block=16, max_blocks=4, weight_depth=512, bfp=True,
+                 matrix_lanes=16, block=16, max_blocks=4, weight_depth=256, bfp=True,
                  bfp_stochastic=False, bfp_predictor=False, bfp_acc_block_ram=True,
-                 bfp_pipelined=False, busy_count=True, quantiser=False, discrete=False,
-                 code_bits=3, bfp_mant_width=False),
+                 bfp_pipelined=False, bfp_pipelined_combiner=True, busy_count=True,
+                 quantiser=False, discrete=False, code_bits=3, bfp_mant_width=False),
         notes="8 SB_MAC16 DSPs, 4 SPRAM; 24 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
               "oscillator); UART over the FT2232H's second channel at 12 Mbaud, its fastest "
               "(2 cycles per bit: the rx pin's DDR input register samples the line at both "
               "clock edges, uart_ddr). "
-              "The link, the sequencer, the LUT engine and an 8-lane BFP column on 4 of the 8 "
+              "The link, the sequencer, the LUT engine and a 16-lane BFP column on all 8 "
               "SB_MAC16 (MATVEC, "
               "K <= 64, nearest / toward-zero rounding, max or fixed output exponent, output "
               "mantissas of 8 bits: a MATVEC with ROUNDING 2, EXP_SELECT 2 or MANT_WIDTH below "

@@ -36,9 +36,11 @@ def test_icebreaker_profiles():
     assert bfp.top["bfp"] and not bfp.top["discrete"] and not bfp.top["quantiser"]
     assert disc.top["discrete"] and not disc.top["bfp"]
     assert {k: bfp.top[k] for k in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram",
-                                    "bfp_pipelined")} == dict(
-        bfp_stochastic=False, bfp_predictor=False, bfp_acc_block_ram=True, bfp_pipelined=False)
-    assert (bfp.top["matrix_lanes"], bfp.top["block"], bfp.top["max_blocks"]) == (8, 16, 4)
+                                    "bfp_pipelined", "bfp_pipelined_combiner")} == dict(
+        bfp_stochastic=False, bfp_predictor=False, bfp_acc_block_ram=True, bfp_pipelined=False,
+        bfp_pipelined_combiner=True)
+    # 16 lanes: two per SB_MAC16, all 8 of the UP5K's (issue #20).
+    assert (bfp.top["matrix_lanes"], bfp.top["block"], bfp.top["max_blocks"]) == (16, 16, 4)
 
 
 @pytest.mark.parametrize("board", list(BOARDS))

@@ -149,7 +149,9 @@ def test_cli_demo_board_in_simulation(build_dir, capsys):
     assert cli.main(["demo", "digits", "--simulator", "model", "--board", "icebreaker",
                      "--images", "10", "--build-dir", str(tmp_path), "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
-    assert r["board"] == "icebreaker" and r["design"]["matrix_lanes"] == 8
+    # The board's own top, not the reference simulated one (max_blocks 16, weight_depth 512).
+    assert r["board"] == "icebreaker" and r["design"]["matrix_lanes"] == 16
+    assert (r["design"]["max_blocks"], r["design"]["weight_depth"]) == (4, 256)
     assert r["device_accuracy"] == r["golden_accuracy"] and r["macs_per_image"] == 2368
     assert r["clock_mhz"] == demo.BOARDS["icebreaker"].clk_freq / 1e6
     assert cli.main(["demo", "digits", "--simulator", "model", "--board", "hx8k",
@@ -267,7 +269,7 @@ def test_same_top_fills_in_defaults():
     slower = dict(demo.board_top("icebreaker"), clk_freq=12e6, baud=115200, busy_count=True)
     assert not demo.same_top(slower, demo.board_top("icebreaker"))
     assert demo.same_top(slower, demo.board_top("icebreaker"), cycles=True)
-    assert not demo.same_top(dict(slower, matrix_lanes=16), demo.board_top("icebreaker"),
+    assert not demo.same_top(dict(slower, matrix_lanes=8), demo.board_top("icebreaker"),
                              cycles=True)
 
 
@@ -392,7 +394,7 @@ def test_real_top_cxxrtl(tmp_path, variant, require_tool):
 
 
 def test_board_top_in_amaranth_own_cycles(tmp_path, monkeypatch):
-    """``board="icebreaker"`` in simulation runs the iCEBreaker's own top (N = 4, max_blocks
+    """``board="icebreaker"`` in simulation runs the iCEBreaker's own top (N = 16, max_blocks
     4, no quantiser) in Amaranth's simulator (~20 s): bit for bit against its golden model; its
     MAC/cycle and MMAC/s come from this run, and its projection (and that of a board with an
     identical profile) uses this run's cycle count."""
@@ -401,7 +403,8 @@ def test_board_top_in_amaranth_own_cycles(tmp_path, monkeypatch):
     assert not demo.same_top(demo.board_top("icebreaker"), demo.SIM_TOP)
     r = demo.run_digits("bfp", simulator="amaranth", images=1, build_dir=str(tmp_path),
                         board="icebreaker", cycles_file=str(tmp_path / "none.json"))
-    assert r.device_accuracy == r.golden_accuracy and r.design["matrix_lanes"] == 8
+    assert r.device_accuracy == r.golden_accuracy and r.design["matrix_lanes"] == 16
+    assert (r.design["max_blocks"], r.design["weight_depth"]) == (4, 256)
     assert r.board == "icebreaker" and "icebreaker's top" in r.target
     assert r.cycles > 0 and r.cycles_per_image == r.cycles
     assert r.macs_per_image == 64 * 32 + 32 * 10

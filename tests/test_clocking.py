@@ -113,6 +113,14 @@ def test_every_board_clock_is_one_its_pll_makes(board):
 
 
 def _plan(profile):
+    """The build plan's RTLIL and constraints of ``profile`` with a small accelerator: the
+    board's clock, PLL and UART settings (``clk_freq``, ``pll_pad``, ``baud``, ``uart_ddr``)
+    as the profile has them, one lane, a 256-byte scratchpad and no engines. The clock
+    network does not depend on the accelerator's size, and elaborating a board's whole top
+    costs seconds (``test_boards.py`` builds each board's own top)."""
+    small = {k: v for k, v in profile.top.items() if k in ("baud", "uart_ddr")}
+    small.update(lanes=1, scratch_bytes=256, lut_tables=0, grand=False)
+    profile = dataclasses.replace(profile, top=small)
     plan = _platform(profile).prepare(BoardTop(profile), name="t")
     text = {n: (f if isinstance(f, str) else f.decode()) for n, f in plan.files.items()
             if n.endswith((".il", ".pcf", ".lpf"))}

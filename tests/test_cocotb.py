@@ -740,14 +740,23 @@ def test_top_sequencer_uart_verilog(tmp_path):
 
 @needs_sim
 def test_top_sequencer_bench_catches_a_wrong_run_reply(tmp_path):
-    """Negative control of ``tb_top_seq``: the events up to the first RUN, with the expected
-    ``executed`` count of that RUN off by one, fail the bench (the masked comparison of RUN
-    replies still covers status, pc and executed)."""
+    """Negative control of ``tb_top_seq``: a RUN whose expected ``executed`` count is off by
+    one fails the bench (the masked comparison of RUN replies still covers status, pc and
+    executed). The shortest such job: MEM_WRITE of ``NOP; HALT`` and its RUN, the expected
+    replies DeviceModel's (the layer traffic of the full vectors would only cost Icarus time)."""
+    from lowbit.sim.link import DeviceModel, Opcode, encode_request, mem_write_payload
+    from lowbit.sim.program import Instruction as I
+    from lowbit.sim.program import assemble
     component, _ = cr.generate_verilog("top", TOP_SEQ_PARAMS)
-    vec = vectors.top_seq_vectors(params=TOP_SEQ_PARAMS, seed=0)
-    first = next(k for k, e in enumerate(vec["events"]) if e.get("run"))
-    events = vec["events"][:first + 1]
-    events[-1] = dict(events[-1], reply=list(events[-1]["reply"]))
+    model = DeviceModel(**TOP_SEQ_PARAMS)
+    events = []
+    for opcode, payload, run in [
+            (Opcode.MEM_WRITE, mem_write_payload(0, assemble([I.nop(), I.halt()])), False),
+            (Opcode.RUN, (0).to_bytes(4, "little") + (10).to_bytes(4, "little"), True)]:
+        request = encode_request(opcode, payload)
+        events.append({"send": list(request), "reply": list(model.feed(request)), "run": run})
+    first = 1
+    assert events[first]["reply"][1] == 0 and events[first]["reply"][8:12] == [2, 0, 0, 0]
     events[-1]["reply"][8] ^= 1                     # payload[4]: low byte of executed
     job = dict(events=events, divisor=component.divisor, timeout_bits=component.timeout_bits,
                run_cycles=20_000)

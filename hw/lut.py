@@ -47,9 +47,10 @@ class TransferLUT(wiring.Component):
     **Loading** (``i_write``): one entry per beat, always ready. ``wide = 0`` writes byte table
     ``table`` at ``addr`` (0..255) with ``data[0:8]``; ``wide = 1`` writes interpolated table
     ``table`` at ``addr`` (0..512) with ``data``. Writes to a table or address that does not
-    exist are ignored. Writes are registered: an entry is seen by lookups accepted two or more
-    cycles after its write beat; a lookup that races a write of the same table returns the old
-    or the new entry, so load a table before looking it up.
+    exist are ignored. Writes are registered (but with one lane and no wide tables): an entry
+    is seen by lookups accepted two or more cycles after its write beat (one or more without
+    the register); a lookup that races a write of the same table returns the old or the new
+    entry, so load a table before looking it up.
 
     Latency: ``o`` 1 cycle, ``o_wide`` 6 cycles; each path accepts one beat per cycle while its
     output is taken (a stalled output stalls only its own path). A lookup of a table number
@@ -125,14 +126,18 @@ class TransferLUT(wiring.Component):
         m = Module()
         m.d.comb += self.i_write.ready.eq(1)
         # Writes are registered once (decoded enables included) so that their fan-out to every
-        # lane's memories starts at flip-flops.
+        # lane's memories starts at flip-flops. One lane's byte memory alone (no wide tables)
+        # takes them as they come: a register there is some twenty lone flip-flops for a
+        # fan-out of one (the iCEBreaker).
+        registered = self._lanes > 1 or self._wide_tables > 0
         wr = Signal.like(self.i_write.payload, reset_less=True)
-        m.d.sync += wr.eq(self.i_write.payload)
         new, valid = self.i_write.payload, self.i_write.valid
         byte_we, last_we, even_we, odd_we = (Signal(name=n) for n in (
             "byte_we", "last_we", "even_we", "odd_we"))
         wide_we = valid & new.wide & (new.table < self._wide_tables)
-        m.d.sync += [
+        dom = m.d.sync if registered else m.d.comb
+        dom += wr.eq(self.i_write.payload)
+        dom += [
             byte_we.eq(valid & ~new.wide & (new.table < self._tables) & (new.addr < 256)),
             last_we.eq(wide_we & (new.addr == 512)),
             # Entry 2k lives in the even memory at k, entry 2k + 1 in the odd memory at k.

@@ -354,10 +354,7 @@ class Dispatcher(wiring.Component):
 
     Opcodes in ``echo`` are answered by the dispatcher itself as :class:`PingHandler` answers
     them (``OK``, the payload echoed), without a handler port: one answer fewer to OR (PING on
-    the top, whose ORs then take four answers, one LUT4 a bit). The answer's length is
-    ``command.cmd.payload.length`` as it is when the answer is taken, so the issuer must hold
-    the payload after the handshake until then (:class:`HostLink` does: its length holds
-    until the next frame).
+    the top, whose ORs then take four answers, one LUT4 a bit).
 
     Parameters
     ----------
@@ -432,15 +429,15 @@ class Dispatcher(wiring.Component):
         m.d.comb += none.eq(~_any(match) & ~echo)
 
         # The echo (PingHandler's): ``answering`` from the command to its answer, then the
-        # payload passes through while ``echoing``. The answer's length is the command's,
-        # which the issuer holds until the reply is sent (HostLink's ``length``): no copy.
+        # payload passes through while ``echoing``. ``length`` is cleared with the answer, so
+        # the answer is zero while idle without a gate per bit.
         echoing = Signal()
         answering = Signal()
-        length = Mux(answering, up.cmd.payload.length, 0)
+        length = Signal.like(up.cmd.payload.length)
         with m.If(up.cmd.valid & up.cmd.ready & echo):
-            m.d.sync += answering.eq(1)
+            m.d.sync += [length.eq(up.cmd.payload.length), answering.eq(1)]
         with m.If(answering & up.resp.ready):
-            m.d.sync += answering.eq(0)
+            m.d.sync += [length.eq(0), answering.eq(0)]
         echo_data = Signal()
         m.d.comb += echo_data.eq(up.arg.valid & echoing & ~answering)
 

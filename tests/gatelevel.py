@@ -503,7 +503,7 @@ class _Recorder:
         return getattr(self._port, name)
 
 
-def host_session(params, *, matvec=True, seed=73):
+def host_session(params, *, matvec=True, seed=54):
     """The host traffic of the gate-level check and the model's replies.
 
     Runs the driver API on :meth:`lowbit.boards.driver.Accelerator.model` with the top
@@ -519,8 +519,9 @@ def host_session(params, *, matvec=True, seed=73):
     and bias; ``RUN``; a MEM_READ of the ``N`` result words (``MANT_WIDTH`` 7, or 8 written
     before the program where the column's width is fixed, ``bfp_mant_width=False``).
 
-    ``seed`` draws the data; the default's MATVEC rows all come out with mantissas of 24 or
-    more in magnitude (``tests/test_gatelevel.py`` checks it): with rows near zero at the
+    ``seed`` draws the data; the default's MATVEC rows all come out with mantissas of 17 or
+    more in magnitude (at the iCEBreaker's N = 16, the only seed below 400 with all of them at
+    16 or more) (``tests/test_gatelevel.py`` checks it): with rows near zero at the
     tile's exponent, a wrong accumulator bit in that lane would round away unseen.
 
     Returns ``(transactions, results)``: the :class:`Transaction` list and what the driver

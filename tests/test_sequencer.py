@@ -506,10 +506,9 @@ def test_range_boundaries_bfp_only(pairs):
                             sample=pairs == "sample", lacks={Op.QUANT, Op.DMATVEC, Op.GRAND})
 
 
-def _check_range_boundaries(dev, sample=False, lacks=()):
-    model = L.DeviceModel(**dev.params)
-    rng = np.random.default_rng(25)
-
+def _both(dev, model):
+    """``both(opcode, payload)``: send a request to the top and to ``model``, assert equal
+    replies (a RUN's cycle count, bytes 8..11, is the hardware's), return the top's."""
     def both(opcode, payload=b""):
         want = L.decode_reply(model.feed(L.encode_request(opcode, payload)))
         got = dev.send(opcode, payload)
@@ -518,6 +517,14 @@ def _check_range_boundaries(dev, sample=False, lacks=()):
         else:
             assert got == want
         return got
+    return both
+
+
+def _check_range_boundaries(dev, sample=False, lacks=()):
+    model = L.DeviceModel(**dev.params)
+    rng = np.random.default_rng(25)
+
+    both = _both(dev, model)
 
     image = rng.integers(0, 256, BASE["scratch_bytes"]).astype(np.uint8).tobytes()
     step = BASE["frame_bytes"] - 4
@@ -968,14 +975,7 @@ def test_fixed_mant_width_refuses_what_the_model_refuses():
     model = L.DeviceModel(**dev.params)
     assert not model.design.bfp_mant_width
 
-    def both(opcode, payload=b""):
-        want = L.decode_reply(model.feed(L.encode_request(opcode, payload)))
-        got = dev.send(opcode, payload)
-        if opcode == L.Opcode.RUN:     # the cycle count (bytes 8..11) is the hardware's
-            assert (got[0], got[1][:8], got[1][12:]) == (want[0], want[1][:8], want[1][12:])
-        else:
-            assert got == want
-        return got
+    both = _both(dev, model)
 
     rng = np.random.default_rng(11)
     layer = random_layer(rng, N, 2 * B, bias=False, exp_mode="max", rounding="nearest")

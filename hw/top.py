@@ -266,8 +266,10 @@ class RegisterHandler(wiring.Component):
     A second write port, ``cfg`` (:class:`lowbit.hw.ports.ConfigPortSignature`, the sequencer's
     CONFIG), writes read-write registers; its ``ok`` says combinationally whether ``index`` is
     one. The host and the sequencer never write in the same cycle (the link is stop-and-wait and
-    ``RUN`` answers at the end). ``prng_load`` pulses in the cycle after ``PRNG_SEED3`` was
-    written by either port, when the four seed registers hold the new seed.
+    ``RUN`` answers at the end). A write reaches the registers (and the copy) one cycle after
+    the port's ``we`` (or the host's EXEC): the port's signals are registered before the index
+    is decoded. ``prng_load`` pulses in the cycle after ``PRNG_SEED3`` was written by either
+    port, when the four seed registers hold the new seed.
 
     Parameters
     ----------
@@ -313,6 +315,7 @@ class RegisterHandler(wiring.Component):
         is_write = Signal()
         is_read = Signal()
         status = Signal(8)
+        ok = Signal()             # status == OK
         value = Signal(32)
         idx = Signal(range(IDENTITY_BYTES + 1))
         ident = Signal()          # the command is IDENTIFY
@@ -330,23 +333,27 @@ class RegisterHandler(wiring.Component):
         # fed straight from the shared value, not a per-bit multiplexer of two sources.
         # The host's side is chosen by the state (EXEC), not by the host's write enable: that
         # would decode the index twice in a row (whether it names a read-write register, then
-        # which register the chosen index names), the top's longest path. A write to an index
-        # that names no read-write register enables no flip-flop and (``w_rw``) no copy word.
+        # which register the chosen index names).
+        # The write is a pipeline of two cycles: the chosen port's enable (with the index's
+        # upper bits zero), low index bits and value are registered (``wq_*``), and the index
+        # is decoded from those registers in the next cycle, where the flip-flops and the copy
+        # are written. Each register takes the value's low bits straight from ``wq_value``; the
+        # copy takes it masked to the register's width. A write to an index that names no
+        # read-write register enables no flip-flop and (``w_rw``) no copy word.
         in_exec = Signal()
-        host_we = Signal()
-        w_en = Signal()
         w_index = Signal(16)
-        w_value = Signal(32)
+        wq_en = Signal()
+        wq_index = Signal(ib)
+        wq_value = Signal(32, reset_less=True)
         w_rw = Signal()
         w_mask = Signal(32)
-        w_data = Signal(32)      # the value cut to the register's width, for both copies
-        m.d.comb += [host_we.eq(in_exec & is_write & ~ident),
-                     w_en.eq(host_we | self.cfg.we),
-                     w_index.eq(Mux(in_exec, index, self.cfg.index)),
-                     w_value.eq(Mux(in_exec, wvalue, self.cfg.value)),
-                     w_data.eq(w_value & w_mask)]
+        m.d.sync += [wq_en.eq(((in_exec & is_write & ~ident) | self.cfg.we)
+                              & (w_index[ib:] == 0)),
+                     wq_index.eq(w_index[:ib]),
+                     wq_value.eq(Mux(in_exec, wvalue, self.cfg.value))]
+        m.d.comb += w_index.eq(Mux(in_exec, index, self.cfg.index))
         seed3 = REGISTER_BY_NAME["PRNG_SEED3"].index
-        m.d.sync += self.prng_load.eq(w_en & (w_index == seed3))
+        m.d.sync += self.prng_load.eq(wq_en & (wq_index == seed3))
         with m.If(self.cfg.index[ib:] == 0):
             with m.Switch(self.cfg.index[:ib]):
                 for r in rw:
@@ -356,14 +363,12 @@ class RegisterHandler(wiring.Component):
                 for r in rw}
         for r in rw:
             m.d.comb += getattr(self, r.name.lower()).eq(regs[r.name])
-        with m.If(w_index[ib:] == 0):
-            with m.Switch(w_index[:ib]):
-                for r in rw:
-                    with m.Case(r.index):
-                        m.d.comb += [w_rw.eq(1), w_mask.eq((1 << r.width) - 1)]
-                        with m.If(w_en):
-                            # The masked value: its LUTs also serve the block-RAM copy.
-                            m.d.sync += regs[r.name].eq(w_data[:r.width])
+        with m.Switch(wq_index):
+            for r in rw:
+                with m.Case(r.index):
+                    m.d.comb += [w_rw.eq(1), w_mask.eq((1 << r.width) - 1)]
+                    with m.If(wq_en):
+                        m.d.sync += regs[r.name].eq(wq_value[:r.width])
 
         ib = max(ib, (self.IDENT_BASE + IDENTITY_BYTES // 4 - 1).bit_length())
         init = [0] * (1 << ib)
@@ -375,9 +380,9 @@ class RegisterHandler(wiring.Component):
         for k in range(IDENTITY_BYTES // 4):
             assert self.IDENT_BASE + k not in _REGISTER_INDICES
             init[self.IDENT_BASE + k] = int.from_bytes(self._record[4 * k:4 * k + 4], "little")
-        # The copy is read only in state READ, when nothing writes it (writes come from EXEC
-        # and from CONFIG, which runs while this handler is idle), so synthesis need not add
-        # read-during-write logic.
+        # The copy is read only in state READ, when nothing writes it (writes come in the cycle
+        # after EXEC and after CONFIG, which runs while this handler is idle), so synthesis
+        # need not add read-during-write logic.
         m.submodules.copy = copy = Memory(shape=32, depth=1 << ib, init=init,
                                           attrs={"no_rw_check": 1})
         wr = copy.write_port()
@@ -388,8 +393,8 @@ class RegisterHandler(wiring.Component):
         # register; while SEND streams a word, the copy reads the next one, which ``value``
         # takes with the word's last byte.
         sending = Signal()
-        m.d.comb += [wr.addr.eq(w_index[:ib]), wr.data.eq(w_data),
-                     wr.en.eq(w_en & w_rw),
+        m.d.comb += [wr.addr.eq(wq_index), wr.data.eq(wq_value & w_mask),
+                     wr.en.eq(wq_en & w_rw),
                      rd.addr.eq(Mux(ident, self.IDENT_BASE + Mux(sending, word + 1, 0),
                                     index[:ib]))]
 
@@ -401,7 +406,7 @@ class RegisterHandler(wiring.Component):
                     is_ident = c.cmd.payload.opcode == Opcode.IDENTIFY
                     m.d.sync += [is_write.eq(c.cmd.payload.opcode == Opcode.REG_WRITE),
                                  is_read.eq(c.cmd.payload.opcode == Opcode.REG_READ),
-                                 idx.eq(0), ident.eq(is_ident)]
+                                 idx.eq(0), ident.eq(is_ident), ok.eq(0)]
                     need = Mux(c.cmd.payload.opcode == Opcode.REG_READ, 2, 6)
                     with m.If(is_ident):
                         with m.If(c.cmd.payload.length == 0):
@@ -420,22 +425,24 @@ class RegisterHandler(wiring.Component):
                 m.next = "EXEC"
             with m.State("EXEC"):
                 m.d.comb += in_exec.eq(1)
-                m.d.sync += [status.eq(Mux(ident, Status.OK, Status.BAD_ADDRESS)),
-                             value.eq(rd_data)]
+                # ``ok`` is the status's test for OK, registered with it: RESP's reply length
+                # is then a choice between constants by flip-flops.
+                st = Signal(8)
+                m.d.comb += st.eq(Mux(ident, Status.OK, Status.BAD_ADDRESS))
+                m.d.sync += value.eq(rd_data)
                 with m.If(~ident & (index[ib:] == 0)):
                     with m.Switch(index[:ib]):
                         for r in REGISTERS:
                             with m.Case(r.index):
                                 if r.access == "rw":
-                                    m.d.sync += status.eq(Status.OK)
+                                    m.d.comb += st.eq(Status.OK)
                                 else:
                                     if r.name in self.DYNAMIC:
                                         m.d.sync += value.eq(getattr(self, r.name.lower()))
-                                    m.d.sync += status.eq(Mux(is_write,
-                                                              Status.READ_ONLY, Status.OK))
+                                    m.d.comb += st.eq(Mux(is_write, Status.READ_ONLY, Status.OK))
+                m.d.sync += [status.eq(st), ok.eq(st == Status.OK)]
                 m.next = "RESP"
             with m.State("RESP"):
-                ok = status == Status.OK
                 reading = ok & is_read
                 m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
                              c.resp.payload.length.eq(Mux(reading, 4, Mux(ok & ident,

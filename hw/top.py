@@ -524,7 +524,9 @@ class MemoryHandler(wiring.Component):
         packed = Signal()        # a packed transfer: one lane, the pointer steps by 2
         high = Signal()          # MEM_READ_HIGH / MEM_FILL_HIGH: spans of several words
         status = Signal(8)
+        ok = Signal()            # status == OK
         skip = Signal(2)         # address bytes of a write passed over on ``arg``
+        bad_addr = Signal()      # CHECK's address test, for CHECK2
         # Checks against the 32-bit address happen once, in CHECK; afterwards only the low bits
         # that address the scratchpad are kept.
         aw = self._size.bit_length()
@@ -534,7 +536,6 @@ class MemoryHandler(wiring.Component):
         count = Signal(fb)
         too_long = Signal()
         ptr = Signal(aw)
-        ptr_next = Signal(aw)
         left = Signal(range(self._frame_bytes + 1))
         lb, lt = self._block.bit_length() - 1, self._tile.bit_length() - 1
         rep = Signal(max(lb, lt, 1))            # word within a span
@@ -549,32 +550,46 @@ class MemoryHandler(wiring.Component):
             m.d.comb += extent.eq(count << (1 + lb))
         with m.Else():
             m.d.comb += extent.eq(count << (1 + lt))
+        end = Signal(max(aw, len(extent)) + 1)   # the request's end, CHECK's sum, for CHECK2
         # In a span: a written byte is consumed at its last word, a read one sent at its first.
+        # A flag register, set with ``rep``, so that the pointer's step does not start with a
+        # compare.
         span_end = Signal()
-        m.d.comb += span_end.eq(rep == Mux(writing, last, 0))
 
-        # The pointer's next value: loaded in CHECK, else stepped by 1 (2 for a packed
-        # transfer) where ``adv``. Written with the load's select in the addend's upper bits
-        # (the sum is not used where it loads), so that the choice merges into the carry
-        # chain's LUTs (lowbit.hw.ports.load_or_step). The read address runs on it; in
-        # CHECK that is the request's address, read for nothing.
+        # The pointer: loaded in CHECK, else stepped by 1 (2 for a packed transfer) where
+        # ``adv``. Written with the load's select in the addend's upper bits (the sum is not
+        # used where it loads), so that the choice merges into the carry chain's LUTs
+        # (lowbit.hw.ports.load_or_step). The scratchpad's address is the register ``ptr``
+        # itself, not its next value: the read data is the word at ``ptr`` from the second
+        # cycle after a step on (``moved`` marks the first), so READ waits a cycle after each
+        # step, which costs nothing against the line's bytes.
         load = Signal()
         adv = Signal()
+        moved = Signal()
         addend = Cat(adv & ~packed, adv & packed, load.replicate(aw - 2))
-        m.d.comb += [ptr_next.eq(Mux(load, Cat(addr[0] | high, addr[1:aw]), ptr + addend)),
-                     p.addr.eq(ptr_next[1:]),
+        m.d.comb += [p.addr.eq(ptr[1:]),
                      p.wdata.eq(Cat(c.arg.payload, c.arg.payload)),
                      p.wmask.eq(Mux(ptr[0], 0b10, 0b01))]
-        m.d.sync += ptr.eq(ptr_next)
+        m.d.sync += [ptr.eq(Mux(load, Cat(addr[0] | high, addr[1:aw]), ptr + addend)),
+                     moved.eq(adv)]
 
-        # ``left``: loaded with the count in CHECK, one less a byte (load_or_step).
+        # ``left``: loaded with the count in CHECK, one less a byte (load_or_step). Its tests
+        # against 0 and 1 are flags kept beside it (``left_zero``, ``left_one``), so that the
+        # FSM's choices, and the pointer stepping on them, do not start with a compare.
         left_dec = Signal()
+        left_zero = Signal()
+        left_one = Signal()
         with m.If(load | left_dec):
             m.d.sync += left.eq(load_or_step(left, -1, load, count))
+        with m.If(load):
+            m.d.sync += [left_zero.eq(count == 0), left_one.eq(count == 1)]
+        with m.Elif(left_dec):
+            m.d.sync += [left_zero.eq(left_one), left_one.eq(left == 2)]
 
         def advance():
+            rep_next = Mux(rep == last, 0, rep + 1)
             m.d.comb += adv.eq(1)
-            m.d.sync += rep.eq(Mux(rep == last, 0, rep + 1))
+            m.d.sync += [rep.eq(rep_next), span_end.eq(rep_next == Mux(writing, last, 0))]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -584,30 +599,40 @@ class MemoryHandler(wiring.Component):
                     is_write = op[0]
                     n = c.cmd.payload.length
                     m.d.sync += [writing.eq(is_write), packed.eq(op[1] | op[2]), high.eq(op[2]),
-                                 rep.eq(0),
+                                 # rep = 0: a read's span starts at its end, a write's
+                                 # only when the span is one word.
+                                 rep.eq(0), span_end.eq(~is_write | ~op[2]),
                                  last.eq(Mux(op[2], Mux(is_write, self._block - 1,
                                                          self._tile - 1), 0)),
                                  # The arguments are in ``args`` already.
                                  # (n - 4 as load_or_step's sum: the choice merges.)
                                  count.eq(load_or_step(n, -4, ~is_write,
                                                        self.args[32:32 + fb])),
-                                 too_long.eq(~is_write & (self.args[32:48] > self._frame_bytes))]
+                                 too_long.eq(~is_write & (self.args[32:48] > self._frame_bytes)),
+                                 ok.eq(0)]
                     with m.If(Mux(is_write, n >= 4, n == 6)):
                         m.next = "CHECK"
                     with m.Else():
                         m.d.sync += status.eq(Status.BAD_LENGTH)
                         m.next = "RESP"
+            # The checks take two cycles: CHECK registers the address test and the request's
+            # end (a sum), CHECK2 compares the end and decides.
             with m.State("CHECK"):
                 m.d.comb += load.eq(1)
-                m.d.sync += status.eq(Status.OK)
+                # Only used with addr < size, so its low ``aw`` bits are the whole address.
+                m.d.sync += [bad_addr.eq((addr >= self._size) | (packed & addr[0])),
+                             end.eq(addr[:aw] + extent)]
+                m.next = "CHECK2"
+            with m.State("CHECK2"):
                 m.next = "RESP"
-                with m.If((addr >= self._size) | (packed & addr[0])):
+                with m.If(bad_addr):
                     m.d.sync += status.eq(Status.BAD_ADDRESS)
-                # Only reached with addr < size, so its low ``aw`` bits are the whole address.
-                with m.Elif((addr[:aw] + extent > self._size) | too_long):
+                with m.Elif((end > self._size) | too_long):
                     m.d.sync += status.eq(Status.BAD_LENGTH)
-                with m.Elif(writing):
-                    m.next = "SKIP"
+                with m.Else():
+                    m.d.sync += [status.eq(Status.OK), ok.eq(1)]
+                    with m.If(writing):
+                        m.next = "SKIP"
             with m.State("SKIP"):
                 # The four address bytes; ``skip`` wraps to 0 with the last.
                 m.d.comb += c.arg.ready.eq(1)
@@ -616,31 +641,31 @@ class MemoryHandler(wiring.Component):
                     with m.If(skip == 3):
                         m.next = "WRITE"
             with m.State("WRITE"):
-                with m.If(left == 0):
+                with m.If(left_zero):
                     m.next = "RESP"
                 with m.Else():
-                    m.d.comb += [c.arg.ready.eq(span_end), p.we.eq(c.arg.valid),
-                                 p.addr.eq(ptr[1:])]
+                    m.d.comb += [c.arg.ready.eq(span_end), p.we.eq(c.arg.valid)]
                     with m.If(c.arg.valid):
                         advance()
                         m.d.comb += left_dec.eq(span_end)
             with m.State("RESP"):
-                reading = (status == Status.OK) & ~writing
+                reading = ok & ~writing
                 m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
                              c.resp.payload.length.eq(Mux(reading, left, 0))]
                 with m.If(c.resp.ready):
                     m.next = "IDLE"
-                    with m.If(reading & (left != 0)):
+                    with m.If(reading & ~left_zero):
                         m.next = "READ"
             with m.State("READ"):
-                # rdata holds the word at ``ptr`` because the address runs on ptr_next.
-                m.d.comb += [c.data.valid.eq(span_end),
+                # rdata holds the word at ``ptr`` unless the pointer moved in the last cycle;
+                # words skipped within a span need no data.
+                m.d.comb += [c.data.valid.eq(span_end & ~moved),
                              c.data.payload.eq(Mux(ptr[0], p.rdata[8:], p.rdata[:8]))]
-                with m.If(c.data.ready | ~span_end):
+                with m.If((c.data.ready & ~moved) | ~span_end):
                     advance()
-                with m.If(c.data.ready & span_end):
+                with m.If(c.data.ready & span_end & ~moved):
                     m.d.comb += left_dec.eq(1)
-                    with m.If(left == 1):
+                    with m.If(left_one):
                         m.next = "IDLE"
         return m
 

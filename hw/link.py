@@ -162,30 +162,42 @@ class HostLink(wiring.Component):
         crc_lo = Signal(8)
         status = Signal(8)
         timer = Signal(range(self._timeout_cycles))
+        # ``timer == timeout_cycles - 1``, kept as a flag beside the timer (set as it counts to
+        # that value, cleared wherever the timer restarts).
         timed_out = Signal()
-        m.d.comb += timed_out.eq(timer == self._timeout_cycles - 1)
+        # The byte-wide halves of the request's 16-bit tests, taken with the first byte so that
+        # the second byte's decision is one byte-wide compare: at LEN_LO whether the low byte
+        # is zero and whether it exceeds frame_bytes' low byte, at CRC_LO whether it matches the
+        # CRC's low byte (the CRC is complete from CRC_LO on). The high byte's test is made in
+        # CHECK, the cycle after it was taken.
+        lo_zero = Signal()
+        lo_over = Signal()
+        lo_match = Signal()
+        fb_lo, fb_hi = self._frame_bytes & 0xFF, self._frame_bytes >> 8
 
-        # Frame buffer read-out as the arg stream: the read address runs one step ahead so
-        # that rd.data always holds the byte at ``ptr``. While the frame comes in, ``ptr`` is
+        # Frame buffer read-out as the arg stream: the read address is the register ``ptr``,
+        # so rd.data holds the byte at ``ptr`` from the second cycle after it moved on
+        # (``stale`` marks the first, when arg is not valid): one byte per two cycles, and no
+        # handler's ready reaches the buffer's address. While the frame comes in, ``ptr`` is
         # the write address (one counter for both: the read-out starts after the CRC).
         ptr = Signal(range(self._frame_bytes + 1))
-        ptr_next = Signal.like(ptr)
         executing = Signal()
+        stale = Signal()
         more = Signal()          # registered ``ptr != length``: keeps arg.valid off long paths
         m.d.comb += [
-            arg.valid.eq(executing & more),
+            arg.valid.eq(executing & more & ~stale),
             arg.payload.eq(rd.data),
-            ptr_next.eq(Mux(arg.valid & arg.ready, ptr + 1, ptr)),
-            rd.addr.eq(ptr_next),
+            rd.addr.eq(ptr),
             wr.data.eq(byte),
             wr.addr.eq(ptr),
             cmd.payload.opcode.eq(opcode),
             cmd.payload.length.eq(length),
-            crc.data.eq(byte),
         ]
-        m.d.sync += ptr.eq(ptr_next)
+        m.d.sync += stale.eq(arg.valid & arg.ready)
         with m.If(arg.valid & arg.ready):
-            m.d.sync += more.eq(ptr + 1 != length)
+            m.d.sync += ptr.eq(ptr + 1)
+        with m.If(stale):
+            m.d.sync += more.eq(ptr != length)
 
         # One copy of the fixed arguments for all handlers; data, so no reset.
         args = Signal(8 * ARG_BYTES, reset_less=True)
@@ -199,17 +211,39 @@ class HostLink(wiring.Component):
 
         # remaining's loads (the request's length, the answer's) and its count down as one
         # sum whose addend carries the load's select (lowbit.hw.ports.load_or_step: the
-        # choice merges into the carry chain's LUTs); reply() clears it.
+        # choice merges into the carry chain's LUTs); reply() clears it. The loads are made on
+        # every cycle of their state (LEN_HI, RESPONSE), not only on the handshake that leaves
+        # it: the last one is the handshake's, and the load select is the state alone.
         rem_load = Signal()
         rem_len = Signal()           # the load is the request's length (LEN_HI), not the answer's
         rem_dec = Signal()
         rem_clear = Signal()
         new_length = Signal(16)
+        m.d.comb += new_length.eq(Cat(crc_lo, byte))
         with m.If(rem_load | rem_dec):
             m.d.sync += remaining.eq(load_or_step(remaining, -1, rem_load,
                                                   Mux(rem_len, new_length, resp.payload.length)))
         with m.If(rem_clear):
             m.d.sync += remaining.eq(0)
+
+        # Reply bytes leave from a register (``obuf``, ``ofull``), loaded when it is empty or
+        # being taken, and the CRC takes them from there as they are taken (``ocrc``: the byte
+        # counts), so that no handler's reply byte reaches the CRC in the cycle it is offered.
+        # The CRC's low byte is loaded only once the register is empty (the last counted byte
+        # is in the CRC).
+        obuf = Signal(8)
+        ofull = Signal()
+        ocrc = Signal()
+        oload = Signal()
+        m.d.comb += [self.o.valid.eq(ofull), self.o.payload.eq(obuf),
+                     oload.eq(~ofull | self.o.ready)]
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += ofull.eq(0)
+        with m.If(oload & self.o.valid & ocrc):
+            m.d.comb += [crc.en.eq(1), crc.data.eq(obuf)]
+
+        def send(payload, counted):
+            m.d.sync += [obuf.eq(payload), ofull.eq(1), ocrc.eq(counted)]
 
         def reply(code):
             m.d.comb += rem_clear.eq(1)
@@ -219,7 +253,8 @@ class HostLink(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.i.ready.eq(1)
-                m.d.sync += [timer.eq(0), ptr.eq(0), executing.eq(0), drain.eq(0)]
+                m.d.sync += [timer.eq(0), timed_out.eq(0), ptr.eq(0), executing.eq(0),
+                             drain.eq(0)]
                 with m.If(take):
                     with m.If(byte == SOF_REQUEST):
                         m.d.comb += crc.clear.eq(1)
@@ -231,29 +266,32 @@ class HostLink(wiring.Component):
             for state in ("OPCODE", "LEN_LO", "LEN_HI", "PAYLOAD", "CRC_LO", "CRC_HI"):
                 with m.State(state):
                     m.d.comb += self.i.ready.eq(1)
+                    if state == "LEN_HI":
+                        m.d.comb += [rem_load.eq(1), rem_len.eq(1)]
                     with m.If(take):
-                        m.d.sync += timer.eq(0)
+                        m.d.sync += [timer.eq(0), timed_out.eq(0)]
                     with m.Elif(timed_out):
                         reply(Mux(drain, Status.BAD_LENGTH, Status.TRUNCATED))
                     with m.Else():
-                        m.d.sync += timer.eq(timer + 1)
+                        m.d.sync += [timer.eq(timer + 1),
+                                     timed_out.eq(timer == self._timeout_cycles - 2)]
                     with m.If(take):
                         if state in ("OPCODE", "LEN_LO", "LEN_HI", "PAYLOAD"):
-                            m.d.comb += crc.en.eq(1)
+                            m.d.comb += [crc.en.eq(1), crc.data.eq(byte)]
                         if state == "OPCODE":
                             m.d.sync += opcode.eq(byte)
                             m.next = "LEN_LO"
                         elif state == "LEN_LO":
-                            m.d.sync += crc_lo.eq(byte)      # free until CRC_LO
+                            m.d.sync += [crc_lo.eq(byte),      # free until CRC_LO
+                                         lo_zero.eq(byte == 0), lo_over.eq(byte > fb_lo)]
                             m.next = "LEN_HI"
                         elif state == "LEN_HI":
-                            m.d.comb += [new_length.eq(Cat(crc_lo, byte)), rem_load.eq(1),
-                                         rem_len.eq(1)]
                             m.d.sync += length.eq(new_length)
-                            with m.If(new_length > self._frame_bytes):
+                            # new_length > frame_bytes, new_length == 0
+                            with m.If((byte > fb_hi) | ((byte == fb_hi) & lo_over)):
                                 m.d.sync += drain.eq(1)
                                 m.next = "PAYLOAD"
-                            with m.Elif(new_length == 0):
+                            with m.Elif((byte == 0) & lo_zero):
                                 m.next = "CRC_LO"
                             with m.Else():
                                 m.next = "PAYLOAD"
@@ -267,18 +305,23 @@ class HostLink(wiring.Component):
                             with m.If(remaining == 1):
                                 m.next = "CRC_LO"
                         elif state == "CRC_LO":
-                            m.d.sync += crc_lo.eq(byte)
+                            m.d.sync += [crc_lo.eq(byte), lo_match.eq(byte == crc.crc[:8])]
                             m.next = "CRC_HI"
                         elif state == "CRC_HI":
-                            with m.If(drain):
-                                reply(Status.BAD_LENGTH)
-                            with m.Elif(Cat(crc_lo, byte) == crc.crc):
-                                m.next = "DISPATCH"
-                            with m.Else():
-                                reply(Status.BAD_CRC)
+                            # The high byte's difference from the CRC's, for CHECK.
+                            m.d.sync += crc_lo.eq(byte ^ crc.crc[8:])
+                            m.next = "CHECK"
                     if state == "CRC_LO":
                         # The read-out starts at 0: rd.data holds byte 0 from DISPATCH on.
                         m.d.sync += ptr.eq(0)
+
+            with m.State("CHECK"):
+                with m.If(drain):
+                    reply(Status.BAD_LENGTH)
+                with m.Elif(lo_match & (crc_lo == 0)):
+                    m.next = "DISPATCH"
+                with m.Else():
+                    reply(Status.BAD_CRC)
 
             with m.State("DISPATCH"):
                 m.d.comb += cmd.valid.eq(1)
@@ -287,59 +330,50 @@ class HostLink(wiring.Component):
                     m.next = "RESPONSE"
 
             with m.State("RESPONSE"):
-                m.d.comb += resp.ready.eq(1)
+                m.d.comb += [resp.ready.eq(1), rem_load.eq(1)]
                 with m.If(resp.valid):
-                    m.d.comb += rem_load.eq(1)
                     m.d.sync += [status.eq(resp.payload.status), step.eq(0)]
                     m.next = "HEADER"
 
             # Reply: SOF, status, len_lo, len_hi, payload, crc_lo, crc_hi.
             with m.State("HEADER"):
-                m.d.comb += self.o.valid.eq(1)
-                with m.Switch(step):
-                    with m.Case(0):
-                        m.d.comb += [self.o.payload.eq(SOF_REPLY), crc.clear.eq(1)]
-                    with m.Case(1):
-                        m.d.comb += self.o.payload.eq(status)
-                    with m.Case(2):
-                        m.d.comb += self.o.payload.eq(remaining[:8])
-                    with m.Default():
-                        m.d.comb += self.o.payload.eq(remaining[8:16])
-                m.d.comb += [crc.data.eq(self.o.payload), crc.en.eq(self.o.ready & (step != 0))]
-                with m.If(self.o.ready):
+                with m.If(oload):
                     m.d.sync += step.eq(step + 1)
-                    with m.If(step == 1):
-                        with m.If(status == Status.OK):
-                            m.d.comb += self.reply_ok.eq(1)
-                        with m.Else():
-                            m.d.comb += self.reply_error.eq(1)
-                            with m.If(~errors_inc[16]):
-                                m.d.sync += self.errors.eq(errors_inc)
-                    with m.If(step == 3):
-                        with m.If(remaining != 0):
-                            m.next = "DATA"
-                        with m.Else():
-                            m.next = "CRC"
+                    with m.Switch(step):
+                        with m.Case(0):
+                            m.d.comb += crc.clear.eq(1)
+                            send(SOF_REPLY, 0)
+                        with m.Case(1):
+                            send(status, 1)
+                            with m.If(status == Status.OK):
+                                m.d.comb += self.reply_ok.eq(1)
+                            with m.Else():
+                                m.d.comb += self.reply_error.eq(1)
+                                with m.If(~errors_inc[16]):
+                                    m.d.sync += self.errors.eq(errors_inc)
+                        with m.Case(2):
+                            send(remaining[:8], 1)
+                        with m.Default():
+                            send(remaining[8:16], 1)
+                            with m.If(remaining != 0):
+                                m.next = "DATA"
+                            with m.Else():
+                                m.next = "CRC"
 
             with m.State("DATA"):
-                m.d.comb += [
-                    self.o.valid.eq(rdata.valid),
-                    self.o.payload.eq(rdata.payload),
-                    rdata.ready.eq(self.o.ready),
-                    crc.data.eq(rdata.payload),
-                    crc.en.eq(rdata.valid & self.o.ready),
-                ]
-                with m.If(rdata.valid & self.o.ready):
+                m.d.comb += rdata.ready.eq(oload)
+                with m.If(rdata.valid & oload):
                     m.d.comb += rem_dec.eq(1)
+                    send(rdata.payload, 1)
                     with m.If(remaining == 1):
                         m.next = "CRC"
 
             with m.State("CRC"):
-                # ``step`` wrapped to 0 after the header.
-                m.d.comb += [self.o.valid.eq(1),
-                             self.o.payload.eq(Mux(step[0], crc.crc[8:], crc.crc[:8]))]
-                with m.If(self.o.ready):
+                # ``step`` wrapped to 0 after the header. The low byte waits for the register
+                # to be empty (the last counted byte in the CRC), the high byte only for room.
+                with m.If(Mux(step[0], oload, ~ofull)):
                     m.d.sync += step.eq(step + 1)
+                    send(Mux(step[0], crc.crc[8:], crc.crc[:8]), 0)
                     with m.If(step[0]):
                         m.next = "IDLE"
         return m
@@ -351,6 +385,9 @@ class Dispatcher(wiring.Component):
     The handlers' ``resp``, ``data`` and ``arg.ready`` are ORed together (``arg.ready`` gated by
     the handler that has the command), so a handler must hold ``resp`` and ``data`` (valid and
     payload) at zero from the end of its reply to the next command it takes.
+
+    The opcode's decode is registered: a command reaches its handler (or the dispatcher's own
+    answer) from the second cycle it is offered on, so ``cmd.ready`` is low in its first.
 
     Opcodes in ``echo`` are answered by the dispatcher itself as :class:`PingHandler` answers
     them (``OK``, the payload echoed), without a handler port: one answer fewer to OR (PING on
@@ -417,16 +454,22 @@ class Dispatcher(wiring.Component):
         sel = Signal(len(ports))
         pending = Signal()       # the current command had no handler; BAD_OPCODE not yet taken
 
+        # The opcode's decode is registered (a command's payload holds while it waits), and a
+        # command is offered to its handler from its second cycle on (``primed``), when the
+        # registers hold its decode: no opcode compare reaches the handlers' and the link's
+        # handshake logic.
         match = []
         for k, row in enumerate(self._table):
             hit = Signal(name=f"match_{k}")
-            m.d.comb += hit.eq(Const(0) if not row else
+            m.d.sync += hit.eq(Const(0) if not row else
                                _any(up.cmd.payload.opcode == op for op in row))
             match.append(hit)
         echo = Signal()
-        m.d.comb += echo.eq(_any(up.cmd.payload.opcode == op for op in self._echo))
+        m.d.sync += echo.eq(_any(up.cmd.payload.opcode == op for op in self._echo))
         none = Signal()
         m.d.comb += none.eq(~_any(match) & ~echo)
+        primed = Signal()
+        m.d.sync += primed.eq(up.cmd.valid & ~up.cmd.ready)
 
         # The echo (PingHandler's): ``answering`` from the command to its answer, then the
         # payload passes through while ``echoing``. ``length`` is cleared with the answer, so
@@ -449,7 +492,7 @@ class Dispatcher(wiring.Component):
         data_valid = echo_data
         data_payload = Mux(echo_data, up.arg.payload, 0)
         for k, port in enumerate(ports):
-            m.d.comb += [port.cmd.valid.eq(up.cmd.valid & match[k]),
+            m.d.comb += [port.cmd.valid.eq(up.cmd.valid & primed & match[k]),
                          port.cmd.payload.eq(up.cmd.payload),
                          port.arg.payload.eq(up.arg.payload),
                          port.arg.valid.eq(up.arg.valid & sel[k]),
@@ -462,7 +505,8 @@ class Dispatcher(wiring.Component):
             resp_payload = resp_payload | port.resp.payload.as_value()
             data_valid = data_valid | port.data.valid
             data_payload = data_payload | port.data.payload
-        m.d.comb += [up.cmd.ready.eq(cmd_ready | ((none | echo) & ~pending & ~answering)),
+        m.d.comb += [up.cmd.ready.eq(primed & (cmd_ready
+                                               | ((none | echo) & ~pending & ~answering))),
                      up.arg.ready.eq(arg_ready),
                      up.resp.valid.eq(resp_valid),
                      up.resp.payload.eq(resp_payload),

@@ -334,41 +334,49 @@ class RegisterHandler(wiring.Component):
         # The host's side is chosen by the state (EXEC), not by the host's write enable: that
         # would decode the index twice in a row (whether it names a read-write register, then
         # which register the chosen index names).
-        # The write is a pipeline of two cycles: the chosen port's enable (with the index's
-        # upper bits zero), low index bits and value are registered (``wq_*``), and the index
-        # is decoded from those registers in the next cycle, where the flip-flops and the copy
-        # are written. Each register takes the value's low bits straight from ``wq_value``; the
-        # copy takes it masked to the register's width. A write to an index that names no
-        # read-write register enables no flip-flop and (``w_rw``) no copy word.
+        # The write is a pipeline of two cycles: the write's enable (a port's, with the bits of
+        # its index above the six low ones zero) and the chosen port's index and value are
+        # registered (``wq_*``), and in the next cycle the flip-flops and the copy are written
+        # from those registers. The index is registered predecoded: its three upper bits as
+        # eight one-hot flags (``wq_hi``), so that each register's match is a short function of
+        # the enable, a flag and the three low bits; the copy's mask is an OR of the matches of
+        # the wider registers. (A decode of the six bits is mapped as a chain of up to ten
+        # LUTs.) Each register takes the value's low bits straight from ``wq_value``; the copy
+        # takes it masked to the register's width. A write to an index that names no
+        # read-write register enables no flip-flop and no copy word.
+        assert ib == 6
         in_exec = Signal()
         w_index = Signal(16)
         wq_en = Signal()
+        wq_hi = Signal(8)
         wq_index = Signal(ib)
         wq_value = Signal(32, reset_less=True)
-        w_rw = Signal()
-        w_mask = Signal(32)
-        m.d.sync += [wq_en.eq(((in_exec & is_write & ~ident) | self.cfg.we)
-                              & (w_index[ib:] == 0)),
+        m.d.comb += w_index.eq(Mux(in_exec, index, self.cfg.index))
+        m.d.sync += [wq_en.eq((in_exec & is_write & ~ident & (index[ib:] == 0))
+                              | (self.cfg.we & (self.cfg.index[ib:] == 0))),
+                     wq_hi.eq(Cat(w_index[3:ib] == k for k in range(8))),
                      wq_index.eq(w_index[:ib]),
                      wq_value.eq(Mux(in_exec, wvalue, self.cfg.value))]
-        m.d.comb += w_index.eq(Mux(in_exec, index, self.cfg.index))
-        seed3 = REGISTER_BY_NAME["PRNG_SEED3"].index
-        m.d.sync += self.prng_load.eq(wq_en & (wq_index == seed3))
         with m.If(self.cfg.index[ib:] == 0):
             with m.Switch(self.cfg.index[:ib]):
                 for r in rw:
                     with m.Case(r.index):
                         m.d.comb += self.cfg.ok.eq(1)
+        match = {}
+        for r in rw:
+            match[r.name] = Signal(name=f"w_{r.name.lower()}")
+            m.d.comb += match[r.name].eq(wq_en & wq_hi[r.index >> 3]
+                                         & (wq_index[:3] == r.index & 7))
+        w_mask = Cat(_any(match[r.name] for r in rw if r.width > j) for j in range(32))
+        w_rw = _any(match.values())
+        seed3 = REGISTER_BY_NAME["PRNG_SEED3"].name
+        m.d.sync += self.prng_load.eq(match[seed3])
         regs = {r.name: Signal(r.width, init=r.reset, reset_less=True, name=r.name.lower())
                 for r in rw}
         for r in rw:
             m.d.comb += getattr(self, r.name.lower()).eq(regs[r.name])
-        with m.Switch(wq_index):
-            for r in rw:
-                with m.Case(r.index):
-                    m.d.comb += [w_rw.eq(1), w_mask.eq((1 << r.width) - 1)]
-                    with m.If(wq_en):
-                        m.d.sync += regs[r.name].eq(wq_value[:r.width])
+            with m.If(match[r.name]):
+                m.d.sync += regs[r.name].eq(wq_value[:r.width])
 
         ib = max(ib, (self.IDENT_BASE + IDENTITY_BYTES // 4 - 1).bit_length())
         init = [0] * (1 << ib)
@@ -394,7 +402,7 @@ class RegisterHandler(wiring.Component):
         # takes with the word's last byte.
         sending = Signal()
         m.d.comb += [wr.addr.eq(wq_index), wr.data.eq(wq_value & w_mask),
-                     wr.en.eq(wq_en & w_rw),
+                     wr.en.eq(w_rw),
                      rd.addr.eq(Mux(ident, self.IDENT_BASE + Mux(sending, word + 1, 0),
                                     index[:ib]))]
 
@@ -1013,3 +1021,14 @@ class Accelerator(wiring.Component):
             m.d.sync += error.eq(0)
         m.d.comb += self.leds.eq(Cat(activity != 0, error))
         return m
+
+
+def _any(terms):
+    """OR of ``terms`` as a balanced tree (a chain of ORs is mapped as a chain of LUTs)."""
+    terms = list(terms)
+    if not terms:
+        return Const(0)
+    while len(terms) > 1:
+        terms = [terms[k] | terms[k + 1] if k + 1 < len(terms) else terms[k]
+                 for k in range(0, len(terms), 2)]
+    return terms[0]

@@ -168,24 +168,32 @@ class HostLink(wiring.Component):
         # The byte-wide halves of the request's 16-bit tests, taken with the first byte so that
         # the second byte's decision is one byte-wide compare: at LEN_LO whether the low byte
         # is zero and whether it exceeds frame_bytes' low byte, at CRC_LO whether it matches the
-        # CRC's low byte (the CRC is complete from CRC_LO on). The high byte's test is made in
-        # CHECK, the cycle after it was taken.
+        # CRC's low byte (the CRC is complete from CRC_LO on). The length's and the CRC high
+        # byte's outcome is acted on in LEN_CHK and CHECK, the cycle after the byte was taken.
         lo_zero = Signal()
         lo_over = Signal()
         lo_match = Signal()
+        len_zero = Signal()      # the length is zero (from LEN_HI, for LEN_CHK)
         fb_lo, fb_hi = self._frame_bytes & 0xFF, self._frame_bytes >> 8
 
-        # Frame buffer read-out as the arg stream: the read address is the register ``ptr``,
-        # so rd.data holds the byte at ``ptr`` from the second cycle after it moved on
-        # (``stale`` marks the first, when arg is not valid): one byte per two cycles, and no
-        # handler's ready reaches the buffer's address. While the frame comes in, ``ptr`` is
-        # the write address (one counter for both: the read-out starts after the CRC).
+        # Frame buffer read-out as the arg stream, one byte per three cycles: ``arg.valid`` is
+        # a flip-flop (``avail``); a byte taken clears it and marks the next cycle ``stale``,
+        # in which ``ptr`` (the read address) steps; in the cycle after (``stale2``) the buffer
+        # reads the byte at ``ptr`` and ``avail`` is set again if ``ptr != length``. So neither
+        # a handler's ready nor an adder reaches the buffer's address or ``arg.valid``. While
+        # the frame comes in, ``ptr`` is the write address (one counter for both: the read-out
+        # starts after the CRC).
+        # ``i.ready`` is a flag, the states IDLE to CRC_HI (cleared as they are left, set as
+        # they are entered), not a decode of the state.
+        rx_ready = Signal(init=1)
+        m.d.comb += self.i.ready.eq(rx_ready)
+
         ptr = Signal(range(self._frame_bytes + 1))
-        executing = Signal()
+        avail = Signal()
         stale = Signal()
-        more = Signal()          # registered ``ptr != length``: keeps arg.valid off long paths
+        stale2 = Signal()
         m.d.comb += [
-            arg.valid.eq(executing & more & ~stale),
+            arg.valid.eq(avail),
             arg.payload.eq(rd.data),
             rd.addr.eq(ptr),
             wr.data.eq(byte),
@@ -193,11 +201,15 @@ class HostLink(wiring.Component):
             cmd.payload.opcode.eq(opcode),
             cmd.payload.length.eq(length),
         ]
-        m.d.sync += stale.eq(arg.valid & arg.ready)
-        with m.If(arg.valid & arg.ready):
-            m.d.sync += ptr.eq(ptr + 1)
+        m.d.sync += [stale.eq(arg.valid & arg.ready), stale2.eq(stale)]
         with m.If(stale):
-            m.d.sync += more.eq(ptr != length)
+            m.d.sync += ptr.eq(ptr + 1)
+        # Set when the command is taken (``ptr`` is 0 then) and two cycles after a byte was
+        # taken; cleared while receiving.
+        with m.If(stale2 | cmd.ready):
+            m.d.sync += avail.eq(ptr != length)
+        with m.If(rx_ready):
+            m.d.sync += avail.eq(0)
 
         # One copy of the fixed arguments for all handlers; data, so no reset.
         args = Signal(8 * ARG_BYTES, reset_less=True)
@@ -231,29 +243,43 @@ class HostLink(wiring.Component):
         # counts), so that no handler's reply byte reaches the CRC in the cycle it is offered.
         # The CRC's low byte is loaded only once the register is empty (the last counted byte
         # is in the CRC).
+        # The register's input is the handler's byte where ``in_data`` (a flag for state DATA),
+        # else the link's own byte (``own``): one multiplexer between a handler and ``obuf``.
         obuf = Signal(8)
         ofull = Signal()
         ocrc = Signal()
         oload = Signal()
+        in_data = Signal()
+        own = Signal(8)
+        osend = Signal()
         m.d.comb += [self.o.valid.eq(ofull), self.o.payload.eq(obuf),
                      oload.eq(~ofull | self.o.ready)]
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += ofull.eq(0)
-        with m.If(oload & self.o.valid & ocrc):
+        with m.If(self.o.valid & self.o.ready & ocrc):
             m.d.comb += [crc.en.eq(1), crc.data.eq(obuf)]
+        m.d.comb += rdata.ready.eq(in_data & oload)
+        with m.If(rdata.valid & rdata.ready):
+            m.d.comb += [rem_dec.eq(1), osend.eq(1)]
+            m.d.sync += ocrc.eq(1)
+            with m.If(remaining == 1):
+                m.d.sync += in_data.eq(0)
+        with m.If(osend):
+            m.d.sync += [obuf.eq(Mux(in_data, rdata.payload, own)), ofull.eq(1)]
 
         def send(payload, counted):
-            m.d.sync += [obuf.eq(payload), ofull.eq(1), ocrc.eq(counted)]
+            m.d.comb += [osend.eq(1), own.eq(payload)]
+            m.d.sync += ocrc.eq(counted)
+
 
         def reply(code):
             m.d.comb += rem_clear.eq(1)
-            m.d.sync += [status.eq(code), step.eq(0)]
+            m.d.sync += [status.eq(code), step.eq(0), rx_ready.eq(0)]
             m.next = "HEADER"
 
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += self.i.ready.eq(1)
-                m.d.sync += [timer.eq(0), timed_out.eq(0), ptr.eq(0), executing.eq(0),
+                m.d.sync += [timer.eq(0), timed_out.eq(0), ptr.eq(0),
                              drain.eq(0)]
                 with m.If(take):
                     with m.If(byte == SOF_REQUEST):
@@ -265,7 +291,6 @@ class HostLink(wiring.Component):
             # Receiving: every state below restarts the timer on each byte.
             for state in ("OPCODE", "LEN_LO", "LEN_HI", "PAYLOAD", "CRC_LO", "CRC_HI"):
                 with m.State(state):
-                    m.d.comb += self.i.ready.eq(1)
                     if state == "LEN_HI":
                         m.d.comb += [rem_load.eq(1), rem_len.eq(1)]
                     with m.If(take):
@@ -286,15 +311,12 @@ class HostLink(wiring.Component):
                                          lo_zero.eq(byte == 0), lo_over.eq(byte > fb_lo)]
                             m.next = "LEN_HI"
                         elif state == "LEN_HI":
-                            m.d.sync += length.eq(new_length)
-                            # new_length > frame_bytes, new_length == 0
-                            with m.If((byte > fb_hi) | ((byte == fb_hi) & lo_over)):
-                                m.d.sync += drain.eq(1)
-                                m.next = "PAYLOAD"
-                            with m.Elif((byte == 0) & lo_zero):
-                                m.next = "CRC_LO"
-                            with m.Else():
-                                m.next = "PAYLOAD"
+                            # new_length > frame_bytes, new_length == 0, for LEN_CHK
+                            m.d.sync += [length.eq(new_length),
+                                         drain.eq((byte > fb_hi) | ((byte == fb_hi) & lo_over)),
+                                         len_zero.eq((byte == 0) & lo_zero),
+                                         rx_ready.eq(0)]
+                            m.next = "LEN_CHK"
                         elif state == "PAYLOAD":
                             m.d.comb += [wr.en.eq(~drain), rem_dec.eq(1)]
                             m.d.sync += ptr.eq(ptr + 1)
@@ -309,11 +331,20 @@ class HostLink(wiring.Component):
                             m.next = "CRC_HI"
                         elif state == "CRC_HI":
                             # The high byte's difference from the CRC's, for CHECK.
-                            m.d.sync += crc_lo.eq(byte ^ crc.crc[8:])
+                            m.d.sync += [crc_lo.eq(byte ^ crc.crc[8:]), rx_ready.eq(0)]
                             m.next = "CHECK"
                     if state == "CRC_LO":
                         # The read-out starts at 0: rd.data holds byte 0 from DISPATCH on.
                         m.d.sync += ptr.eq(0)
+
+            with m.State("LEN_CHK"):
+                # Not ready for a byte: the next is taken in PAYLOAD or CRC_LO, whose timer runs
+                # on from 0.
+                m.d.sync += rx_ready.eq(1)
+                with m.If(len_zero & ~drain):
+                    m.next = "CRC_LO"
+                with m.Else():
+                    m.next = "PAYLOAD"
 
             with m.State("CHECK"):
                 with m.If(drain):
@@ -326,7 +357,6 @@ class HostLink(wiring.Component):
             with m.State("DISPATCH"):
                 m.d.comb += cmd.valid.eq(1)
                 with m.If(cmd.ready):
-                    m.d.sync += [executing.eq(1), more.eq(length != 0)]
                     m.next = "RESPONSE"
 
             with m.State("RESPONSE"):
@@ -356,17 +386,15 @@ class HostLink(wiring.Component):
                         with m.Default():
                             send(remaining[8:16], 1)
                             with m.If(remaining != 0):
+                                m.d.sync += in_data.eq(1)
                                 m.next = "DATA"
                             with m.Else():
                                 m.next = "CRC"
 
             with m.State("DATA"):
-                m.d.comb += rdata.ready.eq(oload)
-                with m.If(rdata.valid & oload):
-                    m.d.comb += rem_dec.eq(1)
-                    send(rdata.payload, 1)
-                    with m.If(remaining == 1):
-                        m.next = "CRC"
+                # (The byte is taken outside the FSM, on ``in_data``.)
+                with m.If(rdata.valid & rdata.ready & (remaining == 1)):
+                    m.next = "CRC"
 
             with m.State("CRC"):
                 # ``step`` wrapped to 0 after the header. The low byte waits for the register
@@ -375,7 +403,12 @@ class HostLink(wiring.Component):
                     m.d.sync += step.eq(step + 1)
                     send(Mux(step[0], crc.crc[8:], crc.crc[:8]), 0)
                     with m.If(step[0]):
+                        m.d.sync += rx_ready.eq(1)
                         m.next = "IDLE"
+
+        # Last, so that a handler's ready meets only the flip-flop's last LUT.
+        with m.If(arg.valid & arg.ready):
+            m.d.sync += avail.eq(0)
         return m
 
 
@@ -386,8 +419,10 @@ class Dispatcher(wiring.Component):
     the handler that has the command), so a handler must hold ``resp`` and ``data`` (valid and
     payload) at zero from the end of its reply to the next command it takes.
 
-    The opcode's decode is registered: a command reaches its handler (or the dispatcher's own
-    answer) from the second cycle it is offered on, so ``cmd.ready`` is low in its first.
+    The handshake is registered: a command is taken (by its handler, or for the dispatcher's
+    own answer) the cycle after one in which it was offered and its handler was ready, so
+    ``command.cmd.ready`` is low in a command's first cycle, and a handler's ``cmd.ready`` must
+    not fall while the handler has no command.
 
     Opcodes in ``echo`` are answered by the dispatcher itself as :class:`PingHandler` answers
     them (``OK``, the payload echoed), without a handler port: one answer fewer to OR (PING on
@@ -453,38 +488,40 @@ class Dispatcher(wiring.Component):
         # handler number: a multiplexer costs about three LUTs per bit of resp and data.
         sel = Signal(len(ports))
         pending = Signal()       # the current command had no handler; BAD_OPCODE not yet taken
+        echoing = Signal()
+        answering = Signal()
 
-        # The opcode's decode is registered (a command's payload holds while it waits), and a
-        # command is offered to its handler from its second cycle on (``primed``), when the
-        # registers hold its decode: no opcode compare reaches the handlers' and the link's
-        # handshake logic.
-        match = []
-        for k, row in enumerate(self._table):
-            hit = Signal(name=f"match_{k}")
-            m.d.sync += hit.eq(Const(0) if not row else
-                               _any(up.cmd.payload.opcode == op for op in row))
-            match.append(hit)
+        # The handshake is registered: in a cycle where the command waits, its opcode is
+        # decoded and its handler's ``cmd.ready`` read, and ``go`` (a flip-flop) makes the
+        # handshake in the next cycle, with the decode registered too (``match``). So neither
+        # the opcode's compares nor a handler's ready reach the link's and the handlers'
+        # handshake logic. It needs a handler's ready not to fall while it has no command
+        # (each handler's is its idle state).
+        match_now = [Const(0) if not row else _any(up.cmd.payload.opcode == op for op in row)
+                     for row in self._table]
+        echo_now = _any(up.cmd.payload.opcode == op for op in self._echo)
+        match = [Signal(name=f"match_{k}") for k in range(len(ports))]
         echo = Signal()
-        m.d.sync += echo.eq(_any(up.cmd.payload.opcode == op for op in self._echo))
+        m.d.sync += [Cat(match).eq(Cat(match_now)), echo.eq(echo_now)]
         none = Signal()
         m.d.comb += none.eq(~_any(match) & ~echo)
-        primed = Signal()
-        m.d.sync += primed.eq(up.cmd.valid & ~up.cmd.ready)
+        go = Signal()
+        ready_now = ((~_any(match_now) | echo_now) & ~pending & ~answering)
+        for k, port in enumerate(ports):
+            ready_now = ready_now | (match_now[k] & port.cmd.ready)
+        m.d.sync += go.eq(up.cmd.valid & ~go & ready_now)
 
         # The echo (PingHandler's): ``answering`` from the command to its answer, then the
         # payload passes through while ``echoing``. ``length`` is cleared with the answer, so
         # the answer is zero while idle without a gate per bit.
-        echoing = Signal()
-        answering = Signal()
         length = Signal.like(up.cmd.payload.length)
-        with m.If(up.cmd.valid & up.cmd.ready & echo):
+        with m.If(go & echo):
             m.d.sync += [length.eq(up.cmd.payload.length), answering.eq(1)]
         with m.If(answering & up.resp.ready):
             m.d.sync += [length.eq(0), answering.eq(0)]
         echo_data = Signal()
         m.d.comb += echo_data.eq(up.arg.valid & echoing & ~answering)
 
-        cmd_ready = Const(0)
         arg_ready = echoing & ~answering & up.data.ready
         # BAD_OPCODE (the dispatcher's own answer) and OK with the echo's length.
         resp_valid = pending | answering
@@ -492,27 +529,26 @@ class Dispatcher(wiring.Component):
         data_valid = echo_data
         data_payload = Mux(echo_data, up.arg.payload, 0)
         for k, port in enumerate(ports):
-            m.d.comb += [port.cmd.valid.eq(up.cmd.valid & primed & match[k]),
+            # ``go`` implies ``cmd.valid`` (a command waits for its handshake).
+            m.d.comb += [port.cmd.valid.eq(go & match[k]),
                          port.cmd.payload.eq(up.cmd.payload),
                          port.arg.payload.eq(up.arg.payload),
                          port.arg.valid.eq(up.arg.valid & sel[k]),
                          port.resp.ready.eq(up.resp.ready),
                          port.data.ready.eq(up.data.ready)]
-            cmd_ready = cmd_ready | (match[k] & port.cmd.ready)
             # arg.ready is gated: a handler may be ready for arguments while idle.
             arg_ready = arg_ready | (sel[k] & port.arg.ready)
             resp_valid = resp_valid | port.resp.valid
             resp_payload = resp_payload | port.resp.payload.as_value()
             data_valid = data_valid | port.data.valid
             data_payload = data_payload | port.data.payload
-        m.d.comb += [up.cmd.ready.eq(primed & (cmd_ready
-                                               | ((none | echo) & ~pending & ~answering))),
+        m.d.comb += [up.cmd.ready.eq(go),
                      up.arg.ready.eq(arg_ready),
                      up.resp.valid.eq(resp_valid),
                      up.resp.payload.eq(resp_payload),
                      up.data.valid.eq(data_valid),
                      up.data.payload.eq(data_payload)]
-        with m.If(up.cmd.valid & up.cmd.ready):
+        with m.If(go):
             m.d.sync += [sel.eq(Cat(match)), pending.eq(none), echoing.eq(echo)]
         with m.If(pending & up.resp.ready):
             m.d.sync += pending.eq(0)

@@ -174,25 +174,29 @@ class HostLink(wiring.Component):
         lo_over = Signal()
         lo_match = Signal()
         len_zero = Signal()      # the length is zero (from LEN_HI, for LEN_CHK)
+        answered = Signal()      # RESPONSE took the answer
         fb_lo, fb_hi = self._frame_bytes & 0xFF, self._frame_bytes >> 8
 
-        # Frame buffer read-out as the arg stream, one byte per three cycles: ``arg.valid`` is
-        # a flip-flop (``avail``); a byte taken clears it and marks the next cycle ``stale``,
-        # in which ``ptr`` (the read address) steps; in the cycle after (``stale2``) the buffer
-        # reads the byte at ``ptr`` and ``avail`` is set again if ``ptr != length``. So neither
-        # a handler's ready nor an adder reaches the buffer's address or ``arg.valid``. While
-        # the frame comes in, ``ptr`` is the write address (one counter for both: the read-out
-        # starts after the CRC).
+        # Frame buffer read-out as the arg stream, one byte per two cycles: ``arg.valid`` is a
+        # flip-flop (``avail``), and the read address is the register ``ptr``. A byte taken
+        # steps ``ptr`` and clears ``avail``; in the next cycle (``stale``) the buffer reads the
+        # byte at the new ``ptr`` and ``avail`` is set again if ``ptr != length``. So no adder
+        # reaches the buffer's address or ``arg.valid``, and a handler's ready reaches only
+        # flip-flops' enables. While the frame comes in, ``ptr`` is the write address (one
+        # counter for both: the read-out starts after the CRC).
         # ``i.ready`` is a flag, the states IDLE to CRC_HI (cleared as they are left, set as
         # they are entered), not a decode of the state.
         rx_ready = Signal(init=1)
         m.d.comb += self.i.ready.eq(rx_ready)
 
         ptr = Signal(range(self._frame_bytes + 1))
+        ptr_clear = Signal()
+        ptr_step = Signal()
         avail = Signal()
         stale = Signal()
-        stale2 = Signal()
+        take_arg = Signal()
         m.d.comb += [
+            take_arg.eq(arg.valid & arg.ready),
             arg.valid.eq(avail),
             arg.payload.eq(rd.data),
             rd.addr.eq(ptr),
@@ -201,15 +205,19 @@ class HostLink(wiring.Component):
             cmd.payload.opcode.eq(opcode),
             cmd.payload.length.eq(length),
         ]
-        m.d.sync += [stale.eq(arg.valid & arg.ready), stale2.eq(stale)]
-        with m.If(stale):
+        m.d.sync += stale.eq(take_arg)
+        with m.If(ptr_clear):
+            m.d.sync += ptr.eq(0)
+        with m.Elif(ptr_step | take_arg):
             m.d.sync += ptr.eq(ptr + 1)
-        # Set when the command is taken (``ptr`` is 0 then) and two cycles after a byte was
-        # taken; cleared while receiving.
-        with m.If(stale2 | cmd.ready):
-            m.d.sync += avail.eq(ptr != length)
-        with m.If(rx_ready):
-            m.d.sync += avail.eq(0)
+        # Set when the command is taken (``ptr`` is 0 then) and in the cycle after a byte was
+        # taken, cleared as a byte is taken and while receiving. Written as gates, not as a
+        # choice, so that synthesis makes no enable of the handlers' ready: it meets only the
+        # flip-flop's last LUT.
+        avail_set = Signal()
+        m.d.comb += avail_set.eq(stale | cmd.ready)
+        m.d.sync += avail.eq(~rx_ready & ~take_arg
+                             & ((avail_set & (ptr != length)) | (~avail_set & avail)))
 
         # One copy of the fixed arguments for all handlers; data, so no reset.
         args = Signal(8 * ARG_BYTES, reset_less=True)
@@ -251,6 +259,7 @@ class HostLink(wiring.Component):
         oload = Signal()
         in_data = Signal()
         own = Signal(8)
+        own_crc = Signal()       # the link's own byte counts in the CRC
         osend = Signal()
         m.d.comb += [self.o.valid.eq(ofull), self.o.payload.eq(obuf),
                      oload.eq(~ofull | self.o.ready)]
@@ -261,15 +270,14 @@ class HostLink(wiring.Component):
         m.d.comb += rdata.ready.eq(in_data & oload)
         with m.If(rdata.valid & rdata.ready):
             m.d.comb += [rem_dec.eq(1), osend.eq(1)]
-            m.d.sync += ocrc.eq(1)
             with m.If(remaining == 1):
                 m.d.sync += in_data.eq(0)
         with m.If(osend):
-            m.d.sync += [obuf.eq(Mux(in_data, rdata.payload, own)), ofull.eq(1)]
+            m.d.sync += [obuf.eq(Mux(in_data, rdata.payload, own)), ofull.eq(1),
+                         ocrc.eq(in_data | own_crc)]
 
         def send(payload, counted):
-            m.d.comb += [osend.eq(1), own.eq(payload)]
-            m.d.sync += ocrc.eq(counted)
+            m.d.comb += [osend.eq(1), own.eq(payload), own_crc.eq(counted)]
 
 
         def reply(code):
@@ -279,7 +287,8 @@ class HostLink(wiring.Component):
 
         with m.FSM():
             with m.State("IDLE"):
-                m.d.sync += [timer.eq(0), timed_out.eq(0), ptr.eq(0),
+                m.d.comb += ptr_clear.eq(1)
+                m.d.sync += [timer.eq(0), timed_out.eq(0),
                              drain.eq(0)]
                 with m.If(take):
                     with m.If(byte == SOF_REQUEST):
@@ -319,7 +328,7 @@ class HostLink(wiring.Component):
                             m.next = "LEN_CHK"
                         elif state == "PAYLOAD":
                             m.d.comb += [wr.en.eq(~drain), rem_dec.eq(1)]
-                            m.d.sync += ptr.eq(ptr + 1)
+                            m.d.comb += ptr_step.eq(1)
                             with m.Switch(ptr):
                                 for k in range(ARG_BYTES):
                                     with m.Case(k):
@@ -335,7 +344,7 @@ class HostLink(wiring.Component):
                             m.next = "CHECK"
                     if state == "CRC_LO":
                         # The read-out starts at 0: rd.data holds byte 0 from DISPATCH on.
-                        m.d.sync += ptr.eq(0)
+                        m.d.comb += ptr_clear.eq(1)
 
             with m.State("LEN_CHK"):
                 # Not ready for a byte: the next is taken in PAYLOAD or CRC_LO, whose timer runs
@@ -360,9 +369,19 @@ class HostLink(wiring.Component):
                     m.next = "RESPONSE"
 
             with m.State("RESPONSE"):
-                m.d.comb += [resp.ready.eq(1), rem_load.eq(1)]
-                with m.If(resp.valid):
-                    m.d.sync += [status.eq(resp.payload.status), step.eq(0)]
+                # The answer is taken into ``status`` and ``remaining`` (``answered``), and the
+                # header starts in the next cycle: a handler's resp.valid reaches only those
+                # registers, not the state.
+                # ``status`` and ``remaining`` load on every cycle until then (the answer is
+                # zero while not valid, the last load the handshake's), so resp.valid reaches
+                # only ``answered``.
+                m.d.comb += [resp.ready.eq(~answered), rem_load.eq(~answered)]
+                with m.If(~answered):
+                    m.d.sync += status.eq(resp.payload.status)
+                with m.If(resp.valid & ~answered):
+                    m.d.sync += answered.eq(1)
+                with m.If(answered):
+                    m.d.sync += [step.eq(0), answered.eq(0)]
                     m.next = "HEADER"
 
             # Reply: SOF, status, len_lo, len_hi, payload, crc_lo, crc_hi.
@@ -392,8 +411,8 @@ class HostLink(wiring.Component):
                                 m.next = "CRC"
 
             with m.State("DATA"):
-                # (The byte is taken outside the FSM, on ``in_data``.)
-                with m.If(rdata.valid & rdata.ready & (remaining == 1)):
+                # The bytes are taken outside the FSM, on ``in_data``, which the last clears.
+                with m.If(~in_data):
                     m.next = "CRC"
 
             with m.State("CRC"):
@@ -405,10 +424,6 @@ class HostLink(wiring.Component):
                     with m.If(step[0]):
                         m.d.sync += rx_ready.eq(1)
                         m.next = "IDLE"
-
-        # Last, so that a handler's ready meets only the flip-flop's last LUT.
-        with m.If(arg.valid & arg.ready):
-            m.d.sync += avail.eq(0)
         return m
 
 

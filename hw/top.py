@@ -564,22 +564,24 @@ class MemoryHandler(wiring.Component):
         # compare.
         span_end = Signal()
 
-        # The pointer: loaded in CHECK, else stepped by 1 (2 for a packed transfer) where
-        # ``adv``. Written with the load's select in the addend's upper bits (the sum is not
-        # used where it loads), so that the choice merges into the carry chain's LUTs
+        # The pointer: loaded in CHECK, else stepped by 1 (2 for a packed transfer) in the
+        # cycle after ``adv`` (``stepping``, a flip-flop, so that no handshake reaches its
+        # carry chain). Written with the load's select in the addend's upper bits (the sum is
+        # not used where it loads), so that the choice merges into the carry chain's LUTs
         # (lowbit.hw.ports.load_or_step). The scratchpad's address is the register ``ptr``
-        # itself, not its next value: the read data is the word at ``ptr`` from the second
-        # cycle after a step on (``moved`` marks the first), so READ waits a cycle after each
-        # step, which costs nothing against the line's bytes.
+        # itself: after a step, WRITE waits a cycle (``stepping``) for the new address and
+        # READ two (``stepping``, ``moved``) for the word at it, which costs nothing against
+        # the line's bytes.
         load = Signal()
         adv = Signal()
+        stepping = Signal()
         moved = Signal()
-        addend = Cat(adv & ~packed, adv & packed, load.replicate(aw - 2))
+        addend = Cat(stepping & ~packed, stepping & packed, load.replicate(aw - 2))
         m.d.comb += [p.addr.eq(ptr[1:]),
                      p.wdata.eq(Cat(c.arg.payload, c.arg.payload)),
                      p.wmask.eq(Mux(ptr[0], 0b10, 0b01))]
         m.d.sync += [ptr.eq(Mux(load, Cat(addr[0] | high, addr[1:aw]), ptr + addend)),
-                     moved.eq(adv)]
+                     stepping.eq(adv), moved.eq(stepping)]
 
         # ``left``: loaded with the count in CHECK, one less a byte (load_or_step). Its tests
         # against 0 and 1 are flags kept beside it (``left_zero``, ``left_one``), so that the
@@ -652,8 +654,9 @@ class MemoryHandler(wiring.Component):
                 with m.If(left_zero):
                     m.next = "RESP"
                 with m.Else():
-                    m.d.comb += [c.arg.ready.eq(span_end), p.we.eq(c.arg.valid)]
-                    with m.If(c.arg.valid):
+                    m.d.comb += [c.arg.ready.eq(span_end & ~stepping),
+                                 p.we.eq(c.arg.valid & ~stepping)]
+                    with m.If(c.arg.valid & ~stepping):
                         advance()
                         m.d.comb += left_dec.eq(span_end)
             with m.State("RESP"):
@@ -665,13 +668,14 @@ class MemoryHandler(wiring.Component):
                     with m.If(reading & ~left_zero):
                         m.next = "READ"
             with m.State("READ"):
-                # rdata holds the word at ``ptr`` unless the pointer moved in the last cycle;
-                # words skipped within a span need no data.
-                m.d.comb += [c.data.valid.eq(span_end & ~moved),
+                # rdata holds the word at ``ptr`` unless the pointer stepped in the last two
+                # cycles; words skipped within a span need no data.
+                fresh = ~stepping & ~moved
+                m.d.comb += [c.data.valid.eq(span_end & fresh),
                              c.data.payload.eq(Mux(ptr[0], p.rdata[8:], p.rdata[:8]))]
-                with m.If((c.data.ready & ~moved) | ~span_end):
+                with m.If((c.data.ready & fresh) | ~span_end):
                     advance()
-                with m.If(c.data.ready & span_end & ~moved):
+                with m.If(c.data.ready & span_end & fresh):
                     m.d.comb += left_dec.eq(1)
                     with m.If(left_one):
                         m.next = "IDLE"

@@ -75,6 +75,13 @@ class HostLink(wiring.Component):
     ``command``. While a command executes and its reply is sent, ``i`` is not ready (the host
     waits for each reply). One CRC unit serves both directions.
 
+    For timing, decisions are taken from registers: the tests of the header's length and of the
+    CRC's high byte are acted on in the cycle after the byte (states LEN_CHK and CHECK),
+    ``i.ready`` and ``arg.valid`` are flip-flops, the payload is read out on ``arg`` at one byte
+    per two cycles (from a registered address), an answer on ``resp`` is taken a cycle before the
+    header starts, and reply bytes leave ``o`` from a register (loaded when it is empty or being
+    taken, so up to one byte per cycle), entering the CRC as they are taken.
+
     Parameters
     ----------
     frame_bytes : int
@@ -215,7 +222,7 @@ class HostLink(wiring.Component):
         # choice, so that synthesis makes no enable of the handlers' ready: it meets only the
         # flip-flop's last LUT.
         avail_set = Signal()
-        m.d.comb += avail_set.eq(stale | cmd.ready)
+        m.d.comb += avail_set.eq(stale | (cmd.valid & cmd.ready))
         m.d.sync += avail.eq(~rx_ready & ~take_arg
                              & ((avail_set & (ptr != length)) | (~avail_set & avail)))
 

@@ -472,7 +472,7 @@ class RegisterHandler(wiring.Component):
 
 
 class MemoryHandler(wiring.Component):
-    """MEM_READ / MEM_WRITE and the packed transfers of the scratchpad, one byte per cycle.
+    """MEM_READ / MEM_WRITE and the packed transfers of the scratchpad.
 
     MEM_WRITE payload: byte address u32, then the data. MEM_READ payload: byte address u32,
     count u16; the reply carries ``count`` bytes. The packed transfers
@@ -494,6 +494,11 @@ class MemoryHandler(wiring.Component):
     The address and the count are read from ``args`` (the link's copy of the payload's first
     bytes, :attr:`lowbit.hw.link.HostLink.args`); a write skips the address's four bytes on
     ``command.arg`` before its data.
+
+    For timing, the checks take two cycles (CHECK, CHECK2), the FSM decides on flags kept beside
+    its counters, and the scratchpad address is the pointer register, stepped a cycle after each
+    transfer: a word is written every second cycle at most, a byte read every third (against 10
+    bit periods a byte on the line).
 
     Parameters
     ----------

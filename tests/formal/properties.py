@@ -142,8 +142,9 @@ class LinkStreams(Elaboratable):
     documented early stop); the rule applies until then.
 
     ``o`` and ``cmd`` are proved by k-induction; ``arg`` only by BMC, because its ``valid``
-    comes from an ``executing`` flag that only the idle state clears, and induction starts from
-    unreachable states where it is stale for longer than any practical depth.
+    is a flag (``avail``) set from the read pointer and cleared only by a taken byte and the
+    receiving states, and induction starts from unreachable states where it is stale for longer
+    than any practical depth.
     """
 
     FRAME_BYTES = 20
@@ -233,13 +234,15 @@ class _LinkProbe(HostLink):
 class LinkReturnsToIdle(Elaboratable):
     """``HostLink(frame_bytes=16, timeout_cycles=6)`` + ``PingHandler``, reply always taken:
     whatever bytes came before, once the host stops sending the parser is idle again within
-    ``BOUND = timeout_cycles + frame_bytes + 12`` cycles (the timeout, then the longest reply:
-    4 header + 16 payload + 2 CRC bytes, plus dispatch).
+    ``BOUND = timeout_cycles + 2 * frame_bytes + 14`` cycles (the timeout, then the longest
+    reply: 4 header bytes, 16 payload bytes read out of the frame buffer at one per two cycles,
+    2 CRC bytes, plus the checks, the dispatch and the answer; 42 cycles from a 16-byte PING's
+    last byte to idle).
     """
 
     FRAME_BYTES = 16
     TIMEOUT = 6
-    BOUND = TIMEOUT + FRAME_BYTES + 12
+    BOUND = TIMEOUT + 2 * FRAME_BYTES + 14
 
     def __init__(self):
         self.dut = _LinkProbe(frame_bytes=self.FRAME_BYTES, timeout_cycles=self.TIMEOUT)
@@ -620,8 +623,8 @@ PROOFS = {
     "link_streams": Proof(LinkStreams, "prove", 16),
     "link_arg_stream": Proof(functools.partial(LinkStreams, arg=True), "bmc", 20),
     "link_frame_buffer": Proof(LinkFrameBuffer, "bmc", 26, slow=True),
-    "link_idle": Proof(LinkReturnsToIdle, "bmc", 46, slow=True),
-    "link_idle_deep": Proof(LinkReturnsToIdle, "bmc", 60, slow=True),
+    "link_idle": Proof(LinkReturnsToIdle, "bmc", 64, slow=True),
+    "link_idle_deep": Proof(LinkReturnsToIdle, "bmc", 78, slow=True),
     "lut_streams": Proof(LutStreams, "prove", 10, slow=True),
     "memory_bounds": Proof(MemoryBounds, "bmc", 20, slow=True),
     "grand_bound": Proof(GrandBound, "bmc", 24, slow=True),

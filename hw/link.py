@@ -184,6 +184,11 @@ class HostLink(wiring.Component):
         answered = Signal()      # RESPONSE took the answer
         fb_lo, fb_hi = self._frame_bytes & 0xFF, self._frame_bytes >> 8
 
+        # ``i.ready`` is a flag, the states IDLE to CRC_HI (cleared as they are left, set as
+        # they are entered), not a decode of the state.
+        rx_ready = Signal(init=1)
+        m.d.comb += self.i.ready.eq(rx_ready)
+
         # Frame buffer read-out as the arg stream, one byte per two cycles: ``arg.valid`` is a
         # flip-flop (``avail``), and the read address is the register ``ptr``. A byte taken
         # steps ``ptr`` and clears ``avail``; in the next cycle (``stale``) the buffer reads the
@@ -191,11 +196,6 @@ class HostLink(wiring.Component):
         # reaches the buffer's address or ``arg.valid``, and a handler's ready reaches only
         # flip-flops' enables. While the frame comes in, ``ptr`` is the write address (one
         # counter for both: the read-out starts after the CRC).
-        # ``i.ready`` is a flag, the states IDLE to CRC_HI (cleared as they are left, set as
-        # they are entered), not a decode of the state.
-        rx_ready = Signal(init=1)
-        m.d.comb += self.i.ready.eq(rx_ready)
-
         ptr = Signal(range(self._frame_bytes + 1))
         ptr_clear = Signal()
         ptr_step = Signal()
@@ -240,7 +240,9 @@ class HostLink(wiring.Component):
         # sum whose addend carries the load's select (lowbit.hw.ports.load_or_step: the
         # choice merges into the carry chain's LUTs); reply() clears it. The loads are made on
         # every cycle of their state (LEN_HI, RESPONSE), not only on the handshake that leaves
-        # it: the last one is the handshake's, and the load select is the state alone.
+        # it: the last one is the handshake's, and the load select depends on no handshake.
+        # The load select is a flag (the states LEN_HI and RESPONSE until the answer is taken),
+        # not a decode of the state, as it drives the carry chain.
         rem_load = Signal()
         rem_len = Signal()           # the load is the request's length (LEN_HI), not the answer's
         rem_dec = Signal()
@@ -286,17 +288,15 @@ class HostLink(wiring.Component):
         def send(payload, counted):
             m.d.comb += [osend.eq(1), own.eq(payload), own_crc.eq(counted)]
 
-
         def reply(code):
             m.d.comb += rem_clear.eq(1)
-            m.d.sync += [status.eq(code), step.eq(0), rx_ready.eq(0)]
+            m.d.sync += [status.eq(code), step.eq(0), rx_ready.eq(0), rem_load.eq(0)]
             m.next = "HEADER"
 
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += ptr_clear.eq(1)
-                m.d.sync += [timer.eq(0), timed_out.eq(0),
-                             drain.eq(0)]
+                m.d.sync += [timer.eq(0), timed_out.eq(0), drain.eq(0)]
                 with m.If(take):
                     with m.If(byte == SOF_REQUEST):
                         m.d.comb += crc.clear.eq(1)
@@ -308,7 +308,7 @@ class HostLink(wiring.Component):
             for state in ("OPCODE", "LEN_LO", "LEN_HI", "PAYLOAD", "CRC_LO", "CRC_HI"):
                 with m.State(state):
                     if state == "LEN_HI":
-                        m.d.comb += [rem_load.eq(1), rem_len.eq(1)]
+                        m.d.comb += rem_len.eq(1)
                     with m.If(take):
                         m.d.sync += [timer.eq(0), timed_out.eq(0)]
                     with m.Elif(timed_out):
@@ -324,14 +324,15 @@ class HostLink(wiring.Component):
                             m.next = "LEN_LO"
                         elif state == "LEN_LO":
                             m.d.sync += [crc_lo.eq(byte),      # free until CRC_LO
-                                         lo_zero.eq(byte == 0), lo_over.eq(byte > fb_lo)]
+                                         lo_zero.eq(byte == 0), lo_over.eq(byte > fb_lo),
+                                         rem_load.eq(1)]
                             m.next = "LEN_HI"
                         elif state == "LEN_HI":
                             # new_length > frame_bytes, new_length == 0, for LEN_CHK
                             m.d.sync += [length.eq(new_length),
                                          drain.eq((byte > fb_hi) | ((byte == fb_hi) & lo_over)),
                                          len_zero.eq((byte == 0) & lo_zero),
-                                         rx_ready.eq(0)]
+                                         rx_ready.eq(0), rem_load.eq(0)]
                             m.next = "LEN_CHK"
                         elif state == "PAYLOAD":
                             m.d.comb += [wr.en.eq(~drain), rem_dec.eq(1)]
@@ -373,20 +374,19 @@ class HostLink(wiring.Component):
             with m.State("DISPATCH"):
                 m.d.comb += cmd.valid.eq(1)
                 with m.If(cmd.ready):
+                    m.d.sync += rem_load.eq(1)
                     m.next = "RESPONSE"
 
             with m.State("RESPONSE"):
-                # The answer is taken into ``status`` and ``remaining`` (``answered``), and the
-                # header starts in the next cycle: a handler's resp.valid reaches only those
-                # registers, not the state.
-                # ``status`` and ``remaining`` load on every cycle until then (the answer is
-                # zero while not valid, the last load the handshake's), so resp.valid reaches
-                # only ``answered``.
-                m.d.comb += [resp.ready.eq(~answered), rem_load.eq(~answered)]
+                # ``status`` and ``remaining`` load the answer on every cycle until it is
+                # taken (it is zero while not valid, so the last load is the handshake's), and
+                # the header starts in the cycle after: a handler's resp.valid reaches only the
+                # flag ``answered``, not the state.
+                m.d.comb += resp.ready.eq(~answered)
                 with m.If(~answered):
                     m.d.sync += status.eq(resp.payload.status)
                 with m.If(resp.valid & ~answered):
-                    m.d.sync += answered.eq(1)
+                    m.d.sync += [answered.eq(1), rem_load.eq(0)]
                 with m.If(answered):
                     m.d.sync += [step.eq(0), answered.eq(0)]
                     m.next = "HEADER"

@@ -488,8 +488,8 @@ class MemoryHandler(wiring.Component):
     The opcodes' low bits decode the transfer: bit 0 write, bit 1 low lane, bit 2 high lane
     (MEM_READ 0x20 .. MEM_FILL_HIGH 0x25). A packed transfer walks the words with the byte
     pointer on the lane (odd for the high byte, so the byte enables are MEM_WRITE's) in steps
-    of two; a span of several words repeats a written byte or skips words read, one word per
-    cycle.
+    of two; a span of several words repeats a written byte or skips words read (a skipped word
+    takes a cycle).
 
     The address and the count are read from ``args`` (the link's copy of the payload's first
     bytes, :attr:`lowbit.hw.link.HostLink.args`); a write skips the address's four bytes on

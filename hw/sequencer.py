@@ -693,25 +693,32 @@ class Sequencer(wiring.Component):
             m.d.sync += status.eq(code)
             m.next = "DONE"
 
+        # The command's and the arguments' readiness from flip-flops too: ``idle`` (IDLE) and
+        # ``args_ready`` (ARGS before the eighth byte).
+        idle = Signal(init=1)
+        args_ready = Signal()
+        m.d.comb += [c.cmd.ready.eq(idle), c.arg.ready.eq(args_ready),
+                     c.data.valid.eq(send_valid), c.data.payload.eq(send_byte)]
+
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += c.cmd.ready.eq(1)
                 with m.If(c.cmd.valid):
-                    m.d.sync += [nargs.eq(0), limit_z.eq(1), limit_in.eq(0)]
+                    m.d.sync += [nargs.eq(0), limit_z.eq(1), limit_in.eq(0), idle.eq(0)]
                     with m.If(c.cmd.payload.length == 8):
+                        m.d.sync += args_ready.eq(1)
                         m.next = "ARGS"
                     with m.Else():
                         m.d.sync += [status.eq(Status.BAD_LENGTH), resp_valid.eq(1)]
                         m.next = "RESP_EMPTY"
             with m.State("ARGS"):
-                with m.If(nargs == 8):
+                with m.If(~args_ready):
                     m.next = "CHECK"
                 with m.Else():
-                    m.d.comb += c.arg.ready.eq(1)
                     with m.If(c.arg.valid):
                         nargs_inc = Signal(4)
                         m.d.comb += nargs_inc.eq(nargs + 1)
-                        m.d.sync += [nargs.eq(nargs_inc), limit_in.eq(nargs_inc[2:] == 1)]
+                        m.d.sync += [nargs.eq(nargs_inc), limit_in.eq(nargs_inc[2:] == 1),
+                                     args_ready.eq(nargs_inc != 8)]
                         b = c.arg.payload
                         with m.Switch(nargs):
                             with m.Case(0):
@@ -744,7 +751,7 @@ class Sequencer(wiring.Component):
                     m.next = "FETCH"
             with m.State("RESP_EMPTY"):
                 with m.If(c.resp.ready):
-                    m.d.sync += resp_valid.eq(0)
+                    m.d.sync += [resp_valid.eq(0), idle.eq(1)]
                     m.next = "IDLE"
 
             # -- fetch and decode ------------------------------------------------------------
@@ -1018,8 +1025,7 @@ class Sequencer(wiring.Component):
                 # The pc's four bytes, then the counters' twelve through executed's low byte
                 # (a shift with each of them taken: the next is then executed's second byte).
                 sidx_inc = Signal(4)
-                m.d.comb += [c.data.valid.eq(send_valid), c.data.payload.eq(send_byte),
-                             sidx_inc.eq(sidx + 1)]
+                m.d.comb += sidx_inc.eq(sidx + 1)
                 with m.If(c.data.ready):
                     m.d.sync += [sidx.eq(sidx_inc), send_hi.eq(sidx_inc[2:] != 0)]
                     m.d.comb += shift.eq(send_hi)
@@ -1028,7 +1034,7 @@ class Sequencer(wiring.Component):
                             Mux(sidx[:2] == 3, executed[:8],
                                 Cat(pc_bytes[8:], Const(0, 8)).word_select(sidx[:2], 8))))
                     with m.If(sidx == 15):
-                        m.d.sync += [send_valid.eq(0), send_byte.eq(0)]
+                        m.d.sync += [send_valid.eq(0), send_byte.eq(0), idle.eq(1)]
                         m.next = "IDLE"
         if self._bfp:
             # MATVEC's reader phases, on the flags (after the FSM, as the reader).

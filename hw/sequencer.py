@@ -693,23 +693,31 @@ class Sequencer(wiring.Component):
             m.d.sync += status.eq(code)
             m.next = "DONE"
 
-        # The command's and the arguments' readiness from flip-flops too: ``idle`` (IDLE) and
-        # ``args_ready`` (ARGS before the eighth byte).
+        # The command's and the arguments' readiness from flip-flops too: ``idle`` (IDLE until
+        # a command is taken) and ``args_ready`` (ARGS before the eighth byte). IDLE, RESP,
+        # RESP_EMPTY and SEND move on a cycle after their handshake, on these flip-flops, so
+        # that no handshake of the link reaches the state register (a cycle each, outside
+        # ``cycles``).
         idle = Signal(init=1)
+        len_ok = Signal()             # the command taken in IDLE has the length 8
         args_ready = Signal()
         m.d.comb += [c.cmd.ready.eq(idle), c.arg.ready.eq(args_ready),
                      c.data.valid.eq(send_valid), c.data.payload.eq(send_byte)]
 
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(c.cmd.valid):
-                    m.d.sync += [nargs.eq(0), limit_z.eq(1), limit_in.eq(0), idle.eq(0)]
-                    with m.If(c.cmd.payload.length == 8):
+                # The command is taken (``idle``), then the state moves a cycle later on
+                # flip-flops: no handshake of the link in front of the state register.
+                with m.If(~idle):
+                    with m.If(len_ok):
                         m.d.sync += args_ready.eq(1)
                         m.next = "ARGS"
                     with m.Else():
                         m.d.sync += [status.eq(Status.BAD_LENGTH), resp_valid.eq(1)]
                         m.next = "RESP_EMPTY"
+                with m.Elif(c.cmd.valid):
+                    m.d.sync += [nargs.eq(0), limit_z.eq(1), limit_in.eq(0), idle.eq(0),
+                                 len_ok.eq(c.cmd.payload.length == 8)]
             with m.State("ARGS"):
                 with m.If(~args_ready):
                     m.next = "CHECK"
@@ -750,8 +758,11 @@ class Sequencer(wiring.Component):
                     m.d.comb += run_start.eq(1)
                     m.next = "FETCH"
             with m.State("RESP_EMPTY"):
+                # As in IDLE: the answer is taken, then the state moves.
                 with m.If(c.resp.ready):
-                    m.d.sync += [resp_valid.eq(0), idle.eq(1)]
+                    m.d.sync += resp_valid.eq(0)
+                with m.If(~resp_valid):
+                    m.d.sync += idle.eq(1)
                     m.next = "IDLE"
 
             # -- fetch and decode ------------------------------------------------------------
@@ -1018,15 +1029,16 @@ class Sequencer(wiring.Component):
             pc_bytes = Cat(Const(0, 1), pc, Const(0, 14))
             with m.State("RESP"):
                 with m.If(c.resp.ready):
-                    m.d.sync += [resp_valid.eq(0), resp_long.eq(0),
-                                 send_valid.eq(1), send_byte.eq(pc_bytes[:8])]
+                    m.d.sync += [resp_valid.eq(0), resp_long.eq(0)]
+                with m.If(~resp_valid):
+                    m.d.sync += [send_valid.eq(1), send_byte.eq(pc_bytes[:8])]
                     m.next = "SEND"
             with m.State("SEND"):
                 # The pc's four bytes, then the counters' twelve through executed's low byte
                 # (a shift with each of them taken: the next is then executed's second byte).
                 sidx_inc = Signal(4)
                 m.d.comb += sidx_inc.eq(sidx + 1)
-                with m.If(c.data.ready):
+                with m.If(c.data.ready & send_valid):
                     m.d.sync += [sidx.eq(sidx_inc), send_hi.eq(sidx_inc[2:] != 0)]
                     m.d.comb += shift.eq(send_hi)
                     m.d.sync += send_byte.eq(
@@ -1034,8 +1046,10 @@ class Sequencer(wiring.Component):
                             Mux(sidx[:2] == 3, executed[:8],
                                 Cat(pc_bytes[8:], Const(0, 8)).word_select(sidx[:2], 8))))
                     with m.If(sidx == 15):
-                        m.d.sync += [send_valid.eq(0), send_byte.eq(0), idle.eq(1)]
-                        m.next = "IDLE"
+                        m.d.sync += [send_valid.eq(0), send_byte.eq(0)]
+                with m.If(~send_valid):
+                    m.d.sync += idle.eq(1)
+                    m.next = "IDLE"
         if self._bfp:
             # MATVEC's reader phases, on the flags (after the FSM, as the reader).
             with m.If(st_mv & ~mv_x & ~mv_b & tl_more):

@@ -322,6 +322,10 @@ class Sequencer(wiring.Component):
         # ---- Run state -------------------------------------------------------------------------
         start = Signal(17)            # RUN start byte address, bits 0..16
         start_hi = Signal()           # any of its bits 17..31 set
+        # CHECK's address test as a register taken every cycle: the start's bytes come at
+        # least five cycles before CHECK (ARGS, bytes 0..3 of 8), and stay.
+        start_bad = Signal()
+        m.d.sync += start_bad.eq(start[0] | start_hi | (start > self._scratch_bytes - 16))
         # Instructions left before the limit: the RUN's limit shifted in, one less at each
         # NEXT; its decrement's carry out says it is not 0 (``executed == limit``, no compare).
         # As load_or_step, the load's choice merges into the decrement's LUTs, but chosen by
@@ -747,7 +751,7 @@ class Sequencer(wiring.Component):
                              ofs_a.eq(0), ofs_b.eq(0), status.eq(Status.OK)]
                 if self._busy_count:
                     m.d.sync += busy_cycles.eq(0)
-                with m.If(start[0] | start_hi | (start > self._scratch_bytes - 16)):
+                with m.If(start_bad):
                     m.d.sync += [status.eq(Status.BAD_ADDRESS), resp_valid.eq(1)]
                     m.next = "RESP_EMPTY"
                 with m.Elif(limit_z):

@@ -112,8 +112,25 @@ class LUTHandler(wiring.Component):
         # (load_or_step: the load's choice merges into the decrement's LUTs).
         left_load = Signal()
         left_dec = Signal()
+        left_z = Signal()             # left == 0, kept beside it: no zero test before arg.ready
         with m.If(left_load | left_dec):
-            m.d.sync += left.eq(load_or_step(left, -1, left_load, c.cmd.payload.length))
+            m.d.sync += [left.eq(load_or_step(left, -1, left_load, c.cmd.payload.length)),
+                         left_z.eq(Mux(left_load, c.cmd.payload.length == 0, left == 1))]
+
+        # CHECK's tests as registers, taken every cycle (no compare in front of the state):
+        # ``args`` holds still while the command runs, and in START's last cycle ``left`` is
+        # one more than in CHECK, so ``start + left > 257`` there is ``start + left > 256`` in
+        # CHECK (LUT_WRITE; LUT_APPLY, which skips START, does not use it).
+        bad_table = Signal()
+        too_long = Signal()
+        m.d.sync += [bad_table.eq(table >= self._tables), too_long.eq(start + left > 257)]
+        # GATHER's end (a full beat or the last code) as a register taken every cycle, valid a
+        # cycle after ``fill`` or ``left`` changed: GATHER waits that cycle (``g_wait``) after
+        # it is entered and after each code it takes, so that ``arg.ready`` is a decode of
+        # flip-flops (a cycle per code more; the UART takes ten bit periods per reply byte).
+        g_end = Signal()
+        g_wait = Signal()
+        m.d.sync += g_end.eq((fill == lanes) | (fill == left))
 
         with m.FSM():
             with m.State("IDLE"):
@@ -144,14 +161,14 @@ class LUTHandler(wiring.Component):
             with m.State("CHECK"):
                 m.d.sync += [addr.eq(start), fill.eq(0), avail.eq(0), pos.eq(0)]
                 m.next = "RESP"
-                with m.If(table >= self._tables):
+                with m.If(bad_table):
                     m.d.sync += status.eq(Status.BAD_ADDRESS)
-                with m.Elif(~applying & (start + left > 256)):
+                with m.Elif(~applying & too_long):
                     m.d.sync += status.eq(Status.BAD_LENGTH)
                 with m.Elif(~applying):
                     m.next = "WRITE"
             with m.State("WRITE"):
-                with m.If(left == 0):
+                with m.If(left_z):
                     m.next = "RESP"
                 with m.Else():
                     # i_write is always ready; one entry per arg byte.
@@ -165,11 +182,14 @@ class LUTHandler(wiring.Component):
                              c.resp.payload.length.eq(Mux(reply, left, 0))]
                 with m.If(c.resp.ready):
                     m.next = "IDLE"
-                    with m.If(reply & (left != 0)):
+                    with m.If(reply & ~left_z):
+                        m.d.sync += g_wait.eq(1)
                         m.next = "GATHER"
             with m.State("GATHER"):
                 # Collect up to ``lanes`` codes, then look them up in one beat.
-                with m.If((fill == lanes) | (fill == left)):
+                with m.If(g_wait):
+                    m.d.sync += g_wait.eq(0)
+                with m.Elif(g_end):
                     m.next = "LOOKUP"
                 with m.Else():
                     m.d.comb += c.arg.ready.eq(1)
@@ -178,7 +198,7 @@ class LUTHandler(wiring.Component):
                             for k in range(lanes):
                                 with m.Case(k):
                                     m.d.sync += beat[k].eq(c.arg.payload)
-                        m.d.sync += fill.eq(fill + 1)
+                        m.d.sync += [fill.eq(fill + 1), g_wait.eq(1)]
             with m.State("LOOKUP"):
                 m.d.comb += lut.i.valid.eq(1)
                 with m.If(lut.i.ready):
@@ -194,7 +214,7 @@ class LUTHandler(wiring.Component):
                     m.d.comb += left_dec.eq(1)
                     m.d.sync += [pos.eq(pos + 1), avail.eq(avail - 1)]
                     with m.If(avail == 1):
-                        m.d.sync += fill.eq(0)
+                        m.d.sync += [fill.eq(0), g_wait.eq(1)]
                         m.next = "GATHER"
                         with m.If(left == 1):
                             m.next = "IDLE"

@@ -322,10 +322,19 @@ class Sequencer(wiring.Component):
         # ---- Run state -------------------------------------------------------------------------
         start = Signal(17)            # RUN start byte address, bits 0..16
         start_hi = Signal()           # any of its bits 17..31 set
+        # CHECK's address test as a register taken every cycle: the start's bytes come at
+        # least five cycles before CHECK (ARGS, bytes 0..3 of 8), and stay.
+        start_bad = Signal()
+        m.d.sync += start_bad.eq(start[0] | start_hi | (start > self._scratch_bytes - 16))
         # Instructions left before the limit: the RUN's limit shifted in, one less at each
-        # NEXT; its decrement's carry out says it is 0 (``executed == limit``, no compare).
+        # NEXT; its decrement's carry out says it is not 0 (``executed == limit``, no compare).
+        # As load_or_step, the load's choice merges into the decrement's LUTs, but chosen by
+        # a flip-flop (``limit_in``, ARGS at the limit's bytes, when ``left`` does not count),
+        # so that the carry chain starts at flip-flops; ``left_load`` (a byte taken then) only
+        # enables.
         left = Signal(32)
         left_load = Signal()          # ARGS: a byte of the limit comes in
+        limit_in = Signal()
         left_dec = Signal(33)
         nargs = Signal(4)
         status = Signal(8)
@@ -335,19 +344,24 @@ class Sequencer(wiring.Component):
         busy_cycles = Signal(32, init=0 if self._busy_count else 0xFFFFFFFF)
         beat = Signal()               # the matrix engine accepts a beat this cycle
         sidx = Signal(4)
+        send_valid = Signal()         # SEND: the reply's next byte (send_byte) is offered
+        send_byte = Signal(8)
         # The RUN reply's counters shift out through ``executed``'s low byte (SEND, after the
         # pc's bytes): ``executed`` takes ``cycles``' low byte, ``cycles`` ``busy``'s, so no
         # 16:1 byte multiplexer. The shift costs no LUT: written as the counter's sum with
-        # ``shift`` in the addend's upper bits (the sum is not used while shifting), the choice
-        # merges into the carry chain's LUT, whose inputs are the bit, the addend, the carry
-        # and one free (the bit shifted in).
+        # ``send_hi`` in the addend's upper bits (the sum is not used while shifting), the
+        # choice merges into the carry chain's LUT, whose inputs are the bit, the addend, the
+        # carry and one free (the bit shifted in). ``send_hi`` (SEND past the pc's bytes, when
+        # the counters do not count) is a flip-flop, so the carry chains start at flip-flops,
+        # not at the FSM's decode; ``shift`` (a byte taken then) only enables.
         shift = Signal()
+        send_hi = Signal()
         ex_inc = Signal()             # NEXT: an instruction completed
 
         def count_or_shift(counter, inc, above):
             with m.If(inc | shift):
-                m.d.sync += counter.eq(Mux(shift, Cat(counter[8:], above),
-                                           counter + Cat(Const(1, 1), shift.replicate(31))))
+                m.d.sync += counter.eq(Mux(send_hi, Cat(counter[8:], above),
+                                           counter + Cat(Const(1, 1), send_hi.replicate(31))))
 
         if self._busy_count:
             count_or_shift(busy_cycles, beat, Const(0, 8))
@@ -628,10 +642,9 @@ class Sequencer(wiring.Component):
         at_limit = Signal()
         pc_bad = Signal()
         limit_z = Signal()
-        m.d.comb += left_dec.eq(left + (~left_load).replicate(32))
+        m.d.comb += left_dec.eq(left + (~limit_in).replicate(32))
         with m.If(left_load | ex_inc):
-            # As load_or_step: the load's choice merges into the decrement's LUTs.
-            m.d.sync += left.eq(Mux(left_load, Cat(left, c.arg.payload)[8:], left_dec[:32]))
+            m.d.sync += left.eq(Mux(limit_in, Cat(left, c.arg.payload)[8:], left_dec[:32]))
         m.d.sync += [at_limit.eq(~left_dec[32]), pc_bad.eq(pc > words - 8)]
         m.d.sync += [dec_fail.eq(o_fail), dec_len.eq(o_len), dec_range.eq(o_range),
                      dec_mul.eq(o_mul), dec_config.eq(o_config)]
@@ -672,27 +685,52 @@ class Sequencer(wiring.Component):
         def finish():
             m.next = "NEXT"
 
+        # The answer (RESP_EMPTY, RESP) from flip-flops set as the states are entered: no
+        # state decode in front of the dispatcher's OR (the status is 0 outside them).
+        resp_valid = Signal()
+        resp_long = Signal()          # RESP: the reply's 16 bytes follow
+        m.d.comb += [c.resp.valid.eq(resp_valid),
+                     c.resp.payload.status.eq(Mux(resp_valid, status, 0)),
+                     c.resp.payload.length.eq(Mux(resp_long, 16, 0))]
+
         def fail(code):
             m.d.sync += status.eq(code)
             m.next = "DONE"
 
+        # The command's and the arguments' readiness from flip-flops too: ``idle`` (IDLE until
+        # a command is taken) and ``args_ready`` (ARGS before the eighth byte). IDLE, RESP,
+        # RESP_EMPTY and SEND move on a cycle after their handshake, on these flip-flops, so
+        # that no handshake of the link reaches the state register (a cycle each, outside
+        # ``cycles``).
+        idle = Signal(init=1)
+        len_ok = Signal()             # the command taken in IDLE has the length 8
+        args_ready = Signal()
+        m.d.comb += [c.cmd.ready.eq(idle), c.arg.ready.eq(args_ready),
+                     c.data.valid.eq(send_valid), c.data.payload.eq(send_byte)]
+
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += c.cmd.ready.eq(1)
-                with m.If(c.cmd.valid):
-                    m.d.sync += [nargs.eq(0), limit_z.eq(1)]
-                    with m.If(c.cmd.payload.length == 8):
+                # The command is taken (``idle``), then the state moves a cycle later on
+                # flip-flops: no handshake of the link in front of the state register.
+                with m.If(~idle):
+                    with m.If(len_ok):
+                        m.d.sync += args_ready.eq(1)
                         m.next = "ARGS"
                     with m.Else():
-                        m.d.sync += status.eq(Status.BAD_LENGTH)
+                        m.d.sync += [status.eq(Status.BAD_LENGTH), resp_valid.eq(1)]
                         m.next = "RESP_EMPTY"
+                with m.Elif(c.cmd.valid):
+                    m.d.sync += [nargs.eq(0), limit_z.eq(1), limit_in.eq(0), idle.eq(0),
+                                 len_ok.eq(c.cmd.payload.length == 8)]
             with m.State("ARGS"):
-                with m.If(nargs == 8):
+                with m.If(~args_ready):
                     m.next = "CHECK"
                 with m.Else():
-                    m.d.comb += c.arg.ready.eq(1)
                     with m.If(c.arg.valid):
-                        m.d.sync += nargs.eq(nargs + 1)
+                        nargs_inc = Signal(4)
+                        m.d.comb += nargs_inc.eq(nargs + 1)
+                        m.d.sync += [nargs.eq(nargs_inc), limit_in.eq(nargs_inc[2:] == 1),
+                                     args_ready.eq(nargs_inc != 8)]
                         b = c.arg.payload
                         with m.Switch(nargs):
                             with m.Case(0):
@@ -713,20 +751,22 @@ class Sequencer(wiring.Component):
                              ofs_a.eq(0), ofs_b.eq(0), status.eq(Status.OK)]
                 if self._busy_count:
                     m.d.sync += busy_cycles.eq(0)
-                with m.If(start[0] | start_hi | (start > self._scratch_bytes - 16)):
-                    m.d.sync += status.eq(Status.BAD_ADDRESS)
+                with m.If(start_bad):
+                    m.d.sync += [status.eq(Status.BAD_ADDRESS), resp_valid.eq(1)]
                     m.next = "RESP_EMPTY"
                 with m.Elif(limit_z):
-                    m.d.sync += status.eq(Status.BAD_LENGTH)
+                    m.d.sync += [status.eq(Status.BAD_LENGTH), resp_valid.eq(1)]
                     m.next = "RESP_EMPTY"
                 with m.Else():
                     m.d.sync += running.eq(1)
                     m.d.comb += run_start.eq(1)
                     m.next = "FETCH"
             with m.State("RESP_EMPTY"):
-                m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
-                             c.resp.payload.length.eq(0)]
+                # As in IDLE: the answer is taken, then the state moves.
                 with m.If(c.resp.ready):
+                    m.d.sync += resp_valid.eq(0)
+                with m.If(~resp_valid):
+                    m.d.sync += idle.eq(1)
                     m.next = "IDLE"
 
             # -- fetch and decode ------------------------------------------------------------
@@ -828,21 +868,18 @@ class Sequencer(wiring.Component):
                         m.d.sync += st_quant.eq(is_op["QUANT"])
                     if self._lut:
                         m.d.sync += st_lut.eq(op_lut)
-                    with m.If(is_op["MOVE"]):
-                        m.next = "MOVE_RD"
-                    with m.Elif(op_loadw):
-                        m.next = "LOADW"
-                    with m.Elif(is_op["QUANT"]):
-                        m.next = "QUANT"
-                    with m.Elif(op_lut):
-                        m.next = "LUT"
-                    with m.Elif(op_grand):
-                        m.next = "GRAND"
-                    with m.Elif(is_op["MATVEC"]):
-                        m.next = "MATVEC"
-                    if self._discrete:
-                        with m.Elif(is_op["DMATVEC"]):
-                            m.next = "DM_ROW"
+                    # The instructions that reach RANGE, the last one as the default: the
+                    # state always changes here (no hold term in the state's enable).
+                    ranged = [(is_op["MOVE"], "MOVE_RD"), (op_loadw, "LOADW")]
+                    ranged += [(is_op["QUANT"], "QUANT")] * self._quantiser
+                    ranged += [(op_lut, "LUT")] * self._lut
+                    ranged += [(op_grand, "GRAND")] * self._grand
+                    ranged += [(is_op["MATVEC"], "MATVEC")] * self._bfp
+                    ranged += [(is_op["DMATVEC"], "DM_ROW")] * self._discrete
+                    for k, (cond, state) in enumerate(ranged):
+                        with (m.Else() if k == len(ranged) - 1
+                              else m.If(cond) if k == 0 else m.Elif(cond)):
+                            m.next = state
 
             # -- control instructions -------------------------------------------------------
             with m.State("CONFIG"):
@@ -988,25 +1025,35 @@ class Sequencer(wiring.Component):
                     m.d.sync += pc.eq(Mux(jump, src, pc + 8))
                     m.next = "FETCH"
             with m.State("DONE"):
-                m.d.sync += [running.eq(0), sidx.eq(0)]
+                m.d.sync += [running.eq(0), sidx.eq(0), resp_valid.eq(1), resp_long.eq(1)]
                 m.next = "RESP"
+            # The reply's bytes come from two flip-flops (valid) and eight (the byte), set a
+            # byte ahead: no state decode or byte multiplexer in front of the dispatcher's OR.
+            # Both are 0 outside SEND.
+            pc_bytes = Cat(Const(0, 1), pc, Const(0, 14))
             with m.State("RESP"):
-                m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
-                             c.resp.payload.length.eq(16)]
                 with m.If(c.resp.ready):
+                    m.d.sync += [resp_valid.eq(0), resp_long.eq(0)]
+                with m.If(~resp_valid):
+                    m.d.sync += [send_valid.eq(1), send_byte.eq(pc_bytes[:8])]
                     m.next = "SEND"
             with m.State("SEND"):
-                # The pc's four bytes, then the counters' twelve through executed's low byte.
-                pc_bytes = Cat(Const(0, 1), pc, Const(0, 14))
-                first = sidx[2:] == 0
-                m.d.comb += [c.data.valid.eq(1),
-                             c.data.payload.eq(Mux(first, pc_bytes.word_select(sidx[:2], 8),
-                                                   executed[:8]))]
-                with m.If(c.data.ready):
-                    m.d.sync += sidx.eq(sidx + 1)
-                    m.d.comb += shift.eq(~first)
+                # The pc's four bytes, then the counters' twelve through executed's low byte
+                # (a shift with each of them taken: the next is then executed's second byte).
+                sidx_inc = Signal(4)
+                m.d.comb += sidx_inc.eq(sidx + 1)
+                with m.If(c.data.ready & send_valid):
+                    m.d.sync += [sidx.eq(sidx_inc), send_hi.eq(sidx_inc[2:] != 0)]
+                    m.d.comb += shift.eq(send_hi)
+                    m.d.sync += send_byte.eq(
+                        Mux(send_hi, executed[8:16],
+                            Mux(sidx[:2] == 3, executed[:8],
+                                Cat(pc_bytes[8:], Const(0, 8)).word_select(sidx[:2], 8))))
                     with m.If(sidx == 15):
-                        m.next = "IDLE"
+                        m.d.sync += [send_valid.eq(0), send_byte.eq(0)]
+                with m.If(~send_valid):
+                    m.d.sync += idle.eq(1)
+                    m.next = "IDLE"
         if self._bfp:
             # MATVEC's reader phases, on the flags (after the FSM, as the reader).
             with m.If(st_mv & ~mv_x & ~mv_b & tl_more):

@@ -240,13 +240,22 @@ class OutputUnit(wiring.Component):
         g_nz = Signal(len(groups))
         g_idx = [Signal(3, name=f"g_idx{j}") for j in range(len(groups))]
         g_ea = Signal(signed(eb + 1))
+        # Unpipelined, the groups' non-zero tests are taken a stage earlier, with s_abs (s_gnz):
+        # stage T then selects the group from flip-flops.
+        s_gnz = Signal(len(groups))
         for j, grp in enumerate(groups):
             nz_j, idx_j = _leading_one(grp)
-            merged += [g_nz[j].eq(nz_j), g_idx[j].eq(idx_j)]     # stage G (merged)
+            merged += [g_nz[j].eq(nz_j if self._pipelined else s_gnz[j]),
+                       g_idx[j].eq(idx_j)]                      # stage G (merged)
         bitlen = Signal(range(aw + 1))
+        # Unpipelined, stage T keeps the leading one's position (0 with no bit set) and
+        # top's stage adds bitlen's remaining 1 + s_corr (t_add, with ea): no adder between
+        # the leading-one detector and the register.
+        t_add = Signal(2)
         for j in range(len(groups)):    # the highest non-zero group wins
+            pos_j = Cat(g_idx[j], Const(j, 8))
             with m.If(g_nz[j]):
-                m.d.comb += bitlen.eq(Cat(g_idx[j], Const(j, 8)) + 1)
+                m.d.comb += bitlen.eq(pos_j + 1 if self._pipelined else pos_j)
         qv = Signal()
         q_a = Signal(signed(aw))
         q_ea = Signal(signed(eb + 1))
@@ -254,7 +263,10 @@ class OutputUnit(wiring.Component):
         s_neg = Signal()        # unpipelined: A < 0 (s_abs holds ~A)
         s_corr = Signal()       # unpipelined: A = -2^k (|A| is one longer than ~A)
         m.d.sync += [rv.eq(0), sv.eq(xv if self._pipelined else qv),
-                     tv.eq(gv & ((g_nz != 0) | s_neg)), t_len.eq(bitlen + s_corr)]
+                     tv.eq(gv & ((g_nz != 0) | s_neg)), t_len.eq(bitlen)]
+        if not self._pipelined:
+            # bitlen(|A|) = t_len + t_add: position + 1 + s_corr with a bit set, else s_corr.
+            m.d.sync += t_add.eq(Cat((g_nz != 0) ^ s_corr, (g_nz != 0) & s_corr))
         merged += [gv.eq(sv)]
         if self._pipelined:
             m.d.sync += [t_ea.eq(g_ea), g_ea.eq(s_ea)]
@@ -311,12 +323,14 @@ class OutputUnit(wiring.Component):
             # shorter exactly when A = -2^k (A's bits are ones, then zeros). Against a
             # negation (a carry chain) and a multiplexer: 20 LUTs fewer at AW = 26.
             with m.If(qv):
+                ones = (q_a ^ q_a[-1].replicate(aw))[:aw]
                 m.d.sync += [
-                    s_abs.eq(q_a ^ q_a[-1].replicate(aw)),
+                    s_abs.eq(ones),
+                    s_gnz.eq(Cat(ones[i:i + 8] != 0 for i in range(0, aw, 8))),
                     s_neg.eq(q_a[-1]),
                     s_corr.eq(q_a[-1] & ~Cat(~q_a[i + 1] & q_a[i] for i in range(aw - 1)).any()),
                 ]
-            m.d.sync += [top.eq(t_len + t_ea), uv.eq(tv)]
+            m.d.sync += [top.eq(t_len + t_add + t_ea), uv.eq(tv)]
             # qv, sv, gv, tv and uv all clear (registered from their inputs).
             m.d.sync += scan_empty.eq(~(rv | qv | sv | gv | tv))
             # top > top_max as the sign of a subtraction (a carry chain, not a LUT comparator).
@@ -352,7 +366,9 @@ class OutputUnit(wiring.Component):
             m.d.sync += credit.eq(Cat(1, credit[:-1]))
         # Stages: (pipelined: Q, the memory's output copied,) A shift amount, B clamps, C1/C2
         # shifters, D rounding decision, E increment, F saturation into the output FIFO.
-        # Without pipelining, stages A, C1 and D are combinational (merged into B, C2, E).
+        # Without pipelining, stage A is combinational (merged into B), the fine shift (C2)
+        # and the rounding decision (D) follow stage C1's register into stage E's, and the
+        # increment comes with the saturation (F).
         v0, va, vb, vc1, vc, vd, ve = (Signal(name=f"v{c}")
                                        for c in ("0", "a", "b", "c1", "c", "d", "e"))
         r0, ra, rb, rc1, rc = (Signal(rr, name=f"r{c}") for c in ("0", "a", "b", "c1", "c"))
@@ -425,33 +441,53 @@ class OutputUnit(wiring.Component):
             sticky_hi = Cat((b_bnz[j] & (k > j)) for j in range(nbytes)) != 0
         else:
             sticky_hi = (x.as_unsigned() & mask_hi) != 0
-        merged += [
-            c1_x.eq(x >> sr_hi),
-            c1_lo.eq(b_sr[:3]),
-            c1_sticky.eq(sticky_hi),
-            c1_neg.eq(b_a < 0),
-        ]
-        mask_lo = Signal(8)
-        m.d.comb += mask_lo.eq(~(Const(-1, signed(9)) << c1_lo))
-        m.d.sync += [
-            c_qext.eq(c1_x >> c1_lo),
-            c_sticky.eq(c1_sticky | ((c1_x.as_unsigned()[:8] & mask_lo) != 0)),
-            c_neg.eq(c1_neg),
-        ]
         c_ov = Signal()         # unpipelined: the value is beyond +-2^W (hi, below, not all sign)
-        if not self._pipelined:
-            # Stage C keeps only the R + W + 1 bits that round (`c_qext` is that narrow) and
-            # one flag for the bits above them, `q[W:]` not all equal to the sign: the bits of
-            # the fine shift's input from R + W + lo up, and below the coarse shift the bytes
-            # of A from 7 + 8h up. The shifter's upper bits and the flag's 27-bit tests cost
-            # about 110 LUTs and 26 flip-flops; the flag alone about 30 LUTs.
+        mask_lo = Signal(8)
+        if self._pipelined:
+            m.d.sync += [
+                c1_x.eq(x >> sr_hi),
+                c1_lo.eq(b_sr[:3]),
+                c1_sticky.eq(sticky_hi),
+                c1_neg.eq(b_a < 0),
+            ]
+            m.d.comb += mask_lo.eq(~(Const(-1, signed(9)) << c1_lo))
+            m.d.sync += [
+                c_qext.eq(c1_x >> c1_lo),
+                c_sticky.eq(c1_sticky | ((c1_x.as_unsigned()[:8] & mask_lo) != 0)),
+                c_neg.eq(c1_neg),
+            ]
+        else:
+            # The register between stages B and E is stage C1's (after the coarse shift, from
+            # the memory's output): the fine shift of the R + W + 1 bits that round (`c_qext`
+            # is that narrow; c1_x keeps the bits up to R + W + 7 for it), its sticky bit and
+            # the flag below come after it, merged into stage D.
+            b_neg = b_a < 0
+            # The flag for the bits above the window, `q[W:]` not all equal to the sign: the
+            # bits of the fine shift's input from R + W + lo up, and below the coarse shift
+            # the bytes of A from 7 + 8h up (their part taken in stage C1, c1_ov). The
+            # shifter's upper bits and the flag's 27-bit tests cost about 110 LUTs and 26
+            # flip-flops; the flag alone about 30 LUTs.
+            grp = [Cat(b_a[i] ^ b_neg for i in range(j, min(j + 8, aw))).any()
+                   for j in range(7, aw, 8)]
+            coarse = [g_nz & (b_sr[3:] <= g) for g, g_nz in enumerate(grp)]
+            c1_ov = Signal()
+            m.d.sync += [
+                c1_x.eq(x >> sr_hi),
+                c1_lo.eq(b_sr[:3]),
+                c1_sticky.eq(sticky_hi),
+                c1_neg.eq(b_neg),
+                c1_ov.eq(Cat(*coarse).any()),
+            ]
             lo_hi = rr + w          # c1_x[lo_hi + i], i >= lo: above the window
             fine = [(c1_x[lo_hi + i] ^ c1_neg) & (c1_lo <= i)
                     for i in range(8) if lo_hi + i < xw]
-            grp = [Cat(b_a[i] ^ c1_neg for i in range(j, min(j + 8, aw))).any()
-                   for j in range(7, aw, 8)]
-            coarse = [g_nz & (b_sr[3:] <= g) for g, g_nz in enumerate(grp)]
-            m.d.sync += c_ov.eq(Cat(*fine, *coarse).any())
+            m.d.comb += [
+                mask_lo.eq(~(Const(-1, signed(9)) << c1_lo)),
+                c_qext.eq(c1_x >> c1_lo),
+                c_sticky.eq(c1_sticky | ((c1_x.as_unsigned()[:8] & mask_lo) != 0)),
+                c_neg.eq(c1_neg),
+                c_ov.eq(Cat(*fine, c1_ov).any()),
+            ]
         q = Signal(signed(xw - rr))
         f_r = Signal(rr)
         up = Signal()
@@ -528,11 +564,12 @@ class OutputUnit(wiring.Component):
         else:
             big = ~c_neg & c_ov
             small = c_neg & c_ov
-            merged += [d_up.eq(up),
-                       d_q.eq(Mux(big, 1 << w,
-                                  Mux(small, -(1 << w), Cat(q[:w], c_neg).as_signed())))]
-            # Stage E: rounding increment. Stage F: saturation into the output FIFO.
-            m.d.sync += e_val.eq(d_q + d_up)
+            # Stage E registers the rounding decision and its operand; stage F increments and
+            # saturates into the output FIFO.
+            m.d.sync += [d_up.eq(up),
+                         d_q.eq(Mux(big, 1 << w,
+                                    Mux(small, -(1 << w), Cat(q[:w], c_neg).as_signed())))]
+            m.d.comb += e_val.eq(d_q + d_up)
             # The limits are +-mx = +-(2^(W-1) - 1): e_val > mx when it is positive with a bit
             # at or above W - 1 set; e_val < -mx when it is negative with a bit there clear,
             # or it is -2^(W-1) (those bits set, the ones below clear). mx's bit j is ~hm[j]

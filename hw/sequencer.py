@@ -500,11 +500,10 @@ class Sequencer(wiring.Component):
         # address of the last read, whose word the stage holds: the address to re-read while
         # the word waits, without a register of its own.
         fresh = Signal()
+        # rd_ptr + 1, from flip-flops only: the address where a read steps, and rd_ptr's next
+        # value where it steps (rp_inc). No multiplexer picks between it and rd_ptr, which
+        # synthesis would turn into rd_ptr + rp_inc, a late carry-in.
         rd_inc = Signal(16)
-        # The address read this cycle unless a write takes the port: rd_ptr + 1 where rd_ptr
-        # steps (rp_inc), else rd_ptr; it is also rd_ptr's next value where it steps, so the
-        # increment has one user and merges into this multiplexer's LUTs.
-        rd_next = Signal(16)
         # The scratchpad address as one multiplexer on the reader's late decision: rd_inc where
         # a read steps (addr_inc: an issue or a fetch, never with a write), else addr_base, the
         # address of the flip-flops' choice (rd_ptr, or a write's or DM_BIAS's address). While
@@ -547,18 +546,21 @@ class Sequencer(wiring.Component):
         m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
         m.d.sync += rd_valid.eq(issue | (rd_valid & ~take))
         m.d.comb += p.wmask.eq(0b11)
-        m.d.comb += [rd_inc.eq(rd_ptr + 1), rd_next.eq(Mux(rp_inc, rd_inc, rd_ptr)),
-                     addr_base.eq(rd_ptr),
+        m.d.comb += [rd_inc.eq(rd_ptr + 1), addr_base.eq(rd_ptr),
                      p.addr.eq(Mux(addr_inc, rd_inc, Mux(running, addr_base, 0)))]
         wr_one = Signal()             # wr_left == 1 (MOVE), valid a cycle after wr_left changes
         m.d.sync += wr_one.eq(wr_left == 1)
         # RANGE loads wr_ptr and wr_left; a write steps them (wr_left not in DM_POST).
         wr_load, wp_step, wl_step = Signal(), Signal(), Signal()
 
+        fetching = Signal()           # FETCH_WORDS as a flag: its reads step rd_ptr
+
         def reader():
             # After the FSM: the stage's decisions come last, so they are the last multiplexer
             # in front of the pointers and the address (the FSM's own loads and addresses never
             # meet a write or an issue).
+            with m.If(fetching):
+                m.d.comb += [rp_inc.eq(~fresh), addr_inc.eq(~fresh)]
             with m.If(wr_valid):
                 m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data),
                              wp_step.eq(1), wl_step.eq(1)]
@@ -781,14 +783,13 @@ class Sequencer(wiring.Component):
             # -- fetch and decode ------------------------------------------------------------
             with m.State("FETCH"):
                 # rd_ptr is the fetch address (no adder in front of the scratchpad's address
-                # but rd_next's increment).
+                # but rd_inc's increment).
                 m.d.comb += rp_pc.eq(1)
-                m.d.sync += fidx.eq(0)
+                m.d.sync += [fidx.eq(0), fetching.eq(1)]
                 m.next = "FETCH_WORDS"
             with m.State("FETCH_WORDS"):
                 # Reads as the reader issues (the address's default): the pc first (fresh from
-                # FETCH), then one word further each cycle.
-                m.d.comb += [rp_inc.eq(~fresh), addr_inc.eq(~fresh)]
+                # FETCH), then one word further each cycle (on ``fetching``, after the FSM).
                 m.d.sync += [fidx.eq(fidx + 1), fresh.eq(0)]
                 with m.Switch(fidx):
                     with m.Case(1):
@@ -809,6 +810,7 @@ class Sequencer(wiring.Component):
                             if k == 6:
                                 m.d.sync += [w5_z.eq(rdata == 0), t_big.eq(rdata[t_bits:] != 0)]
                 with m.If(fidx == 8):
+                    m.d.sync += fetching.eq(0)
                     m.next = "DECODE"
             with m.State("DECODE"):
                 # The limit and the fetch range are checked here, from registers, though they
@@ -1101,7 +1103,7 @@ class Sequencer(wiring.Component):
         rp_sel = Cat(rp_pc, rp_src, rp_bias, rp_inc)
         with m.If(rp_sel.any()):
             m.d.sync += rd_ptr.eq(Mux(rp_pc, pc, 0) | Mux(rp_src, src, 0)
-                                  | Mux(rp_bias, bias_ptr, 0) | Mux(rp_inc, rd_next, 0))
+                                  | Mux(rp_bias, bias_ptr, 0) | Mux(rp_inc, rd_inc, 0))
         with m.If(rp_pc | rp_src | rp_bias):
             m.d.sync += fresh.eq(1)
         return m

@@ -124,13 +124,14 @@ class LUTHandler(wiring.Component):
         bad_table = Signal()
         too_long = Signal()
         m.d.sync += [bad_table.eq(table >= self._tables), too_long.eq(start + left > 257)]
-        # GATHER's end (a full beat or the last code) as a register taken every cycle, valid a
-        # cycle after ``fill`` or ``left`` changed: GATHER waits that cycle (``g_wait``) after
-        # it is entered and after each code it takes, so that ``arg.ready`` is a decode of
-        # flip-flops (a cycle per code more; the UART takes ten bit periods per reply byte).
-        g_end = Signal()
+        # ``arg.ready`` is a flip-flop (``arg_ready``), set as TABLE, START, WRITE (entries
+        # left) and GATHER (codes wanted) come. GATHER waits a cycle (``g_wait``) after it is
+        # entered and after each code it takes, in which it tests its end (a full beat or the
+        # last code) into ``arg_ready`` (a cycle per code more; the UART takes ten bit
+        # periods per reply byte).
+        arg_ready = Signal()
         g_wait = Signal()
-        m.d.sync += g_end.eq((fill == lanes) | (fill == left))
+        m.d.comb += c.arg.ready.eq(arg_ready)
 
         with m.FSM():
             with m.State("IDLE"):
@@ -141,22 +142,23 @@ class LUTHandler(wiring.Component):
                     m.d.comb += left_load.eq(1)
                     m.d.sync += [applying.eq(is_apply), status.eq(Status.OK)]
                     with m.If(Mux(is_apply, n >= 1, n >= 2)):
+                        m.d.sync += arg_ready.eq(1)
                         m.next = "TABLE"
                     with m.Else():
                         m.d.sync += status.eq(Status.BAD_LENGTH)
                         m.next = "RESP"
             # TABLE and START pass over the bytes that ``args`` holds.
             with m.State("TABLE"):
-                m.d.comb += c.arg.ready.eq(1)
                 with m.If(c.arg.valid):
                     m.d.comb += left_dec.eq(1)
+                    m.d.sync += arg_ready.eq(~applying)
                     m.next = "CHECK"
                     with m.If(~applying):
                         m.next = "START"
             with m.State("START"):
-                m.d.comb += c.arg.ready.eq(1)
                 with m.If(c.arg.valid):
                     m.d.comb += left_dec.eq(1)
+                    m.d.sync += arg_ready.eq(0)
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.sync += [addr.eq(start), fill.eq(0), avail.eq(0), pos.eq(0)]
@@ -166,16 +168,17 @@ class LUTHandler(wiring.Component):
                 with m.Elif(~applying & too_long):
                     m.d.sync += status.eq(Status.BAD_LENGTH)
                 with m.Elif(~applying):
+                    m.d.sync += arg_ready.eq(~left_z)
                     m.next = "WRITE"
             with m.State("WRITE"):
                 with m.If(left_z):
                     m.next = "RESP"
                 with m.Else():
-                    # i_write is always ready; one entry per arg byte.
-                    m.d.comb += [c.arg.ready.eq(1), lut.i_write.valid.eq(c.arg.valid)]
+                    # i_write is always ready; one entry per arg byte (arg_ready is ~left_z).
+                    m.d.comb += lut.i_write.valid.eq(c.arg.valid)
                     with m.If(c.arg.valid):
                         m.d.comb += left_dec.eq(1)
-                        m.d.sync += addr.eq(addr + 1)
+                        m.d.sync += [addr.eq(addr + 1), arg_ready.eq(left != 1)]
             with m.State("RESP"):
                 reply = (status == Status.OK) & applying
                 m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
@@ -188,17 +191,17 @@ class LUTHandler(wiring.Component):
             with m.State("GATHER"):
                 # Collect up to ``lanes`` codes, then look them up in one beat.
                 with m.If(g_wait):
-                    m.d.sync += g_wait.eq(0)
-                with m.Elif(g_end):
+                    m.d.sync += [g_wait.eq(0),
+                                 arg_ready.eq(~((fill == lanes) | (fill == left)))]
+                with m.Elif(~arg_ready):
                     m.next = "LOOKUP"
                 with m.Else():
-                    m.d.comb += c.arg.ready.eq(1)
                     with m.If(c.arg.valid):
                         with m.Switch(fill):
                             for k in range(lanes):
                                 with m.Case(k):
                                     m.d.sync += beat[k].eq(c.arg.payload)
-                        m.d.sync += [fill.eq(fill + 1), g_wait.eq(1)]
+                        m.d.sync += [fill.eq(fill + 1), g_wait.eq(1), arg_ready.eq(0)]
             with m.State("LOOKUP"):
                 m.d.comb += lut.i.valid.eq(1)
                 with m.If(lut.i.ready):

@@ -138,6 +138,8 @@ class Sequencer(wiring.Component):
     busy : Out(1)
         A program runs: the sequencer owns ``mem``, ``lut`` and ``grand``.
     mem : Out(lowbit.hw.ports.ScratchPortSignature(addr_width))
+        The scratchpad port; its address is 0 while not ``busy`` (a top may OR another
+        user's address into it).
     cfg : Out(lowbit.hw.ports.ConfigPortSignature())
         CONFIG's register write port.
     lut : Out(lowbit.hw.ports.LUTPortSignature())
@@ -498,11 +500,16 @@ class Sequencer(wiring.Component):
         # address of the last read, whose word the stage holds: the address to re-read while
         # the word waits, without a register of its own.
         fresh = Signal()
+        # rd_ptr + 1, from flip-flops only: the address where a read steps, and rd_ptr's next
+        # value where it steps (rp_inc). No multiplexer picks between it and rd_ptr, which
+        # synthesis would turn into rd_ptr + rp_inc, a late carry-in.
         rd_inc = Signal(16)
-        # The address read this cycle unless a write takes the port: rd_ptr + 1 where rd_ptr
-        # steps (rp_inc), else rd_ptr; it is also rd_ptr's next value where it steps, so the
-        # increment has one user and merges into this multiplexer's LUTs.
-        rd_next = Signal(16)
+        # The scratchpad address as one multiplexer on the reader's late decision: rd_inc where
+        # a read steps (addr_inc: an issue or a fetch, never with a write), else addr_base, the
+        # address of the flip-flops' choice (rd_ptr, or a write's or DM_BIAS's address). While
+        # no program runs it is 0 (``mem``'s contract: the top ORs the host's address in).
+        addr_inc = Signal()
+        addr_base = Signal(16)
         take = Signal()
         reading = Signal()            # the current state lets the reader issue
         # The states that feed an engine from the reader, one flip-flop each (set when RANGE
@@ -539,23 +546,27 @@ class Sequencer(wiring.Component):
         m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
         m.d.sync += rd_valid.eq(issue | (rd_valid & ~take))
         m.d.comb += p.wmask.eq(0b11)
-        m.d.comb += [rd_inc.eq(rd_ptr + 1), rd_next.eq(Mux(rp_inc, rd_inc, rd_ptr)),
-                     p.addr.eq(rd_next)]
+        m.d.comb += [rd_inc.eq(rd_ptr + 1), addr_base.eq(rd_ptr),
+                     p.addr.eq(Mux(addr_inc, rd_inc, Mux(running, addr_base, 0)))]
         wr_one = Signal()             # wr_left == 1 (MOVE), valid a cycle after wr_left changes
         m.d.sync += wr_one.eq(wr_left == 1)
         # RANGE loads wr_ptr and wr_left; a write steps them (wr_left not in DM_POST).
         wr_load, wp_step, wl_step = Signal(), Signal(), Signal()
 
+        fetching = Signal()           # FETCH_WORDS as a flag: its reads step rd_ptr
+
         def reader():
             # After the FSM: the stage's decisions come last, so they are the last multiplexer
             # in front of the pointers and the address (the FSM's own loads and addresses never
             # meet a write or an issue).
+            with m.If(fetching):
+                m.d.comb += [rp_inc.eq(~fresh), addr_inc.eq(~fresh)]
             with m.If(wr_valid):
-                m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data),
+                m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data),
                              wp_step.eq(1), wl_step.eq(1)]
                 m.d.sync += wr_done.eq(wr_left == 1)
             with m.Elif(issue):
-                m.d.comb += [rp_inc.eq(~fresh), rl_dec.eq(1)]
+                m.d.comb += [rp_inc.eq(~fresh), addr_inc.eq(~fresh), rl_dec.eq(1)]
                 m.d.sync += [fresh.eq(0), rd_more.eq(rd_left != 1)]
 
         # Instruction-specific state.
@@ -772,14 +783,13 @@ class Sequencer(wiring.Component):
             # -- fetch and decode ------------------------------------------------------------
             with m.State("FETCH"):
                 # rd_ptr is the fetch address (no adder in front of the scratchpad's address
-                # but rd_next's increment).
+                # but rd_inc's increment).
                 m.d.comb += rp_pc.eq(1)
-                m.d.sync += fidx.eq(0)
+                m.d.sync += [fidx.eq(0), fetching.eq(1)]
                 m.next = "FETCH_WORDS"
             with m.State("FETCH_WORDS"):
                 # Reads as the reader issues (the address's default): the pc first (fresh from
-                # FETCH), then one word further each cycle.
-                m.d.comb += rp_inc.eq(~fresh)
+                # FETCH), then one word further each cycle (on ``fetching``, after the FSM).
                 m.d.sync += [fidx.eq(fidx + 1), fresh.eq(0)]
                 with m.Switch(fidx):
                     with m.Case(1):
@@ -800,6 +810,7 @@ class Sequencer(wiring.Component):
                             if k == 6:
                                 m.d.sync += [w5_z.eq(rdata == 0), t_big.eq(rdata[t_bits:] != 0)]
                 with m.If(fidx == 8):
+                    m.d.sync += fetching.eq(0)
                     m.next = "DECODE"
             with m.State("DECODE"):
                 # The limit and the fetch range are checked here, from registers, though they
@@ -894,7 +905,7 @@ class Sequencer(wiring.Component):
                 # Reads at rd_ptr (the address's default).
                 m.next = "MOVE_WR"
             with m.State("MOVE_WR"):
-                m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
+                m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
                 m.d.comb += [rp_inc.eq(1), wp_step.eq(1), wl_step.eq(1)]
                 m.next = "MOVE_RD"
                 with m.If(wr_one):
@@ -960,7 +971,7 @@ class Sequencer(wiring.Component):
                         m.d.sync += st_dm.eq(1)
                         m.next = "DM_RUN"
                 with m.State("DM_BIAS"):
-                    m.d.comb += p.addr.eq(bias_ptr)
+                    m.d.comb += addr_base.eq(bias_ptr)
                     m.next = "DM_BIAS2"
                 with m.State("DM_BIAS2"):
                     m.d.sync += [bias_q.eq(rdata), bias_ptr.eq(bias_ptr + 1), st_dm.eq(1)]
@@ -1006,7 +1017,7 @@ class Sequencer(wiring.Component):
                     rnd = (Const(1, 17) << sh)[1:]
                     y = (v_q + rnd.as_signed()) >> sh
                     yc = Mux(self.disc_shift[4], 0, Mux(y > 127, 127, Mux(y < -127, -127, y)))
-                    m.d.comb += [p.addr.eq(wr_ptr), p.we.eq(1),
+                    m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1),
                                  p.wdata.eq(Cat(yc[:8], self.fixed_exp))]
                     m.d.comb += wp_step.eq(1)
                     m.d.sync += [tiles_left.eq(tiles_left - 1),
@@ -1092,7 +1103,7 @@ class Sequencer(wiring.Component):
         rp_sel = Cat(rp_pc, rp_src, rp_bias, rp_inc)
         with m.If(rp_sel.any()):
             m.d.sync += rd_ptr.eq(Mux(rp_pc, pc, 0) | Mux(rp_src, src, 0)
-                                  | Mux(rp_bias, bias_ptr, 0) | Mux(rp_inc, rd_next, 0))
+                                  | Mux(rp_bias, bias_ptr, 0) | Mux(rp_inc, rd_inc, 0))
         with m.If(rp_pc | rp_src | rp_bias):
             m.d.sync += fresh.eq(1)
         return m

@@ -398,9 +398,10 @@ class RegisterHandler(wiring.Component):
         rd_data = Signal(32)
         m.d.sync += rd_data.eq(rd.data)
         # IDENTIFY: READ / EXEC load the record's first word into ``value`` as REG_READ loads a
-        # register; while SEND streams a word, the copy reads the next one, which ``value``
-        # takes with the word's last byte.
+        # register; while SEND streams a word (``value`` shifting a byte down as each is
+        # taken), the copy reads the next one, which ``value`` takes with the word's last byte.
         sending = Signal()
+        send_on = Signal()
         m.d.comb += [wr.addr.eq(wq_index), wr.data.eq(wq_value & w_mask),
                      wr.en.eq(w_rw),
                      rd.addr.eq(Mux(ident, self.IDENT_BASE + Mux(sending, word + 1, 0),
@@ -458,16 +459,21 @@ class RegisterHandler(wiring.Component):
                 with m.If(c.resp.ready):
                     m.next = "IDLE"
                     with m.If(reading | (ok & ident)):
+                        m.d.sync += send_on.eq(1)
                         m.next = "SEND"
             with m.State("SEND"):
-                m.d.comb += [c.data.valid.eq(1), c.data.payload.eq(value.word_select(idx[:2], 8)),
-                             sending.eq(1)]
+                m.d.comb += sending.eq(1)
                 with m.If(c.data.ready):
-                    m.d.sync += idx.eq(idx + 1)
+                    m.d.sync += [idx.eq(idx + 1), value.eq(value >> 8)]
                     with m.If(ident & (idx[:2] == 3)):
                         m.d.sync += [value.eq(rd_data), word.eq(word + 1)]
                     with m.If(idx == Mux(ident, IDENTITY_BYTES - 1, 3)):
+                        m.d.sync += send_on.eq(0)
                         m.next = "IDLE"
+        # The reply's bytes from flip-flops: ``value`` shifts a byte down as each is taken, and
+        # ``send_on`` (SEND as a flag) gates them, so that no state decode or byte multiplexer
+        # comes before the dispatcher's OR.
+        m.d.comb += [c.data.valid.eq(send_on), c.data.payload.eq(Mux(send_on, value[:8], 0))]
         return m
 
 
@@ -962,13 +968,14 @@ class Accelerator(wiring.Component):
         if self._sequencer:
             # The host's MemoryHandler and the sequencer never run at the same time (the link
             # is stop-and-wait and RUN replies only at the end), so a mux on ``busy`` arbitrates.
+            # The address is an OR (the sequencer's is 0 while it is not busy): no multiplexer
+            # behind the sequencer's last, on its reader's late decision.
+            m.d.comb += scratch.port.addr.eq(seq.mem.addr | Mux(seq.busy, 0, mem.mem.addr))
             with m.If(seq.busy):
-                m.d.comb += [scratch.port.addr.eq(seq.mem.addr), scratch.port.we.eq(seq.mem.we),
-                             scratch.port.wmask.eq(seq.mem.wmask),
+                m.d.comb += [scratch.port.we.eq(seq.mem.we), scratch.port.wmask.eq(seq.mem.wmask),
                              scratch.port.wdata.eq(seq.mem.wdata)]
             with m.Else():
-                m.d.comb += [scratch.port.addr.eq(mem.mem.addr), scratch.port.we.eq(mem.mem.we),
-                             scratch.port.wmask.eq(mem.mem.wmask),
+                m.d.comb += [scratch.port.we.eq(mem.mem.we), scratch.port.wmask.eq(mem.mem.wmask),
                              scratch.port.wdata.eq(mem.mem.wdata)]
             m.d.comb += [seq.mem.rdata.eq(scratch.port.rdata), mem.mem.rdata.eq(scratch.port.rdata)]
         else:

@@ -898,3 +898,17 @@ def test_pipelined_combiner_reaches_the_top():
                                                  rtlil.convert(s)))
              for on, s in seq.items()}
     assert flops[True] > flops[False] + 60
+
+
+def test_block_ram_read_registers_have_no_init_only_for_synthesis():
+    """The accumulators' read registers carry the empty ``init`` (undefined power-up, as the
+    block RAM's output register) only when elaborated for a synthesis platform: without one
+    (``verilog.convert``) Yosys would print it as ``{0{1'b0}}``, which Icarus rejects."""
+    from amaranth.back import verilog
+
+    from lowbit.hw.bfp.shared import NO_INIT, no_init
+
+    assert no_init(object()) == NO_INIT and no_init(None) == {}
+    text = verilog.convert(BFPColumn(**SMALL, acc_block_ram=True, pipelined=False),
+                           name="col")
+    assert "reg [" in text and "{0{" not in text

@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 from lowbit.hw.bfp.combiner import BlockCombiner
 from lowbit.hw.bfp.output import OutputUnit
 from lowbit.hw.bfp.pe import BFPLanes
-from lowbit.hw.bfp.shared import NO_INIT, _clog2, _elem_layout, _groups, column_widths
+from lowbit.hw.bfp.shared import _clog2, _elem_layout, _groups, column_widths, no_init
 from lowbit.hw.bfp.window import check_window
 from lowbit.hw.common import Rounding
 from lowbit.hw.common import check_int as _check_int
@@ -276,8 +276,10 @@ class BFPColumn(wiring.Component):
                 rd_c = (mem.read_port(transparent_for=(wr,)) if transparent
                         else mem.read_port(domain="comb"))
                 rd_o = mem.read_port(domain="comb")
-                q_c = Signal(mem.shape, reset_less=True, attrs=NO_INIT, name=f"acc_{tag}_rc")
-                q_o = Signal(mem.shape, reset_less=True, attrs=NO_INIT, name=f"acc_{tag}_ro")
+                q_c = Signal(mem.shape, reset_less=True, attrs=no_init(platform),
+                             name=f"acc_{tag}_rc")
+                q_o = Signal(mem.shape, reset_less=True, attrs=no_init(platform),
+                             name=f"acc_{tag}_ro")
                 m.d.comb += [wr.en.eq(comb.wr_en), wr.addr.eq(comb.wr_addr),
                              rd_c.addr.eq(comb.rd_addr), rd_o.addr.eq(o_addr)]
                 if transparent:

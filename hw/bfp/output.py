@@ -17,7 +17,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from lowbit.hw.bfp.predictor import ExponentPredictor
-from lowbit.hw.bfp.shared import NO_INIT, ExpMode, _clog2, _elem_layout, _leading_one
+from lowbit.hw.bfp.shared import ExpMode, _clog2, _elem_layout, _leading_one, no_init
 from lowbit.hw.bfp.window import WindowPredictor
 from lowbit.hw.common import Rounding
 
@@ -631,7 +631,7 @@ class OutputUnit(wiring.Component):
             f_wp = Signal(range(_EMIT_FIFO_DEPTH))
             f_rp = Signal(range(_EMIT_FIFO_DEPTH))
             f_ov = Signal()                         # the read register holds an element
-            f_data = Signal(w + eb, reset_less=True, attrs=NO_INIT)
+            f_data = Signal(w + eb, reset_less=True, attrs=no_init(platform))
             f_take = Signal()
             m.d.comb += [
                 f_wr.en.eq(w_en), f_wr.addr.eq(f_wp),

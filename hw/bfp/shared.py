@@ -38,6 +38,16 @@ _GROUP = 4
 NO_INIT = {"init": Const(0, 0)}
 
 
+def no_init(platform):
+    """:data:`NO_INIT` when elaborating for a synthesis platform, else no attribute.
+
+    Without a platform (``verilog.convert``, simulation) the register keeps Amaranth's init:
+    Yosys's ``write_verilog`` prints the empty init as ``{0{1'b0}}``, which Icarus Verilog
+    rejects, and the initial value changes nothing there (every reader waits for its valid flag).
+    """
+    return NO_INIT if platform is not None else {}
+
+
 def _groups(lanes):
     return (lanes + _GROUP - 1) // _GROUP
 

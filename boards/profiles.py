@@ -74,7 +74,7 @@ class BoardProfile:
 BOARDS = {
     "icebreaker": BoardProfile(
         name="icebreaker", title="1BitSquared iCEBreaker (iCE40UP5K-SG48)",
-        platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=24e6,
+        platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=36e6,
         pll_pad=True,
         top=dict(lanes=1, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
                  baud=12_000_000, uart_ddr=True, lut_tables=4, grand=False, sequencer=True,
@@ -82,10 +82,10 @@ BOARDS = {
                  bfp_stochastic=False, bfp_predictor=False, bfp_acc_block_ram=True,
                  bfp_pipelined=False, bfp_pipelined_combiner=True, busy_count=True,
                  quantiser=False, discrete=False, code_bits=3, bfp_mant_width=False),
-        notes="8 SB_MAC16 DSPs, 4 SPRAM; 24 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
+        notes="8 SB_MAC16 DSPs, 4 SPRAM; 36 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
               "oscillator); UART over the FT2232H's second channel at 12 Mbaud, its fastest "
-              "(2 cycles per bit: the rx pin's DDR input register samples the line at both "
-              "clock edges, uart_ddr). "
+              "(3 cycles per bit; the rx pin's DDR input register samples the line at both "
+              "clock edges, 6 samples per bit, uart_ddr). "
               "The link, the sequencer, the LUT engine and a 16-lane BFP column on all 8 "
               "SB_MAC16 (MATVEC, "
               "K <= 64, nearest / toward-zero rounding, max or fixed output exponent, output "

@@ -28,11 +28,11 @@ def test_unknown_board():
 
 def test_icebreaker_profiles():
     """Two profiles of one board: the default with the BFP MATVEC column (every area option,
-    no discrete unit, no quantiser) at 24 MHz from the PLL, and one with the discrete unit
+    no discrete unit, no quantiser) at 36 MHz from the PLL, and one with the discrete unit
     (DMATVEC) on the 12 MHz oscillator."""
     bfp, disc = get_board("icebreaker"), get_board("icebreaker-discrete")
     assert (bfp.platform, bfp.device) == (disc.platform, disc.device)
-    assert (bfp.clk_freq, bfp.pll_pad, disc.clk_freq) == (24e6, True, 12e6)
+    assert (bfp.clk_freq, bfp.pll_pad, disc.clk_freq) == (36e6, True, 12e6)
     assert bfp.top["bfp"] and not bfp.top["discrete"] and not bfp.top["quantiser"]
     assert disc.top["discrete"] and not disc.top["bfp"]
     assert {k: bfp.top[k] for k in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram",

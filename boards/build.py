@@ -183,6 +183,16 @@ def board_profile(board, top=None):
     return dataclasses.replace(profile, clk_freq=clk_freq, top={**profile.top, **top})
 
 
+#: Yosys commands run after reading the design, on every board: the sequencer's FSM (thirty-odd
+#: states, decoded all over its datapath) in one-hot encoding, a flip-flop per state. Yosys
+#: does not recode it by itself, because Amaranth gives the state register an initial value;
+#: the tops start in reset (PLL lock, or the platform's power-on reset), which loads the
+#: initial state. On the iCEBreaker this takes the FSM's next-state logic off the critical
+#: path (docs/up5k_budget.md, session 13); recoding every FSM of the top did worse.
+YOSYS_AFTER_READ = ("setattr -set fsm_encoding one-hot "
+                    f"{BITSTREAM_NAME}.accel.sequencer/fsm_state")
+
+
 def _nextpnr_opts(seed, routed_netlist):
     opts = f"--seed {seed} --report {BITSTREAM_NAME}.report.json --timing-allow-fail"
     if routed_netlist:
@@ -202,8 +212,12 @@ def board_plan(board, *, seed=1, top=None, routed_netlist=False):
     amaranth.build.run.BuildPlan
     """
     profile = board_profile(board, top)
-    return _platform(profile).prepare(BoardTop(profile), name=BITSTREAM_NAME,
-                                      nextpnr_opts=_nextpnr_opts(seed, routed_netlist))
+    return _prepare(_platform(profile), BoardTop(profile), seed, routed_netlist)
+
+
+def _prepare(platform, top, seed, routed_netlist):
+    return platform.prepare(top, name=BITSTREAM_NAME, script_after_read=YOSYS_AFTER_READ,
+                            nextpnr_opts=_nextpnr_opts(seed, routed_netlist))
 
 
 def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, progress=None,
@@ -257,8 +271,7 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
               "profile_not_used_yet": top.unused}
     say(f"lowbit: elaborating the accelerator for {profile.title}")
     t0 = time.monotonic()
-    plan = platform.prepare(top, name=BITSTREAM_NAME,
-                            nextpnr_opts=_nextpnr_opts(seed, routed_netlist))
+    plan = _prepare(platform, top, seed, routed_netlist)
     if not do_build:
         report["files"] = sorted(plan.files)
         return report

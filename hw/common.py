@@ -1,8 +1,9 @@
 """Shapes shared by several blocks and by the accelerator's configuration registers."""
 
+from amaranth.hdl import Const
 from amaranth.lib import enum
 
-__all__ = ["Rounding", "ROUNDING_NAMES", "check_int", "check_bool"]
+__all__ = ["Rounding", "ROUNDING_NAMES", "check_int", "check_bool", "any_of"]
 
 
 class Rounding(enum.Enum, shape=2):
@@ -46,3 +47,15 @@ def check_bool(name, value):
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, not {value!r}")
     return value
+
+
+def any_of(terms):
+    """OR of the 1-bit values ``terms`` as a balanced tree (a chain of ORs is mapped as a chain
+    of LUTs); ``Const(0)`` when there are none."""
+    terms = list(terms)
+    if not terms:
+        return Const(0)
+    while len(terms) > 1:
+        terms = [terms[k] | terms[k + 1] if k + 1 < len(terms) else terms[k]
+                 for k in range(0, len(terms), 2)]
+    return terms[0]

@@ -21,6 +21,7 @@ from amaranth.lib.wiring import In, Out
 
 from lowbit.sim.link import MAX_LENGTH, SOF_REPLY, SOF_REQUEST, Status
 
+from .common import any_of
 from .common import check_int as _check_int
 from .crc import CRC16
 from .ports import load_or_step
@@ -519,16 +520,17 @@ class Dispatcher(wiring.Component):
         # the opcode's compares nor a handler's ready reach the link's and the handlers'
         # handshake logic. It needs a handler's ready not to fall while it has no command
         # (each handler's is its idle state).
-        match_now = [Const(0) if not row else _any(up.cmd.payload.opcode == op for op in row)
+        match_now = [Const(0) if not row
+                     else any_of(up.cmd.payload.opcode == op for op in row)
                      for row in self._table]
-        echo_now = _any(up.cmd.payload.opcode == op for op in self._echo)
+        echo_now = any_of(up.cmd.payload.opcode == op for op in self._echo)
         match = [Signal(name=f"match_{k}") for k in range(len(ports))]
         echo = Signal()
         m.d.sync += [Cat(match).eq(Cat(match_now)), echo.eq(echo_now)]
         none = Signal()
-        m.d.comb += none.eq(~_any(match) & ~echo)
+        m.d.comb += none.eq(~any_of(match) & ~echo)
         go = Signal()
-        ready_now = ((~_any(match_now) | echo_now) & ~pending & ~answering)
+        ready_now = ((~any_of(match_now) | echo_now) & ~pending & ~answering)
         for k, port in enumerate(ports):
             ready_now = ready_now | (match_now[k] & port.cmd.ready)
         m.d.sync += go.eq(up.cmd.valid & ~go & ready_now)
@@ -575,13 +577,6 @@ class Dispatcher(wiring.Component):
         with m.If(pending & up.resp.ready):
             m.d.sync += pending.eq(0)
         return m
-
-
-def _any(terms):
-    out = Const(0)
-    for t in terms:
-        out = out | t
-    return out
 
 
 class PingHandler(wiring.Component):

@@ -38,19 +38,24 @@ class ScratchPortSignature(wiring.Signature):
         Word address (byte address >> 1).
     we : Out(1)
         Write this cycle.
+    re : Out(1)
+        Read this cycle (on a cycle without ``we``); without it ``rdata`` holds. A user can
+        keep a word waiting in the memory's output register without knowing its address
+        again: the address then never waits for the decision to read.
     wmask : Out(2)
         Byte enables of the word (bit 0: byte at the even address).
     wdata : Out(16)
         Write data.
     rdata : In(16)
-        The word at the ``addr`` of the previous cycle (one cycle of read latency; not updated
-        on cycles that write).
+        The word at the ``addr`` of the last cycle that read (one cycle of read latency; not
+        updated on cycles that write or do not read).
     """
 
     def __init__(self, addr_width=16):
         super().__init__({
             "addr": Out(addr_width),
             "we": Out(1),
+            "re": Out(1),
             "wmask": Out(2),
             "wdata": Out(16),
             "rdata": In(16),

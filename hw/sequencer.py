@@ -12,8 +12,10 @@ Every data instruction uses one scratchpad port (one read or one write per cycle
 read latency) through two shared pieces:
 
 * a **reader stage**: a read is issued when the stage is empty or its word is being taken; the
-  word then sits in the memory's output register, and while it waits the stage keeps re-reading
-  the same address (write cycles do not disturb the read register), so no skid buffer is needed;
+  word then sits in the memory's output register, which holds it while it waits (the port reads
+  only with ``re``, and write cycles do not disturb the read register), so no skid buffer is
+  needed. The address is always the next one to read, from flip-flops: the decision to read
+  reaches the memory as ``re`` alone;
 * a **write register**: a result offered by an engine is written on the next cycle, and writes
   win the port over reads. Engines' output streams are therefore always ready.
 
@@ -329,15 +331,20 @@ class Sequencer(wiring.Component):
         start_bad = Signal()
         m.d.sync += start_bad.eq(start[0] | start_hi | (start > self._scratch_bytes - 16))
         # Instructions left before the limit: the RUN's limit shifted in, one less at each
-        # NEXT; its decrement's carry out says it is not 0 (``executed == limit``, no compare).
-        # As load_or_step, the load's choice merges into the decrement's LUTs, but chosen by
-        # a flip-flop (``limit_in``, ARGS at the limit's bytes, when ``left`` does not count),
-        # so that the carry chain starts at flip-flops; ``left_load`` (a byte taken then) only
-        # enables.
-        left = Signal(32)
+        # NEXT; the decrements' carries out say it is not 0 (``executed == limit``, no
+        # compare). As load_or_step, the load's choice merges into the decrement's LUTs, but
+        # chosen by a flip-flop (``limit_in``, ARGS at the limit's bytes, when ``left`` does
+        # not count), so that the carry chains start at flip-flops; ``left_load`` (a byte taken
+        # then) only enables. Two halves of 16 bits, so no carry chain is 32 long: the high
+        # half takes the low half's borrow a cycle later (``borrow``), long before the next
+        # DECODE reads ``at_limit`` (a half-borrowed count is never 0).
+        left_lo = Signal(16)
+        left_hi = Signal(16)
         left_load = Signal()          # ARGS: a byte of the limit comes in
         limit_in = Signal()
-        left_dec = Signal(33)
+        lo_dec = Signal(17)
+        hi_dec = Signal(17)
+        borrow = Signal()
         nargs = Signal(4)
         status = Signal(8)
         pc = Signal(17)               # word address of the current instruction
@@ -497,19 +504,22 @@ class Sequencer(wiring.Component):
         rd_ptr = Signal(16)
         rd_left = Signal(lw)
         # rd_ptr is the next address to read while ``fresh`` (a load made it so), else the
-        # address of the last read, whose word the stage holds: the address to re-read while
-        # the word waits, without a register of its own.
+        # address of the last read, whose word the stage holds.
         fresh = Signal()
-        # rd_ptr + 1, from flip-flops only: the address where a read steps, and rd_ptr's next
-        # value where it steps (rp_inc). No multiplexer picks between it and rd_ptr, which
-        # synthesis would turn into rd_ptr + rp_inc, a late carry-in.
+        # rd_ptr + 1, from flip-flops only: the next address to read when not ``fresh``, and
+        # rd_ptr's next value where a read steps (rp_inc). No multiplexer picks between it and
+        # rd_ptr in front of the adder, which synthesis would turn into rd_ptr + rp_inc, a late
+        # carry-in.
         rd_inc = Signal(16)
-        # The scratchpad address as one multiplexer on the reader's late decision: rd_inc where
-        # a read steps (addr_inc: an issue or a fetch, never with a write), else addr_base, the
-        # address of the flip-flops' choice (rd_ptr, or a write's or DM_BIAS's address). While
-        # no program runs it is 0 (``mem``'s contract: the top ORs the host's address in).
-        addr_inc = Signal()
+        # The scratchpad address from flip-flops only (the memory holds its output while the
+        # reader does not read, so the address never waits for the reader's late decision,
+        # which reaches the memory as ``re`` alone): the next address to read (rd_next), or a
+        # write's (wr_ptr, on wr_valid or in MOVE_WR) or DM_BIAS's. While no program runs it
+        # is 0 (``mem``'s contract: the top ORs the host's address in).
+        rd_next = Signal(16)
         addr_base = Signal(16)
+        re = Signal()
+        st_movewr = Signal()          # MOVE_WR, as a flag: the write's address and enable
         take = Signal()
         reading = Signal()            # the current state lets the reader issue
         # The states that feed an engine from the reader, one flip-flop each (set when RANGE
@@ -545,9 +555,11 @@ class Sequencer(wiring.Component):
         m.d.comb += issue.eq(reading & rd_more & (~rd_valid | take) & ~wr_valid)
         m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
         m.d.sync += rd_valid.eq(issue | (rd_valid & ~take))
-        m.d.comb += p.wmask.eq(0b11)
-        m.d.comb += [rd_inc.eq(rd_ptr + 1), addr_base.eq(rd_ptr),
-                     p.addr.eq(Mux(addr_inc, rd_inc, Mux(running, addr_base, 0)))]
+        # The write data: the write register's, but in MOVE_WR and DM_POST (not gated by
+        # ``we``: only a multiplexer on flip-flops' choice in front of the memory).
+        m.d.comb += [p.wmask.eq(0b11), p.wdata.eq(wr_data)]
+        m.d.comb += [rd_inc.eq(rd_ptr + 1), rd_next.eq(Mux(fresh, rd_ptr, rd_inc)),
+                     addr_base.eq(rd_next), p.addr.eq(Mux(running, addr_base, 0)), p.re.eq(re)]
         wr_one = Signal()             # wr_left == 1 (MOVE), valid a cycle after wr_left changes
         m.d.sync += wr_one.eq(wr_left == 1)
         # RANGE loads wr_ptr and wr_left; a write steps them (wr_left not in DM_POST).
@@ -560,13 +572,14 @@ class Sequencer(wiring.Component):
             # in front of the pointers and the address (the FSM's own loads and addresses never
             # meet a write or an issue).
             with m.If(fetching):
-                m.d.comb += [rp_inc.eq(~fresh), addr_inc.eq(~fresh)]
+                m.d.comb += [rp_inc.eq(~fresh), re.eq(1)]
+            with m.If(st_movewr):
+                m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
             with m.If(wr_valid):
-                m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1), p.wdata.eq(wr_data),
-                             wp_step.eq(1), wl_step.eq(1)]
+                m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1), wp_step.eq(1), wl_step.eq(1)]
                 m.d.sync += wr_done.eq(wr_left == 1)
             with m.Elif(issue):
-                m.d.comb += [rp_inc.eq(~fresh), addr_inc.eq(~fresh), rl_dec.eq(1)]
+                m.d.comb += [rp_inc.eq(~fresh), re.eq(1), rl_dec.eq(1)]
                 m.d.sync += [fresh.eq(0), rd_more.eq(rd_left != 1)]
 
         # Instruction-specific state.
@@ -653,10 +666,14 @@ class Sequencer(wiring.Component):
         at_limit = Signal()
         pc_bad = Signal()
         limit_z = Signal()
-        m.d.comb += left_dec.eq(left + (~limit_in).replicate(32))
+        m.d.comb += [lo_dec.eq(left_lo + (~limit_in).replicate(16)),
+                     hi_dec.eq(left_hi + (~limit_in).replicate(16))]
         with m.If(left_load | ex_inc):
-            m.d.sync += left.eq(Mux(limit_in, Cat(left, c.arg.payload)[8:], left_dec[:32]))
-        m.d.sync += [at_limit.eq(~left_dec[32]), pc_bad.eq(pc > words - 8)]
+            m.d.sync += left_lo.eq(Mux(limit_in, Cat(left_lo[8:], left_hi[:8]), lo_dec[:16]))
+        with m.If(left_load | borrow):
+            m.d.sync += left_hi.eq(Mux(limit_in, Cat(left_hi[8:], c.arg.payload), hi_dec[:16]))
+        m.d.sync += [borrow.eq(ex_inc & ~lo_dec[16]), at_limit.eq(~lo_dec[16] & ~hi_dec[16]),
+                     pc_bad.eq(pc > words - 8)]
         m.d.sync += [dec_fail.eq(o_fail), dec_len.eq(o_len), dec_range.eq(o_range),
                      dec_mul.eq(o_mul), dec_config.eq(o_config)]
 
@@ -902,11 +919,16 @@ class Sequencer(wiring.Component):
 
             # -- data instructions ----------------------------------------------------------
             with m.State("MOVE_RD"):
-                # Reads at rd_ptr (the address's default).
+                # Reads at rd_ptr (rd_next: rd_ptr stays fresh through a MOVE, as rp_inc
+                # steps it).
+                m.d.comb += re.eq(1)
+                m.d.sync += st_movewr.eq(1)
                 m.next = "MOVE_WR"
             with m.State("MOVE_WR"):
-                m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
+                # The address, the write enable and the data on st_movewr (after the FSM, as the
+                # reader).
                 m.d.comb += [rp_inc.eq(1), wp_step.eq(1), wl_step.eq(1)]
+                m.d.sync += st_movewr.eq(0)
                 m.next = "MOVE_RD"
                 with m.If(wr_one):
                     finish()
@@ -971,7 +993,7 @@ class Sequencer(wiring.Component):
                         m.d.sync += st_dm.eq(1)
                         m.next = "DM_RUN"
                 with m.State("DM_BIAS"):
-                    m.d.comb += addr_base.eq(bias_ptr)
+                    m.d.comb += [addr_base.eq(bias_ptr), re.eq(1)]
                     m.next = "DM_BIAS2"
                 with m.State("DM_BIAS2"):
                     m.d.sync += [bias_q.eq(rdata), bias_ptr.eq(bias_ptr + 1), st_dm.eq(1)]

@@ -43,6 +43,7 @@ from lowbit.sim.link import (
 from lowbit.sim.topparams import SPRAM_BYTES, check_top_params
 from lowbit.sim.topparams import check_scratch_bytes as _check_scratch_bytes
 
+from .common import any_of
 from .common import check_bool as _check_bool
 from .engines import GrandHandler, LUTHandler
 from .link import ARG_BYTES, CommandSignature, Dispatcher, HostLink
@@ -158,21 +159,22 @@ class Scratchpad(wiring.Component):
             rd = mem.read_port(transparent_for=())
             m.d.comb += [wr.addr.eq(p.addr), wr.data.eq(p.wdata),
                          wr.en.eq(p.wmask & p.we.replicate(2)),
-                         rd.addr.eq(p.addr), rd.en.eq(~p.we), p.rdata.eq(rd.data)]
+                         rd.addr.eq(p.addr), rd.en.eq(p.re & ~p.we), p.rdata.eq(rd.data)]
             return m
         banks = self._size // SPRAM_BYTES
         bank = p.addr[14:] if banks > 1 else Const(0, 1)
         bank_q = Signal.like(bank)
-        # Every bank reads on every read cycle (chip select only gates writes), which keeps
-        # the bank decode off the read address path; the output mux uses the registered bank.
-        with m.If(~p.we):
+        # Every bank reads on every read cycle (chip select gates writes by the bank, reads by
+        # ``re`` alone), which keeps the bank decode off the read address path; the output mux
+        # uses the registered bank. Without a read or a write the banks' outputs hold.
+        with m.If(p.re & ~p.we):
             m.d.sync += bank_q.eq(bank)
         for k in range(banks):
             ram = SPRAM256KA(simulation=self._simulation)
             m.submodules[f"spram{k}"] = ram
             m.d.comb += [ram.addr.eq(p.addr[:14]), ram.datain.eq(p.wdata),
                          ram.maskwren.eq(Cat(p.wmask[0], p.wmask[0], p.wmask[1], p.wmask[1])),
-                         ram.we.eq(p.we), ram.cs.eq(~p.we | (bank == k))]
+                         ram.we.eq(p.we), ram.cs.eq(Mux(p.we, bank == k, p.re))]
             with m.If(bank_q == k):
                 m.d.comb += p.rdata.eq(ram.dataout)
         return m
@@ -367,8 +369,8 @@ class RegisterHandler(wiring.Component):
             match[r.name] = Signal(name=f"w_{r.name.lower()}")
             m.d.comb += match[r.name].eq(wq_en & wq_hi[r.index >> 3]
                                          & (wq_index[:3] == r.index & 7))
-        w_mask = Cat(_any(match[r.name] for r in rw if r.width > j) for j in range(32))
-        w_rw = _any(match.values())
+        w_mask = Cat(any_of(match[r.name] for r in rw if r.width > j) for j in range(32))
+        w_rw = any_of(match.values())
         seed3 = REGISTER_BY_NAME["PRNG_SEED3"].name
         m.d.sync += self.prng_load.eq(match[seed3])
         regs = {r.name: Signal(r.width, init=r.reset, reset_less=True, name=r.name.lower())
@@ -588,7 +590,7 @@ class MemoryHandler(wiring.Component):
         stepping = Signal()
         moved = Signal()
         addend = Cat(stepping & ~packed, stepping & packed, load.replicate(aw - 2))
-        m.d.comb += [p.addr.eq(ptr[1:]),
+        m.d.comb += [p.addr.eq(ptr[1:]), p.re.eq(1),
                      p.wdata.eq(Cat(c.arg.payload, c.arg.payload)),
                      p.wmask.eq(Mux(ptr[0], 0b10, 0b01))]
         m.d.sync += [ptr.eq(Mux(load, Cat(addr[0] | high, addr[1:aw]), ptr + addend)),
@@ -973,10 +975,10 @@ class Accelerator(wiring.Component):
             m.d.comb += scratch.port.addr.eq(seq.mem.addr | Mux(seq.busy, 0, mem.mem.addr))
             with m.If(seq.busy):
                 m.d.comb += [scratch.port.we.eq(seq.mem.we), scratch.port.wmask.eq(seq.mem.wmask),
-                             scratch.port.wdata.eq(seq.mem.wdata)]
+                             scratch.port.wdata.eq(seq.mem.wdata), scratch.port.re.eq(seq.mem.re)]
             with m.Else():
                 m.d.comb += [scratch.port.we.eq(mem.mem.we), scratch.port.wmask.eq(mem.mem.wmask),
-                             scratch.port.wdata.eq(mem.mem.wdata)]
+                             scratch.port.wdata.eq(mem.mem.wdata), scratch.port.re.eq(mem.mem.re)]
             m.d.comb += [seq.mem.rdata.eq(scratch.port.rdata), mem.mem.rdata.eq(scratch.port.rdata)]
         else:
             wiring.connect(m, mem.mem, scratch.port)
@@ -1038,13 +1040,3 @@ class Accelerator(wiring.Component):
         m.d.comb += self.leds.eq(Cat(activity != 0, error))
         return m
 
-
-def _any(terms):
-    """OR of ``terms`` as a balanced tree (a chain of ORs is mapped as a chain of LUTs)."""
-    terms = list(terms)
-    if not terms:
-        return Const(0)
-    while len(terms) > 1:
-        terms = [terms[k] | terms[k + 1] if k + 1 < len(terms) else terms[k]
-                 for k in range(0, len(terms), 2)]
-    return terms[0]

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 from amaranth.build.run import BuildPlan, LocalBuildProducts
 
-from lowbit.boards.build import _add_dfu_suffix, build_board, format_report, top_parameters
+from lowbit.boards.build import (
+    YOSYS_AFTER_READ,
+    _add_dfu_suffix,
+    board_plan,
+    build_board,
+    format_report,
+    top_parameters,
+)
 from lowbit.boards.profiles import BOARDS, DEFAULT_BOARD, get_board
 from lowbit.boards.toolchain import DEVICES
 
@@ -65,6 +72,20 @@ def test_every_board_elaborates_without_toolchain(board, tmp_path):
     assert any(f.endswith(".il") for f in report["files"])
     params, unused = top_parameters(get_board(board))
     assert set(params) | set(unused) == {"clk_freq", *get_board(board).top}
+
+
+def test_sequencer_fsm_is_recoded_one_hot():
+    """The Yosys script marks the sequencer's state register one-hot right after reading the
+    design, and the selection names a register that exists (an empty selection would pass
+    silently)."""
+    plan = board_plan(DEFAULT_BOARD)
+    script = plan.files["lowbit.ys"].splitlines()
+    assert script[script.index("read_rtlil lowbit.il") + 1] == YOSYS_AFTER_READ
+    module, wire = YOSYS_AFTER_READ.split()[-1].split("/")
+    il = plan.files["lowbit.il"]
+    body = il[il.index(f"module \\{module}\n"):]
+    body = body[:body.index("\nend\n")]
+    assert f" \\{wire}\n" in body
 
 
 def test_bad_seed():

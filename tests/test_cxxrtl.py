@@ -426,6 +426,24 @@ def check_full_top(full_port):
 
 
 @pytest.mark.slow
+def test_limit_past_16_bits(full_port):
+    """RUN's 32-bit instruction limit across the sequencer's two 16-bit halves (the high half
+    takes the low half's borrow a cycle later): an endless loop stops with LIMIT after exactly
+    ``limit`` instructions at limits around 2^16 (about 12 cycles an instruction, up to 1.6
+    million cycles a RUN)."""
+    loop = np.frombuffer(assemble([I.nop(), I.jump(PROG)]), dtype="<u2")
+    run_frames(full_port, [_frame(L.Opcode.MEM_WRITE,
+                                  L.mem_write_payload(2 * PROG, loop.tobytes()))])
+    for limit in (0xFFFF, 0x1_0000, 0x1_0001, 0x2_0005):
+        full_port.write(_frame(L.Opcode.RUN, struct.pack("<II", 2 * PROG, limit)))
+        head = full_port.read(4, timeout_cycles=3_000_000)
+        assert len(head) == 4, f"no reply to RUN with the limit {limit:#x}"
+        status, body = L.decode_reply(head + full_port.read(18, timeout_cycles=10_000))
+        pc, executed = struct.unpack("<II", body[:8])
+        assert (status, executed, pc) == (L.Status.LIMIT, limit, 2 * PROG + 16 * (limit & 1))
+
+
+@pytest.mark.slow
 def test_exact_cycle_equals_single_eval(full_port):
     """The two-evaluation cycle (``exact=True``) of the same library gives the same replies at
     the same cycles as the default one-evaluation cycle on the full top."""

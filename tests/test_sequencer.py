@@ -564,6 +564,11 @@ def test_limit_and_run_payload(dev):
     assert cycles > 7 and busy == 0
     # HALT as the limit-th instruction is OK.
     assert dev.run([I.nop(), I.halt()], at=P, limit=2)[:3] == (L.Status.OK, 2 * P + 16, 2)
+    # Limits whose low 16 bits run out (0, or 0 after three instructions) are not reached:
+    # the count is 32 bits (the sequencer keeps it in two halves).
+    for limit in (0x1_0000, 0x1_0003, 0x5_0002, 0xFFFF_FFFF):
+        assert dev.run([I.nop()] * 5 + [I.halt()], at=P, limit=limit)[:3] == (
+            L.Status.OK, 2 * P + 80, 6)
     # Running off the end of the scratchpad: the fetch fails with BAD_ADDRESS.
     assert dev.run([I.nop()], at=WORDS - 8)[:3] == (L.Status.BAD_ADDRESS, 2 * WORDS, 1)
     assert dev.run([I.jump(WORDS - 4)], at=P)[:3] == (L.Status.BAD_ADDRESS, 2 * WORDS - 8, 1)

@@ -189,7 +189,7 @@ def board_profile(board, top=None):
 #: the tops start in reset (PLL lock, or the platform's power-on reset), which loads the
 #: initial state. On the iCEBreaker this takes the FSM's next-state logic off the critical
 #: path (docs/up5k_budget.md, session 13); recoding every FSM of the top did worse.
-YOSYS_AFTER_READ = ("setattr -set fsm_encoding one-hot "
+YOSYS_AFTER_READ = ('setattr -set fsm_encoding "one-hot" '
                     f"{BITSTREAM_NAME}.accel.sequencer/fsm_state")
 
 

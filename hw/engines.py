@@ -97,6 +97,7 @@ class LUTHandler(wiring.Component):
         fill = Signal(range(lanes + 1))   # codes gathered into ``beat``
         out = Signal(lut.o.payload.shape())
         avail = Signal(range(lanes + 1))  # looked-up bytes of ``out`` not yet sent
+        avail_one = Signal()              # avail == 1, kept beside it
         pos = Signal(range(lanes))
 
         m.d.comb += [
@@ -112,10 +113,14 @@ class LUTHandler(wiring.Component):
         # (load_or_step: the load's choice merges into the decrement's LUTs).
         left_load = Signal()
         left_dec = Signal()
-        left_z = Signal()             # left == 0, kept beside it: no zero test before arg.ready
+        # left == 0 and left == 1, kept beside it: no compare in front of arg.ready or the
+        # state.
+        left_z = Signal()
+        left_one = Signal()
         with m.If(left_load | left_dec):
             m.d.sync += [left.eq(load_or_step(left, -1, left_load, c.cmd.payload.length)),
-                         left_z.eq(Mux(left_load, c.cmd.payload.length == 0, left == 1))]
+                         left_z.eq(Mux(left_load, c.cmd.payload.length == 0, left == 1)),
+                         left_one.eq(Mux(left_load, c.cmd.payload.length == 1, left == 2))]
 
         # CHECK's tests as registers, taken every cycle (no compare in front of the state):
         # ``args`` holds still while the command runs, and in START's last cycle ``left`` is
@@ -178,7 +183,7 @@ class LUTHandler(wiring.Component):
                     m.d.comb += lut.i_write.valid.eq(c.arg.valid)
                     with m.If(c.arg.valid):
                         m.d.comb += left_dec.eq(1)
-                        m.d.sync += [addr.eq(addr + 1), arg_ready.eq(left != 1)]
+                        m.d.sync += [addr.eq(addr + 1), arg_ready.eq(~left_one)]
             with m.State("RESP"):
                 reply = (status == Status.OK) & applying
                 m.d.comb += [c.resp.valid.eq(1), c.resp.payload.status.eq(status),
@@ -209,17 +214,19 @@ class LUTHandler(wiring.Component):
             with m.State("RESULT"):
                 m.d.comb += lut.o.ready.eq(1)
                 with m.If(lut.o.valid):
-                    m.d.sync += [out.eq(lut.o.payload), avail.eq(fill), pos.eq(0)]
+                    m.d.sync += [out.eq(lut.o.payload), avail.eq(fill),
+                                 avail_one.eq(fill == 1), pos.eq(0)]
                     m.next = "SEND"
             with m.State("SEND"):
                 m.d.comb += [c.data.valid.eq(1), c.data.payload.eq(out[pos])]
                 with m.If(c.data.ready):
                     m.d.comb += left_dec.eq(1)
-                    m.d.sync += [pos.eq(pos + 1), avail.eq(avail - 1)]
-                    with m.If(avail == 1):
+                    m.d.sync += [pos.eq(pos + 1), avail.eq(avail - 1),
+                                 avail_one.eq(avail == 2)]
+                    with m.If(avail_one):
                         m.d.sync += [fill.eq(0), g_wait.eq(1)]
                         m.next = "GATHER"
-                        with m.If(left == 1):
+                        with m.If(left_one):
                             m.next = "IDLE"
         with m.If(self.seq_en):
             m.d.comb += [lut.i.valid.eq(self.seq.i.valid),

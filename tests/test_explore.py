@@ -56,7 +56,7 @@ def test_configs_are_every_combination_on_the_profile():
     cfgs = explore.configs("lut", [("lanes", [2, 4]), ("tables", [1, 2])], device="up5k")
     assert [c.swept for c in cfgs] == [{"lanes": 2, "tables": 1}, {"lanes": 2, "tables": 2},
                                        {"lanes": 4, "tables": 1}, {"lanes": 4, "tables": 2}]
-    assert all(c.device == "up5k" and c.board is None and c.clock_mhz == 24 for c in cfgs)
+    assert all(c.device == "up5k" and c.board is None and c.clock_mhz == 36 for c in cfgs)
     # A block with a multiplier takes the profile's, and the vendor primitives.
     (bfp,) = explore.configs("bfp", [("lanes", [4])], board="hx8k")
     assert bfp.params == {"mult": "lut", "sim_model": False, "lanes": 4} and not bfp.dsp
@@ -247,7 +247,7 @@ def _rows():
         {1: {"seed": 1, "lcs": 400, "lcs_block": 200, "dsps": 0, "rams": 2, "spram": 0,
              "fmax_mhz": 90.0, "seconds": 5}},
         {1: {"seed": 1, "lcs": 500, "lcs_block": 300, "dsps": 1, "rams": 4, "spram": 0,
-             "fmax_mhz": 12.0, "seconds": 5}},          # misses the 24 MHz clock
+             "fmax_mhz": 12.0, "seconds": 5}},          # misses the 36 MHz clock
         {1: {"seed": 1, "lcs": 600, "lcs_block": 500, "dsps": 2, "rams": 8, "spram": 0,
              "fmax_mhz": 80.0, "seconds": 5, "cached": True}},
         {1: {"seed": 1, "error": "nextpnr failed: ERROR: Unable to place cell 'a'"}},
@@ -266,7 +266,7 @@ def test_rows_pareto_and_table():
     text = explore.format_table(rows, [1]).splitlines()
     assert text[0].split() == ["lanes", "LC", "(%", "of", "device)", "DSP", "RAM", "SPRAM",
                                "Fmax", "MHz,", "seeds", "1", "median", "throughput", "fits",
-                               "meets", "24", "MHz", "Pareto"]
+                               "meets", "36", "MHz", "Pareto"]
     assert text[1].split() == ["1", "200", "(3.8", "%)", "0", "2", "0", "90", "90", "90", "M",
                                "lookup/s", "yes", "yes", "*"]
     assert text[2].split()[-2:] == ["yes", "no"]              # fits, misses the clock
@@ -561,7 +561,7 @@ def test_a_board_sweep_of_the_icebreaker_top(capsys, tmp_path):
     status, out, err = run_main(capsys, *argv)
     assert status == 0, err
     (row,) = json.loads((tmp_path / "rows.json").read_text())["rows"]
-    assert row["board"] == "icebreaker" and row["fits"] and row["clock_mhz"] == 24
+    assert row["board"] == "icebreaker" and row["fits"] and row["clock_mhz"] == 36
     assert row["dsps"] >= 1 and row["spram"] >= 1 and isinstance(row["meets_clock"], bool)
     status, out, err = run_main(capsys, *argv)
     assert status == 0 and "0 built, 1 from the cache" in err

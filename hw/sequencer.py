@@ -519,7 +519,7 @@ class Sequencer(wiring.Component):
         rd_next = Signal(16)
         addr_base = Signal(16)
         re = Signal()
-        st_movewr = Signal()          # MOVE_WR, as a flag: the write's address and enable
+        st_movewr = Signal()          # MOVE_WR, as a flag: the write's address, enable and data
         take = Signal()
         reading = Signal()            # the current state lets the reader issue
         # The states that feed an engine from the reader, one flip-flop each (set when RANGE

@@ -253,3 +253,16 @@ def test_import_graph_has_no_cycle():
         return f"- {', '.join(modules)}, e.g.\n  " + "\n  ".join(steps)
 
     assert not cycles, "import cycles:\n" + "\n".join(describe(*c) for c in cycles)
+
+
+def test_ci_runs_the_readmes_commands():
+    """``.ci/run`` runs the README's two commands: its first (the install and ``lowbit build``,
+    in two steps there) and its second (the quick suite) verbatim."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("```sh\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert len(block) == 2, block
+    install, tests = block
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert tests in ci, f"{tests!r} is not a line of .ci/run"
+    assert install.split(" && ")[-1] in ci and "pip install" in install
+    assert any("pip install" in line and "-e '.[test]'" in line for line in ci)

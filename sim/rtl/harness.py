@@ -100,16 +100,26 @@ def run_stream(component, inputs, outputs, *, setup=None, valid_prob=1.0, ready_
     sim = Simulator(component)
     sim.add_clock(1e-6, domain=domain)
 
+    # The testbenches set a port only when its value changes: each ``ctx.set`` makes the
+    # simulator settle the design once more. Valid stays high from one payload to the next
+    # unless a gap comes between them; the random draws are those of setting it every time.
     def make_feeder(name, port, payloads):
         async def feeder(ctx):
             while not state["setup"]:
                 await ctx.tick(domain)
+            valid = False
             for payload in payloads:
                 while rng.random() >= valid_prob:
+                    if valid:
+                        ctx.set(port.valid, 0)
+                        valid = False
                     await ctx.tick(domain)
                 ctx.set(port.payload, payload)
-                ctx.set(port.valid, 1)
+                if not valid:
+                    ctx.set(port.valid, 1)
+                    valid = True
                 await ctx.tick(domain).until(port.ready)
+            if valid:
                 ctx.set(port.valid, 0)
         return feeder
 
@@ -118,6 +128,7 @@ def run_stream(component, inputs, outputs, *, setup=None, valid_prob=1.0, ready_
             await setup(ctx)
         state["setup"] = True
         pending = {name: None for name in out_ports}
+        ready = {name: None for name in out_ports}
         for _ in range(max_cycles):
             if all(len(collected[n]) >= outputs[n] for n in outputs):
                 state["done"] = True
@@ -125,11 +136,14 @@ def run_stream(component, inputs, outputs, *, setup=None, valid_prob=1.0, ready_
             accept = {}
             for name, port in out_ports.items():
                 accept[name] = len(collected[name]) < outputs[name] and rng.random() < ready_prob
-                ctx.set(port.ready, accept[name])
+                if accept[name] != ready[name]:
+                    ready[name] = accept[name]
+                    ctx.set(port.ready, accept[name])
             # Sample just before the edge: these are the values the DUT's handshake sees.
             sampled = {}
             for name, port in out_ports.items():
-                sampled[name] = (ctx.get(port.valid), payload_value(ctx.get(port.payload)))
+                valid = ctx.get(port.valid)
+                sampled[name] = (valid, payload_value(ctx.get(port.payload)) if valid else None)
             await ctx.tick(domain)
             for name in out_ports:
                 valid, payload = sampled[name]

@@ -114,3 +114,19 @@ def test_rotation_runs_one_heavy_case_a_day(tmp_path, day, heavy):
                                   "test_fixed[cheap]"]), r.stdout
     assert f"rotation day {day} (set LOWBIT_ROTATION={day} to repeat): " \
            f"test_rot.py::test_sweep[{heavy}] runs as not heavy" in r.stdout
+
+
+def test_long_files_run_first(tmp_path):
+    """The files of ``LONG_FIRST`` run before the others, in its order, each file's tests in
+    their own order; what is selected does not change."""
+    work = tmp_path / "order"
+    work.mkdir()
+    shutil.copy(CONFTEST, work / "conftest.py")
+    for name in ("test_a.py", "test_boards.py", "test_gatelevel.py", "test_z.py"):
+        (work / name).write_text("def test_one():\n    pass\n\n\ndef test_two():\n    pass\n")
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                        "no:cacheprovider", str(work)], capture_output=True, text=True, cwd=work,
+                       timeout=120)
+    ids = [line for line in r.stdout.splitlines() if "::" in line]
+    assert ids == [f"{f}::{t}" for f in ("test_gatelevel.py", "test_boards.py", "test_a.py",
+                                         "test_z.py") for t in ("test_one", "test_two")], r.stdout

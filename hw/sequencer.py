@@ -90,7 +90,7 @@ class Sequencer(wiring.Component):
         Word address width of the scratchpad port.
     lanes : int
         Matrix lanes ``N``: weight banks, BFP column lanes and discrete terms per beat; a power
-        of two, 4..32.
+        of two, 4..64.
     block : int
         BFP block size ``B`` (column and quantiser), a power of two, 2..256.
     max_blocks : int
@@ -164,7 +164,7 @@ class Sequencer(wiring.Component):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
-        self._lanes = _check_pow2("Matrix lane count", lanes, 4, 32)
+        self._lanes = _check_pow2("Matrix lane count", lanes, 4, 64)
         self._block = _check_pow2("Block size", block, 2, 256)
         self._max_blocks = _check_int("Maximum block count", max_blocks, 1, 256)
         self._weight_depth = _check_pow2("Weight memory depth", weight_depth, 16, 16384)

@@ -213,7 +213,7 @@ def check_top_params(**params):
     check_bool("grand", p["grand"])
     p["grand_modes"] = check_grand_modes(p["grand_modes"])
     check_bool("sequencer", p["sequencer"])
-    check_pow2("Matrix lane count", p["matrix_lanes"], 4, 32)
+    check_pow2("Matrix lane count", p["matrix_lanes"], 4, 64)
     check_pow2("Block size", p["block"], 2, 256)
     check_int("Maximum block count", p["max_blocks"], 1, 256)
     check_pow2("Weight memory depth", p["weight_depth"], 16, 16384)

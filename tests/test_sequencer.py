@@ -587,7 +587,7 @@ def test_limit_and_run_payload(dev):
 
 
 @pytest.mark.parametrize("name,value,exc", [
-    ("sequencer", 1, TypeError), ("matrix_lanes", 6, ValueError), ("matrix_lanes", 64, ValueError),
+    ("sequencer", 1, TypeError), ("matrix_lanes", 6, ValueError), ("matrix_lanes", 128, ValueError),
     ("matrix_lanes", 8.0, TypeError), ("block", 12, ValueError), ("block", 1, ValueError),
     ("block", True, TypeError), ("max_blocks", 0, ValueError), ("max_blocks", 257, ValueError),
     ("weight_depth", 100, ValueError), ("weight_depth", 8, ValueError),
@@ -870,6 +870,48 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
     m, ee = bfp_dense(l1, x_m, x_e[::b], dev.top.column_model())
     assert dev.get(Y, rows).tolist() == pack_elements(m, ee).tolist()
     assert cycles > tiles * 32
+
+
+@pytest.mark.slow                      # 10 CPU-s: the 64-lane column in Amaranth's simulator
+def test_64_lanes_matvec_equals_machine():
+    """The widest column the sequencer takes (N = 64, the ULX3S's): LOADW and a MATVEC of one and
+    a half tiles with bias (the second tile's unused rows in the lanes' upper half), and a
+    one-tile MATVEC with a fixed exponent, equal lowbit.sim.program.Machine word for word and
+    lowbit.sim.network.bfp_dense; the busy count is T · K."""
+    from lowbit.sim.program import Design, Machine
+    n, b, k = 64, 4, 4
+    params = dict(matrix_lanes=n, block=b, max_blocks=1, weight_depth=16, discrete=False,
+                  quantiser=False, grand=False, lanes=1, lut_tables=0, bfp_predictor=False,
+                  scratch_bytes=2048)
+    dev = Device(**params)
+    machine = Machine(Design(matrix_lanes=n, block=b, max_blocks=1, weight_depth=16,
+                             scratch_bytes=2048, lanes=1, lut_tables=0,
+                             engines={"bfp"}, bfp_predictor=False))
+    rng = np.random.default_rng(64)
+    rows, tiles = 3 * n // 2, 2
+    layer = BFPDense(w_m=rng.integers(-128, 128, (rows, k)), w_e=rng.integers(-8, -3, (rows, 1)),
+                     bias_m=rng.integers(-128, 128, rows), bias_e=rng.integers(-6, -2, rows),
+                     exp_mode="max", rounding="nearest")
+    w = np.zeros((tiles * n, k), dtype=np.int64)
+    e = np.zeros((tiles * n, k), dtype=np.int64)
+    w[:rows], e[:rows] = layer.w_m, np.repeat(layer.w_e, b, axis=1)
+    wwords = pack_elements(w, e).reshape(tiles, n, k).transpose(0, 2, 1).reshape(-1)
+    x = pack_elements(rng.integers(-128, 128, k), np.repeat(rng.integers(-4, 2, 1), b))
+    bias = np.zeros(tiles * n, dtype=np.int64)
+    bias[:rows] = pack_elements(layer.bias_m, layer.bias_e)
+    X, BI, Y, Z, WS = 60, 64, 192, 320, 512
+    program = [I.loadw(WS, 0, tiles * k), I.matvec(X, Y, 0, 1, tiles, bias=BI),
+               I.config(REG["EXP_SELECT"], 1), I.matvec(X, Z, k, 1, 1), I.halt()]
+    (status, pc, executed, cycles, busy), ref = _run_both(
+        dev, machine, program, 0, {WS: wwords, X: x, BI: bias}, {"MANT_WIDTH": 8, "ROUNDING": 0,
+                                                              "EXP_SELECT": 0, "FIXED_EXP": 0xFB})
+    assert (status, pc, executed) == (ref.status, ref.pc, ref.executed) == (L.Status.OK, 64, 5)
+    assert busy == ref.busy == (tiles + 1) * k and cycles > busy
+    for addr, count in ((Y, tiles * n), (Z, n)):
+        assert dev.get(addr, count).tolist() == machine.read_words(addr, count).tolist()
+    x_m, x_e = unpack_elements(x)
+    m, ee = bfp_dense(layer, x_m, x_e[b - 1::b], dev.top.column_model())
+    assert dev.get(Y, rows).tolist() == pack_elements(m, ee).tolist()
 
 
 @pytest.mark.parametrize("regs,program", [

@@ -39,27 +39,41 @@ class ScratchPortSignature(wiring.Signature):
     we : Out(1)
         Write this cycle.
     re : Out(1)
-        Read this cycle (on a cycle without ``we``); without it ``rdata`` holds. A user can
-        keep a word waiting in the memory's output register without knowing its address
-        again: the address then never waits for the decision to read.
+        Read this cycle (on a cycle without ``we``, unless the port has ``waddr``); without it
+        ``rdata`` holds. A user can keep a word waiting in the memory's output register without
+        knowing its address again: the address then never waits for the decision to read.
     wmask : Out(2)
         Byte enables of the word (bit 0: byte at the even address).
     wdata : Out(16)
         Write data.
     rdata : In(16)
         The word at the ``addr`` of the last cycle that read (one cycle of read latency; not
-        updated on cycles that write or do not read).
+        updated on cycles that do not read, nor, with one address, on cycles that write).
+    waddr : Out(addr_width)
+        With ``write_addr`` only: the word address of a write. The port then reads at ``addr``
+        and writes at ``waddr`` in the same cycle (a block RAM's simple dual port); a read of
+        the word written in the same cycle returns its old value.
+
+    Parameters
+    ----------
+    addr_width : int
+        Word address width.
+    write_addr : bool
+        Writes take their own address ``waddr``, and ``re`` and ``we`` may be high together.
     """
 
-    def __init__(self, addr_width=16):
-        super().__init__({
+    def __init__(self, addr_width=16, *, write_addr=False):
+        members = {
             "addr": Out(addr_width),
             "we": Out(1),
             "re": Out(1),
             "wmask": Out(2),
             "wdata": Out(16),
             "rdata": In(16),
-        })
+        }
+        if write_addr:
+            members["waddr"] = Out(addr_width)
+        super().__init__(members)
 
 
 class ConfigPortSignature(wiring.Signature):

@@ -132,6 +132,10 @@ class Sequencer(wiring.Component):
         Multiplier style of the BFP column.
     simulation : bool
         Behavioural multiplier models (for Amaranth's simulator).
+    write_addr : bool
+        The scratchpad port has a write address of its own (``mem.waddr``; a block-RAM
+        scratchpad's read and write ports side by side): the reader issues in the cycles the
+        write register writes, so results, bias words and inputs no longer take turns.
 
     Members
     -------
@@ -139,9 +143,9 @@ class Sequencer(wiring.Component):
         The ``RUN`` row of the dispatcher.
     busy : Out(1)
         A program runs: the sequencer owns ``mem``, ``lut`` and ``grand``.
-    mem : Out(lowbit.hw.ports.ScratchPortSignature(addr_width))
-        The scratchpad port; its address is 0 while not ``busy`` (a top may OR another
-        user's address into it).
+    mem : Out(lowbit.hw.ports.ScratchPortSignature(addr_width, write_addr=write_addr))
+        The scratchpad port; its addresses are 0 while not ``busy`` (a top may OR another
+        user's address into them).
     cfg : Out(lowbit.hw.ports.ConfigPortSignature())
         CONFIG's register write port.
     lut : Out(lowbit.hw.ports.LUTPortSignature())
@@ -160,7 +164,7 @@ class Sequencer(wiring.Component):
                  quant_mult_bits=0, lut=True, lut_tables=4, grand=True, mult="lut",
                  simulation=True, bfp_stochastic=True, bfp_predictor=True,
                  bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True,
-                 bfp_pipelined_combiner=False, bfp_mant_width=True):
+                 bfp_pipelined_combiner=False, bfp_mant_width=True, write_addr=False):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
@@ -192,10 +196,11 @@ class Sequencer(wiring.Component):
                              f"not {mult!r}")
         self._mult = mult
         self._simulation = _check_bool("simulation", simulation)
+        self._write_addr = _check_bool("write_addr", write_addr)
         members = {
             "command": In(CommandSignature()),
             "busy": Out(1),
-            "mem": Out(ScratchPortSignature(addr_width)),
+            "mem": Out(ScratchPortSignature(addr_width, write_addr=write_addr)),
             "cfg": Out(ConfigPortSignature()),
             "lut": Out(LUTPortSignature()),
             "grand": In(stream.Signature(16)),
@@ -212,6 +217,7 @@ class Sequencer(wiring.Component):
     bfp_stochastic = property(lambda self: self._bfp_stochastic)
     bfp_predictor = property(lambda self: self._bfp_predictor)
     bfp_mant_width = property(lambda self: self._bfp_mant_width)
+    write_addr = property(lambda self: self._write_addr)
 
     def column_params(self):
         """Keyword parameters of the BFP column (also those of its golden
@@ -552,7 +558,10 @@ class Sequencer(wiring.Component):
         issue = Signal()
         rl_dec = Signal()             # rd_left counts down
         rdata = p.rdata
-        m.d.comb += issue.eq(reading & rd_more & (~rd_valid | take) & ~wr_valid)
+        # With one address a write takes the port (the write register wins over reads); with a
+        # write address of its own, both go in the same cycle.
+        m.d.comb += issue.eq(reading & rd_more & (~rd_valid | take)
+                             & (~wr_valid if not self._write_addr else 1))
         m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
         m.d.sync += rd_valid.eq(issue | (rd_valid & ~take))
         # The write data: the write register's, but in MOVE_WR and DM_POST (not gated by
@@ -560,6 +569,11 @@ class Sequencer(wiring.Component):
         m.d.comb += [p.wmask.eq(0b11), p.wdata.eq(wr_data)]
         m.d.comb += [rd_inc.eq(rd_ptr + 1), rd_next.eq(Mux(fresh, rd_ptr, rd_inc)),
                      addr_base.eq(rd_next), p.addr.eq(Mux(running, addr_base, 0)), p.re.eq(re)]
+        # Every write goes to wr_ptr: with a write address of its own the reads keep theirs.
+        w_addr = addr_base
+        if self._write_addr:
+            w_addr = Signal.like(addr_base)
+            m.d.comb += p.waddr.eq(Mux(running, wr_ptr, 0))
         wr_one = Signal()             # wr_left == 1 (MOVE), valid a cycle after wr_left changes
         m.d.sync += wr_one.eq(wr_left == 1)
         # RANGE loads wr_ptr and wr_left; a write steps them (wr_left not in DM_POST).
@@ -574,11 +588,11 @@ class Sequencer(wiring.Component):
             with m.If(fetching):
                 m.d.comb += [rp_inc.eq(~fresh), re.eq(1)]
             with m.If(st_movewr):
-                m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
+                m.d.comb += [w_addr.eq(wr_ptr), p.we.eq(1), p.wdata.eq(rdata)]
             with m.If(wr_valid):
-                m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1), wp_step.eq(1), wl_step.eq(1)]
+                m.d.comb += [w_addr.eq(wr_ptr), p.we.eq(1), wp_step.eq(1), wl_step.eq(1)]
                 m.d.sync += wr_done.eq(wr_left == 1)
-            with m.Elif(issue):
+            with (m.If(issue) if self._write_addr else m.Elif(issue)):
                 m.d.comb += [rp_inc.eq(~fresh), re.eq(1), rl_dec.eq(1)]
                 m.d.sync += [fresh.eq(0), rd_more.eq(rd_left != 1)]
 
@@ -1039,7 +1053,7 @@ class Sequencer(wiring.Component):
                     rnd = (Const(1, 17) << sh)[1:]
                     y = (v_q + rnd.as_signed()) >> sh
                     yc = Mux(self.disc_shift[4], 0, Mux(y > 127, 127, Mux(y < -127, -127, y)))
-                    m.d.comb += [addr_base.eq(wr_ptr), p.we.eq(1),
+                    m.d.comb += [w_addr.eq(wr_ptr), p.we.eq(1),
                                  p.wdata.eq(Cat(yc[:8], self.fixed_exp))]
                     m.d.comb += wp_step.eq(1)
                     m.d.sync += [tiles_left.eq(tiles_left - 1),

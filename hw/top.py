@@ -128,19 +128,37 @@ class Scratchpad(wiring.Component):
         Use UP5K SPRAM banks (:class:`SPRAM256KA`) instead of ``lib.memory.Memory``.
     simulation : bool
         Use the SPRAM behavioural model (only meaningful with ``use_spram``).
+    write_addr : bool
+        Block RAM only: writes take the port's own write address ``waddr``, and a cycle may
+        read and write (the block RAM's read and write ports, side by side). The SPRAM has one
+        address.
 
     Members
     -------
-    port : In(ScratchPortSignature(addr_width))
+    port : In(ScratchPortSignature(addr_width, write_addr=write_addr))
+
+    Raises
+    ------
+    ValueError
+        ``write_addr`` with ``use_spram``.
     """
 
     @quiet_on_error
-    def __init__(self, *, size=4096, use_spram=False, simulation=False):
+    def __init__(self, *, size=4096, use_spram=False, simulation=False, write_addr=False):
         self._use_spram = _check_bool("use_spram", use_spram)
         self._simulation = _check_bool("simulation", simulation)
+        self._write_addr = _check_bool("write_addr", write_addr)
+        if write_addr and use_spram:
+            raise ValueError("A write address of its own needs the block-RAM scratchpad; the "
+                             "SPRAM has one address")
         self._size = _check_scratch_bytes(size, use_spram)
         self._addr_width = max((self._size // 2 - 1).bit_length(), 1)
-        super().__init__({"port": In(ScratchPortSignature(self._addr_width))})
+        super().__init__({"port": In(ScratchPortSignature(self._addr_width,
+                                                          write_addr=write_addr))})
+
+    @property
+    def write_addr(self):
+        return self._write_addr
 
     @property
     def size(self):
@@ -157,9 +175,12 @@ class Scratchpad(wiring.Component):
             m.submodules.mem = mem = Memory(shape=16, depth=self._size // 2, init=[])
             wr = mem.write_port(granularity=8)
             rd = mem.read_port(transparent_for=())
-            m.d.comb += [wr.addr.eq(p.addr), wr.data.eq(p.wdata),
-                         wr.en.eq(p.wmask & p.we.replicate(2)),
-                         rd.addr.eq(p.addr), rd.en.eq(p.re & ~p.we), p.rdata.eq(rd.data)]
+            m.d.comb += [wr.data.eq(p.wdata), wr.en.eq(p.wmask & p.we.replicate(2)),
+                         rd.addr.eq(p.addr), p.rdata.eq(rd.data)]
+            if self._write_addr:
+                m.d.comb += [wr.addr.eq(p.waddr), rd.en.eq(p.re)]
+            else:
+                m.d.comb += [wr.addr.eq(p.addr), rd.en.eq(p.re & ~p.we)]
             return m
         banks = self._size // SPRAM_BYTES
         bank = p.addr[14:] if banks > 1 else Const(0, 1)
@@ -891,7 +912,14 @@ class Accelerator(wiring.Component):
         return dict(self._seq_params, scratch_bytes=self._scratch_bytes,
                     addr_width=max((self._scratch_bytes // 2 - 1).bit_length(), 1),
                     lut=bool(self._lut_tables), lut_tables=max(self._lut_tables, 1),
-                    grand=self._grand, simulation=self._simulation)
+                    grand=self._grand, simulation=self._simulation,
+                    write_addr=self.scratch_write_addr)
+
+    @property
+    def scratch_write_addr(self):
+        """The sequencer writes the scratchpad at an address of its own while it reads: the
+        block-RAM scratchpad's read and write ports side by side (not the SPRAM's one port)."""
+        return self._sequencer and not self._use_spram
 
     def column_model(self):
         """The golden :class:`lowbit.sim.bfp_column.ColumnModel` of the sequencer's BFP column."""
@@ -929,7 +957,7 @@ class Accelerator(wiring.Component):
         # The register handler also answers IDENTIFY (its record is in the registers' RAM).
         m.submodules.registers = regs = RegisterHandler(self._identity, self.design_params())
         scratch = Scratchpad(size=self._scratch_bytes, use_spram=self._use_spram,
-                             simulation=self._simulation)
+                             simulation=self._simulation, write_addr=self.scratch_write_addr)
         m.submodules.scratch = scratch
         m.submodules.memory = mem = MemoryHandler(
             size=self._scratch_bytes, frame_bytes=self._frame_bytes,
@@ -973,6 +1001,9 @@ class Accelerator(wiring.Component):
             # The address is an OR (the sequencer's is 0 while it is not busy): no multiplexer
             # behind the sequencer's last, on its reader's late decision.
             m.d.comb += scratch.port.addr.eq(seq.mem.addr | Mux(seq.busy, 0, mem.mem.addr))
+            if self.scratch_write_addr:
+                m.d.comb += scratch.port.waddr.eq(seq.mem.waddr
+                                                  | Mux(seq.busy, 0, mem.mem.addr))
             with m.If(seq.busy):
                 m.d.comb += [scratch.port.we.eq(seq.mem.we), scratch.port.wmask.eq(seq.mem.wmask),
                              scratch.port.wdata.eq(seq.mem.wdata), scratch.port.re.eq(seq.mem.re)]

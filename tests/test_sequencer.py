@@ -294,6 +294,28 @@ def test_lut_grand_move_config(dev):
     assert int.from_bytes(reg, "little") == 0x7F
 
 
+def test_reads_beside_writes_with_a_write_address(dev):
+    """A block-RAM scratchpad gives the sequencer a write address of its own
+    (``Accelerator.scratch_write_addr``): the reader issues in the cycles the write register
+    writes. In place and shifted down by one (``dst = src - 1``, writes one word behind the
+    reads) a LUT over 64 words costs about a cycle per word, and equals the lookup of the words
+    as they were (each read happens before the write to its word)."""
+    assert dev.top.scratch_write_addr and dev.top.sequencer_params()["write_addr"]
+    rng = np.random.default_rng(12)
+    table = rng.integers(0, 256, 256)
+    dev.ok(L.Opcode.LUT_WRITE, bytes([1, 0]) + bytes(int(v) for v in table))
+    dev.reg("LUT_SELECT", 1)
+    dev.reg("LUT_EXP", 0)
+    halt = dev.run_ok([I.halt()])
+    for dst in (XA, XA - 1):
+        src = rng.integers(0, 1 << 16, 64)
+        dev.put(XA, src)
+        cycles = dev.run_ok([I.lut(XA, dst, 64), I.halt()]) - halt
+        assert dev.get(dst, 64).tolist() == [int(v) for v in lookup(table, src & 0xFF)]
+        # One word a cycle plus the fetch and the engine's latency (two a word with one address).
+        assert cycles < 64 + 30, cycles
+
+
 def test_move_overlapping(dev):
     dev.put(XA, range(1, 11))
     dev.run_ok([I.move(XA, XA + 1, 9), I.halt()])       # word by word: a fill

@@ -129,14 +129,17 @@ def test_spram_is_an_instance_for_synthesis():
                                                            simulation=True))
 
 
-@pytest.mark.parametrize("size,use_spram", [(4096, False), (32768, True), (65536, True)])
-def test_scratchpad_port_contract(size, use_spram):
+@pytest.mark.parametrize("size,use_spram,write_addr", [
+    (4096, False, False), (32768, True, False), (65536, True, False), (4096, False, True)])
+def test_scratchpad_port_contract(size, use_spram, write_addr):
     """The scratchpad port (lowbit.hw.ports.ScratchPortSignature), cycle by cycle against a
     dictionary: a write stores its byte lanes; ``rdata`` is the word read by the last cycle
     with ``re`` and without ``we``, and holds through cycles that write or do not read (the
     sequencer's reader keeps a waiting word there). Block RAM and SPRAM banks (the behavioural
-    model of the primitive), one bank or two."""
-    dut = Scratchpad(size=size, use_spram=use_spram, simulation=True)
+    model of the primitive), one bank or two. With a write address of its own (block RAM), a
+    cycle writes at ``waddr`` and reads at ``addr``; a read of the word written in the same
+    cycle returns its old value."""
+    dut = Scratchpad(size=size, use_spram=use_spram, simulation=True, write_addr=write_addr)
     p = dut.port
     rng = random.Random(size)
     words = size // 2
@@ -149,20 +152,23 @@ def test_scratchpad_port_contract(size, use_spram):
         for _ in range(400):
             we, re = rng.random() < 0.35, rng.random() < 0.6
             addr, data, mask = rng.choice(hot), rng.getrandbits(16), rng.randrange(4)
+            waddr = rng.choice(hot) if write_addr else addr
             ctx.set(p.addr, addr)
+            if write_addr:
+                ctx.set(p.waddr, waddr)
             ctx.set(p.we, we)
             ctx.set(p.re, re)
             ctx.set(p.wdata, data)
             ctx.set(p.wmask, mask)
             await ctx.tick()
+            if re and (write_addr or not we):
+                want = mem.get(addr, 0)
             if we:
-                old = mem.get(addr, 0)
+                old = mem.get(waddr, 0)
                 for lane in range(2):
                     if mask >> lane & 1:
                         old = old & ~(0xFF << 8 * lane) | data & (0xFF << 8 * lane)
-                mem[addr] = old
-            elif re:
-                want = mem.get(addr, 0)
+                mem[waddr] = old
             if want is not None:
                 trace.append((ctx.get(p.rdata), want))
 
@@ -171,6 +177,11 @@ def test_scratchpad_port_contract(size, use_spram):
     sim.add_testbench(bench)
     sim.run()
     assert len(trace) > 300 and all(got == want for got, want in trace)
+    if write_addr:
+        with pytest.raises(ValueError, match="SPRAM has one address"):
+            Scratchpad(size=32768, use_spram=True, write_addr=True)
+        with pytest.raises(TypeError, match="write_addr must be a bool, not 1"):
+            Scratchpad(write_addr=1)
 
 
 # -- every opcode -------------------------------------------------------------------------------

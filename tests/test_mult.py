@@ -11,7 +11,7 @@ from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
 from lowbit.boards.toolchain import setup_toolchain_env
-from lowbit.hw.mult import MULT_STYLES, MultiplierArray
+from lowbit.hw.mult import MULT_STYLES, MultiplierArray, fabric_product_int
 
 
 def simulate(mul, pairs, enables):
@@ -81,10 +81,71 @@ def test_hard_block_netlist(style, cell, count):
     ({"width": 1}, ValueError, "Operand width"),
     ({"width": True}, TypeError, "Operand width"),
     ({"sim_model": "yes"}, TypeError, "sim_model must be a bool"),
+    ({"lanes": 32, "hard_lanes": 40}, ValueError,
+     "^Hard lane count must be an integer between 0 and 32, not 40$"),
+    ({"hard_lanes": -1}, ValueError, "Hard lane count must be an integer between 0 and 2"),
+    ({"hard_lanes": 1.0}, TypeError, "^Hard lane count must be None or an integer between 0 "
+                                     "and 2, not 1.0$"),
+    ({"hard_lanes": False}, TypeError, "Hard lane count"),
 ])
 def test_validation(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
         MultiplierArray(**kwargs)
+
+
+def test_hard_lanes_property_and_netlist():
+    # The first hard_lanes lanes are the style's; the rest hold no multiplier cell at all.
+    assert MultiplierArray(lanes=5).hard_lanes == 5
+    for style, cell, count in (("mult18x18d", "MULT18X18D", 2), ("sb_mac16", "SB_MAC16", 1),
+                               ("lut", "$mul", 2)):
+        mul = MultiplierArray(lanes=5, width=8, style=style, sim_model=False, hard_lanes=2)
+        assert mul.hard_lanes == 2
+        text = rtlil.convert(mul)
+        assert len(re.findall(rf"cell \\?{re.escape(cell)} ", text)) == count
+        assert len(re.findall(r"cell \$mul ", text)) == (count if style == "lut" else 0)
+    # sim_model: the behavioural model on every lane.
+    text = rtlil.convert(MultiplierArray(lanes=5, width=8, style="mult18x18d", hard_lanes=2))
+    assert "MULT18X18D" not in text and len(re.findall(r"cell \$mul ", text)) == 5
+
+
+def test_fabric_product_exhaustive():
+    # The fabric multiplier's rows and tree (fabric_product_int: the same bits, sums and sum
+    # widths as the gateware) on every pair of operands, widths 2 to 8 and 12 (sampled).
+    for w in (2, 3, 4, 5, 6, 7, 8):
+        v = np.arange(-(1 << (w - 1)), 1 << (w - 1))
+        a, b = np.meshgrid(v, v)
+        assert np.array_equal(fabric_product_int(a, b, w), a * b), w
+    rng = np.random.default_rng(3)
+    a, b = rng.integers(-2048, 2048, (2, 20000))
+    a[:2], b[:2] = [-2048, -2048], [-2048, 2047]
+    assert np.array_equal(fabric_product_int(a, b, 12), a * b)
+
+
+def test_fabric_lanes_simulate():
+    # The fabric multipliers themselves (sim_model=False, no hard lane) in simulation: every a
+    # against the extremes of b and a few others, 16 lanes a cycle; then en low holds.
+    mul = MultiplierArray(lanes=16, width=8, style="mult18x18d", sim_model=False, hard_lanes=0)
+    avals = list(range(-128, 128))
+    pairs = [(avals[k:k + 16], [b] * 16) for b in (-128, -127, -64, -1, 0, 1, 2, 85, 126, 127)
+             for k in range(0, 256, 16)]
+    got = simulate(mul, pairs + [(avals[:16], [5] * 16)], [1] * len(pairs) + [0])
+    assert got[:-1] == [[a * b for a, b in zip(*p, strict=True)] for p in pairs]
+    assert got[-1] == got[-2]
+
+
+def test_fabric_lanes_map_to_no_dsp(tmp_path):
+    # Yosys's ECP5 flow maps every $mul (the "lut" style's too) to a MULT18X18D; the fabric
+    # lanes have none. Up to the DSP mapping (synth_ecp5's coarse step), then the cell counts.
+    mul = MultiplierArray(lanes=3, width=8, style="lut", sim_model=False, hard_lanes=1)
+    (tmp_path / "m.il").write_text(rtlil.convert(mul, name="top"))
+    env = setup_toolchain_env(dict(os.environ))
+    proc = subprocess.run([env["YOSYS"], "-q", "-p", "read_rtlil m.il; synth_ecp5 -top top "
+                           "-run :map_ram; tee -q -o m.stat stat"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    stat = (tmp_path / "m.stat").read_text()
+    assert re.search(r"\b1 +MULT18X18D\b", stat), stat
+    assert "$mul" not in stat
 
 
 def _sb_mac16_source():
@@ -140,9 +201,10 @@ endmodule
 """
 
 
-def _prove_equivalent(tmp_path, cell_source, lanes, width, style="sb_mac16"):
+def _prove_equivalent(tmp_path, cell_source, lanes, width, style="sb_mac16", hard_lanes=None):
     gold = MultiplierArray(lanes=lanes, width=width, style=style, sim_model=True)
-    gate = MultiplierArray(lanes=lanes, width=width, style=style, sim_model=False)
+    gate = MultiplierArray(lanes=lanes, width=width, style=style, sim_model=False,
+                           hard_lanes=hard_lanes)
     (tmp_path / "gold.il").write_text(rtlil.convert(gold, name="gold"))
     (tmp_path / "gate.il").write_text(rtlil.convert(gate, name="gate"))
     (tmp_path / "cell.v").write_text(cell_source)
@@ -174,6 +236,9 @@ def test_mult18x18d_instance_equals_behavioural_model(tmp_path):
     # signedness, register and enable) against the behavioural model, by SAT over 4 cycles.
     assert _prove_equivalent(tmp_path, _mult18x18d_source(), lanes=2, width=4,
                              style="mult18x18d")
+    # With a fabric lane beside the hard one (the Baugh-Wooley sum).
+    assert _prove_equivalent(tmp_path, _mult18x18d_source(), lanes=2, width=4,
+                             style="mult18x18d", hard_lanes=1)
     # And the check can fail: a cell whose input registers ignored CE0, or with two A
     # inputs swapped, differs. (Signedness cannot be seen: the operands are sign-extended
     # to 18 bits and only the low 2 × width product bits are used.)

@@ -37,7 +37,7 @@ from .common import check_bool as _check_bool
 from .common import check_int as _check_int
 from .discrete import CodeEntry, DiscreteOp, DiscreteUnit
 from .link import CommandSignature
-from .mult import MULT_STYLES
+from .mult import MULT_STYLES, check_hard_lanes
 from .ports import (
     COLUMN_FRAC_BITS,
     DISCRETE_ACC_WIDTH,
@@ -130,6 +130,9 @@ class Sequencer(wiring.Component):
         A grand unit is attached to ``grand`` (GRAND instruction).
     mult : {"lut", "sb_mac16", "mult18x18d"}
         Multiplier style of the BFP column.
+    hard_lanes : int or None
+        At most this many column lanes (0..``lanes``) use ``mult``, the others LUT-logic
+        multipliers (:class:`lowbit.hw.bfp.BFPColumn` ``hard_lanes``); ``None``: every lane.
     simulation : bool
         Behavioural multiplier models (for Amaranth's simulator).
     write_addr : bool
@@ -164,7 +167,8 @@ class Sequencer(wiring.Component):
                  quant_mult_bits=0, lut=True, lut_tables=4, grand=True, mult="lut",
                  simulation=True, bfp_stochastic=True, bfp_predictor=True,
                  bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True,
-                 bfp_pipelined_combiner=False, bfp_mant_width=True, write_addr=False):
+                 bfp_pipelined_combiner=False, bfp_mant_width=True, hard_lanes=None,
+                 write_addr=False):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
@@ -195,6 +199,7 @@ class Sequencer(wiring.Component):
             raise ValueError(f"Multiplier style must be one of {', '.join(MULT_STYLES)}, "
                              f"not {mult!r}")
         self._mult = mult
+        self._hard_lanes = check_hard_lanes(hard_lanes, self._lanes)
         self._simulation = _check_bool("simulation", simulation)
         self._write_addr = _check_bool("write_addr", write_addr)
         members = {
@@ -217,6 +222,7 @@ class Sequencer(wiring.Component):
     bfp_stochastic = property(lambda self: self._bfp_stochastic)
     bfp_predictor = property(lambda self: self._bfp_predictor)
     bfp_mant_width = property(lambda self: self._bfp_mant_width)
+    hard_lanes = property(lambda self: self._hard_lanes)
     write_addr = property(lambda self: self._write_addr)
 
     def column_params(self):
@@ -289,7 +295,8 @@ class Sequencer(wiring.Component):
                             stochastic=self._bfp_stochastic,
                             acc_block_ram=self._bfp_acc_block_ram,
                             pipelined=self._bfp_pipelined,
-                            pipelined_combiner=self._bfp_pipelined_combiner)
+                            pipelined_combiner=self._bfp_pipelined_combiner,
+                            hard_lanes=self._hard_lanes)
             m.submodules.column = col
             m.d.comb += [
                 col.cfg_width.eq(mant_width if self._bfp_mant_width else 8),

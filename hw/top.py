@@ -780,6 +780,11 @@ class Accelerator(wiring.Component):
         Largest discrete code width of the discrete unit and the quantiser, 1 to 3.
     multiplier : {"lut", "sb_mac16", "mult18x18d"}
         Multiplier style of the BFP column.
+    dsp_lanes : int or None
+        At most this many BFP column lanes (0 to ``matrix_lanes``) use ``multiplier``; the
+        others are LUT-logic multipliers that synthesis never maps to a DSP (a column wider
+        than the device's DSPs, :class:`lowbit.hw.mult.MultiplierArray` ``hard_lanes``).
+        Default ``None``: every lane.
     uart : bool
         With ``True`` (default) the ports are ``rx`` / ``tx``. With ``False`` the UART is left
         out and the link's byte streams are the ports ``i`` / ``o`` (the simulation shortcut:
@@ -817,7 +822,7 @@ class Accelerator(wiring.Component):
                  multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
                  bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
                  busy_count=True, uart_ddr=False, bfp_pipelined_combiner=False,
-                 bfp_mant_width=True):
+                 bfp_mant_width=True, dsp_lanes=None):
         p = check_top_params(
             clk_freq=clk_freq, baud=baud, lanes=lanes, scratch_bytes=scratch_bytes,
             use_spram=use_spram, frame_bytes=frame_bytes, timeout_bits=timeout_bits,
@@ -828,7 +833,7 @@ class Accelerator(wiring.Component):
             bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
             uart_ddr=uart_ddr, bfp_pipelined_combiner=bfp_pipelined_combiner,
-            bfp_mant_width=bfp_mant_width)
+            bfp_mant_width=bfp_mant_width, dsp_lanes=dsp_lanes)
         self._uart_ddr = uart_ddr
         self._divisor = p["divisor"]
         self._period = p["bit_period"]
@@ -851,7 +856,7 @@ class Accelerator(wiring.Component):
             mult=multiplier, bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
             bfp_pipelined_combiner=bfp_pipelined_combiner, bfp_mant_width=bfp_mant_width,
-            busy_count=_check_bool("busy_count", busy_count))
+            busy_count=_check_bool("busy_count", busy_count), hard_lanes=dsp_lanes)
         self._engines = (((1 << ENGINE_BITS["lut"]) if lut_tables else 0)
                          | ((1 << ENGINE_BITS["grand"]) if grand else 0))
         if sequencer:
@@ -894,6 +899,7 @@ class Accelerator(wiring.Component):
     max_blocks = property(lambda self: self._seq_params["max_blocks"])
     weight_depth = property(lambda self: self._seq_params["weight_depth"])
     multiplier = property(lambda self: self._seq_params["mult"])
+    dsp_lanes = property(lambda self: self._seq_params["hard_lanes"])
 
     def design_params(self):
         """Generator parameters reported by the ``ID_MATRIX`` / ``ID_ENGINE`` registers

@@ -45,7 +45,8 @@ TOP_DEFAULTS = dict(clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None, 
                     weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3,
                     multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
                     bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
-                    uart_ddr=False, bfp_pipelined_combiner=False, bfp_mant_width=True)
+                    uart_ddr=False, bfp_pipelined_combiner=False, bfp_mant_width=True,
+                    dsp_lanes=None)
 
 
 def check_int(name, value, lo, hi):
@@ -182,8 +183,9 @@ def check_top_params(**params):
     ``lanes``, ``use_spram``, ``scratch_bytes``, ``frame_bytes``, ``timeout_bits``, ``uart``,
     ``simulation``, ``lut_tables``, ``grand``, ``grand_modes``, ``sequencer``,
     ``matrix_lanes``, ``block``, ``max_blocks``, ``weight_depth``, ``bfp``, ``quantiser``,
-    ``discrete``, ``code_bits``, ``multiplier``, ``bfp_stochastic``, ``bfp_predictor``,
-    ``bfp_acc_block_ram``, ``bfp_pipelined``, ``bfp_pipelined_combiner``, ``bfp_mant_width``;
+    ``discrete``, ``code_bits``, ``multiplier``, ``dsp_lanes``, ``bfp_stochastic``,
+    ``bfp_predictor``, ``bfp_acc_block_ram``, ``bfp_pipelined``, ``bfp_pipelined_combiner``,
+    ``bfp_mant_width``;
     then an odd ``matrix_lanes`` with the ``sb_mac16`` multiplier.
 
     Raises
@@ -221,6 +223,11 @@ def check_top_params(**params):
         check_bool(name, p[name])
     check_int("Code width", p["code_bits"], 1, 3)
     check_multiplier(p["multiplier"])
+    if p["dsp_lanes"] is not None:
+        if not isinstance(p["dsp_lanes"], int) or isinstance(p["dsp_lanes"], bool):
+            raise TypeError(f"DSP lane count must be None or an integer between 0 and "
+                            f"{p['matrix_lanes']}, not {p['dsp_lanes']!r}")
+        check_int("DSP lane count", p["dsp_lanes"], 0, p["matrix_lanes"])
     for name in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram", "bfp_pipelined",
                  "bfp_pipelined_combiner", "bfp_mant_width"):
         check_bool(name, p[name])

@@ -171,7 +171,7 @@ def check(params, jobs, **kwargs):
 
 SMALL = {"lanes": 4, "block": 4, "max_blocks": 4}
 #: BFPColumn parameters the golden model does not have (they do not change the results).
-HW_ONLY = ("mult", "sim_model", "stochastic", "acc_block_ram", "pipelined")
+HW_ONLY = ("mult", "sim_model", "stochastic", "acc_block_ram", "pipelined", "hard_lanes")
 #: The iCEBreaker's area options (lowbit.boards.profiles): every one of them off.
 LITE = {"stochastic": False, "predictor": False, "acc_block_ram": True, "pipelined": False}
 
@@ -196,6 +196,9 @@ LITE = {"stochastic": False, "predictor": False, "acc_block_ram": True, "pipelin
     ({"stat_shift": 9}, ValueError, "Statistics shift must be an integer between 0 and 8, not 9"),
     ({"stat_shift": None}, TypeError, "Statistics shift"),
     ({"predictor": 1}, TypeError, "predictor must be a bool, not 1"),
+    ({"lanes": 8, "hard_lanes": 9}, ValueError,
+     "Hard lane count must be an integer between 0 and 8, not 9"),
+    ({"hard_lanes": 4.0}, TypeError, "Hard lane count must be None or an integer"),
 ])
 def test_validation(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
@@ -364,6 +367,21 @@ def test_multiplier_styles_match_model(mult):
     jobs[1]["x_e"][2] = nan
     jobs[2]["w_e"][5, 0] = nan
     check(params, jobs, bias=True, valid_prob=0.7, ready_prob=0.3, seed=6)
+
+
+def test_fabric_lanes_match_model():
+    """A column whose lanes 5..7 are fabric multipliers (the Baugh-Wooley sums themselves,
+    ``sim_model=False``; lanes 0..4 are the ``"lut"`` style's behavioural products), against
+    the model, with stalls and a NaN block."""
+    rng = np.random.default_rng(43)
+    params = {"lanes": 8, "block": 4, "max_blocks": 3, "mult": "lut", "hard_lanes": 5,
+              "sim_model": False}
+    col = BFPColumn(**params)
+    col._MustUse__silence = True
+    assert col.hard_lanes == 5 and BFPColumn().hard_lanes is None
+    jobs = [make_job(rng, 8, 3, 4, kind=kind, bias=True) for kind in ("heavy", "uniform")]
+    jobs[1]["w_e"][6, 1] = nan_exponent(8)
+    check(params, jobs, bias=True, valid_prob=0.7, ready_prob=0.4, seed=8)
 
 
 def test_narrow_exponent_and_mantissa():

@@ -1057,6 +1057,7 @@ _TOP_CASES = [dict(scratch_bytes=100), dict(frame_bytes=3), dict(frame_bytes=409
               dict(grand_modes="normal"), dict(grand_modes=("gauss",)), dict(matrix_lanes=6),
               dict(matrix_lanes=128), dict(block=3), dict(weight_depth=8), dict(max_blocks=0),
               dict(code_bits=2.0), dict(multiplier="dsp"), dict(multiplier=3),
+              dict(dsp_lanes=9), dict(dsp_lanes=2.0), dict(matrix_lanes=32, dsp_lanes=33),
               dict(bfp_pipelined=None), dict(lut_tables=65), dict(sequencer="yes"),
               dict(simulation=1)]
 

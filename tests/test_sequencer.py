@@ -616,12 +616,36 @@ def test_limit_and_run_payload(dev):
     ("weight_depth", "64", TypeError), ("bfp", 0, TypeError), ("quantiser", None, TypeError),
     ("discrete", 1, TypeError), ("code_bits", 4, ValueError), ("code_bits", 2.0, TypeError),
     ("multiplier", "dsp", ValueError), ("multiplier", 3, TypeError),
-    ("grand_modes", "normal", TypeError), ("grand_modes", ["gauss"], ValueError),
+    ("dsp_lanes", 9, ValueError), ("dsp_lanes", -1, ValueError), ("dsp_lanes", 4.0, TypeError),
+    ("dsp_lanes", True, TypeError), ("grand_modes", "normal", TypeError),
+    ("grand_modes", ["gauss"], ValueError),
     ("grand_modes", [1], TypeError),
 ])
 def test_parameter_validation(name, value, exc):
     with pytest.raises(exc):
         Accelerator(**{name: value})
+
+
+def test_dsp_lanes_reach_the_column():
+    """``dsp_lanes`` is checked against ``matrix_lanes`` and reaches the column as its
+    ``hard_lanes``; the Sequencer checks its own ``hard_lanes``."""
+    import re
+
+    from amaranth.back import rtlil
+    with pytest.raises(ValueError, match="^DSP lane count must be an integer between 0 and 32, "
+                                         "not 40$"):
+        Accelerator(sequencer=True, matrix_lanes=32, dsp_lanes=40)
+    top = Accelerator(sequencer=True, matrix_lanes=8, dsp_lanes=5, multiplier="mult18x18d")
+    assert top.dsp_lanes == 5 and Accelerator().dsp_lanes is None
+    seq = Sequencer(**top.sequencer_params())
+    assert seq.hard_lanes == 5
+    with pytest.raises(ValueError, match="^Hard lane count must be an integer between 0 and 8, "
+                                         "not 9$"):
+        Sequencer(lanes=8, hard_lanes=9)
+    with pytest.raises(TypeError, match="^Hard lane count must be None or an integer"):
+        Sequencer(hard_lanes="all")
+    text = rtlil.convert(Sequencer(**dict(top.sequencer_params(), simulation=False)))
+    assert len(re.findall(r"cell \\MULT18X18D ", text)) == 5
 
 
 def test_engine_bits_and_sequencer_params():

@@ -20,7 +20,7 @@ from lowbit.hw.bfp.shared import _clog2, _elem_layout, _groups, column_widths, n
 from lowbit.hw.bfp.window import check_window
 from lowbit.hw.common import Rounding
 from lowbit.hw.common import check_int as _check_int
-from lowbit.hw.mult import MULT_STYLES
+from lowbit.hw.mult import MULT_STYLES, check_hard_lanes
 
 __all__ = ["BFPColumn"]
 
@@ -49,6 +49,10 @@ class BFPColumn(wiring.Component):
     sim_model : bool
         Use the multipliers' behavioural model (needed for simulation; ``False`` for synthesis
         of the hard-block styles).
+    hard_lanes : int or None
+        At most this many lanes (0..``lanes``) use ``mult``; the others are LUT-logic
+        multipliers that synthesis never maps to a DSP (:class:`lowbit.hw.mult.MultiplierArray`
+        ``hard_lanes``): a column wider than the device's DSP budget. ``None``: every lane.
     stat_shift : int
         Averaging shift ``a`` of the predicted exponent selector (0..8): its statistics average
         over about ``2^a`` products.
@@ -135,11 +139,12 @@ class BFPColumn(wiring.Component):
     def __init__(self, *, lanes=16, block=16, width=8, exp_bits=8, max_blocks=16, frac_bits=3,
                  rand_bits=8, mult="lut", sim_model=True, stat_shift=4, predictor=True,
                  stochastic=True, acc_block_ram=False, pipelined=True, window=None,
-                 pipelined_combiner=False):
+                 pipelined_combiner=False, hard_lanes=None):
         try:
             self._validate(lanes, block, width, exp_bits, max_blocks, frac_bits, rand_bits,
                            mult, sim_model, stat_shift, predictor, stochastic, acc_block_ram,
                            pipelined, pipelined_combiner)
+            check_hard_lanes(hard_lanes, lanes)
             if window is not None:
                 check_window(window)
         except (TypeError, ValueError):
@@ -152,6 +157,7 @@ class BFPColumn(wiring.Component):
         self._acc_block_ram, self._pipelined = acc_block_ram, pipelined
         self._pipelined_combiner = pipelined_combiner
         self._window = window
+        self._hard_lanes = hard_lanes
         self._pw, self._aw = column_widths(block=block, width=width, max_blocks=max_blocks,
                                            frac_bits=frac_bits)
         elem = _elem_layout(width, exp_bits)
@@ -220,6 +226,8 @@ class BFPColumn(wiring.Component):
     pipelined = property(lambda self: self._pipelined)
     pipelined_combiner = property(lambda self: self._pipelined_combiner)
     window = property(lambda self: self._window)
+    #: Lanes of the ``mult`` style (``None``: every lane); the others are fabric multipliers.
+    hard_lanes = property(lambda self: self._hard_lanes)
     #: Width of the exact block sum.
     pw = property(lambda self: self._pw)
     #: Width of the accumulator.
@@ -230,7 +238,8 @@ class BFPColumn(wiring.Component):
         n, eb = self._lanes, self._exp_bits
         m.submodules.pe = pe = BFPLanes(lanes=n, block=self._block, width=self._width,
                                         exp_bits=eb, mult=self._mult, sim_model=self._sim_model,
-                                        pipelined=self._pipelined)
+                                        pipelined=self._pipelined,
+                                        hard_lanes=self._hard_lanes)
         m.submodules.comb = comb = BlockCombiner(
             lanes=n, pw=self._pw, aw=self._aw, exp_bits=eb, frac_bits=self._frac_bits,
             pipelined=self._pipelined or self._pipelined_combiner,

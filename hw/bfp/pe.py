@@ -24,7 +24,7 @@ class BFPLanes(wiring.Component):
 
     Parameters
     ----------
-    lanes, block, width, exp_bits, mult, sim_model, pipelined
+    lanes, block, width, exp_bits, mult, sim_model, pipelined, hard_lanes
         As for :class:`BFPColumn` (``pipelined=False``: no fabric register R after the
         multipliers).
 
@@ -57,11 +57,13 @@ class BFPLanes(wiring.Component):
     beside the drain.
     """
 
-    def __init__(self, *, lanes, block, width, exp_bits, mult, sim_model, pipelined=True):
+    def __init__(self, *, lanes, block, width, exp_bits, mult, sim_model, pipelined=True,
+                 hard_lanes=None):
         self._lanes, self._block, self._width, self._exp_bits = lanes, block, width, exp_bits
         self._pipelined = pipelined
         self._pw = 2 * width + _clog2(block)
-        self._mult = MultiplierArray(lanes=lanes, width=width, style=mult, sim_model=sim_model)
+        self._mult = MultiplierArray(lanes=lanes, width=width, style=mult, sim_model=sim_model,
+                                     hard_lanes=hard_lanes)
         self._mult_style = mult
         super().__init__({
             "i_w": In(stream.Signature(data.StructLayout({

@@ -123,10 +123,14 @@ BOARDS = {
         platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", device="ecp5-85f", clk_freq=25e6,
         top=dict(lanes=8, multiplier="mult18x18d", use_spram=False, scratch_bytes=65536,
                  baud=3_000_000, sequencer=True, matrix_lanes=16, block=16, max_blocks=16,
-                 weight_depth=1024, bfp=True, quantiser=True, discrete=True, code_bits=3),
+                 weight_depth=1024, bfp=True, quantiser=True, discrete=True, code_bits=3,
+                 scratch_write_addr=False),
         programmer="openFPGALoader", programmer_env="OPENFPGALOADER", bitstream="bit",
         notes="156 MULT18X18D, 208 DP16KD; UART over the FT231X at 3 Mbaud, its fastest "
-              "(25/3 cycles per bit at 25 MHz)",
+              "(25/3 cycles per bit at 25 MHz). The scratchpad keeps one address "
+              "(scratch_write_addr=False): with the sequencer's write address, Yosys 0.70's "
+              "abc9 stops on this top at 25 MHz, and nextpnr-ecp5 did not finish routing it "
+              "at 40 or 50 MHz from the PLL (docs/sequencer.md)",
     ),
     "orangecrab": BoardProfile(
         name="orangecrab", title="Good Stuff Department OrangeCrab r0.2 (ECP5 LFE5U-25F)",

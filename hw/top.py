@@ -175,12 +175,10 @@ class Scratchpad(wiring.Component):
             m.submodules.mem = mem = Memory(shape=16, depth=self._size // 2, init=[])
             wr = mem.write_port(granularity=8)
             rd = mem.read_port(transparent_for=())
-            m.d.comb += [wr.data.eq(p.wdata), wr.en.eq(p.wmask & p.we.replicate(2)),
-                         rd.addr.eq(p.addr), p.rdata.eq(rd.data)]
-            if self._write_addr:
-                m.d.comb += [wr.addr.eq(p.waddr), rd.en.eq(p.re)]
-            else:
-                m.d.comb += [wr.addr.eq(p.addr), rd.en.eq(p.re & ~p.we)]
+            m.d.comb += [wr.addr.eq(p.waddr if self._write_addr else p.addr),
+                         wr.data.eq(p.wdata), wr.en.eq(p.wmask & p.we.replicate(2)),
+                         rd.addr.eq(p.addr), rd.en.eq(p.re if self._write_addr else p.re & ~p.we),
+                         p.rdata.eq(rd.data)]
             return m
         banks = self._size // SPRAM_BYTES
         bank = p.addr[14:] if banks > 1 else Const(0, 1)
@@ -785,6 +783,10 @@ class Accelerator(wiring.Component):
         others are LUT-logic multipliers that synthesis never maps to a DSP (a column wider
         than the device's DSPs, :class:`lowbit.hw.mult.MultiplierArray` ``hard_lanes``).
         Default ``None``: every lane.
+    scratch_write_addr : bool or None
+        The sequencer writes the block-RAM scratchpad at an address of its own while it reads
+        (:attr:`scratch_write_addr`); ``None`` (default): wherever the scratchpad is block RAM
+        and the sequencer is built. ``True`` with ``use_spram`` is a ValueError.
     uart : bool
         With ``True`` (default) the ports are ``rx`` / ``tx``. With ``False`` the UART is left
         out and the link's byte streams are the ports ``i`` / ``o`` (the simulation shortcut:
@@ -822,7 +824,7 @@ class Accelerator(wiring.Component):
                  multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
                  bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
                  busy_count=True, uart_ddr=False, bfp_pipelined_combiner=False,
-                 bfp_mant_width=True, dsp_lanes=None):
+                 bfp_mant_width=True, dsp_lanes=None, scratch_write_addr=None):
         p = check_top_params(
             clk_freq=clk_freq, baud=baud, lanes=lanes, scratch_bytes=scratch_bytes,
             use_spram=use_spram, frame_bytes=frame_bytes, timeout_bits=timeout_bits,
@@ -833,7 +835,8 @@ class Accelerator(wiring.Component):
             bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
             uart_ddr=uart_ddr, bfp_pipelined_combiner=bfp_pipelined_combiner,
-            bfp_mant_width=bfp_mant_width, dsp_lanes=dsp_lanes)
+            bfp_mant_width=bfp_mant_width, dsp_lanes=dsp_lanes,
+            scratch_write_addr=scratch_write_addr)
         self._uart_ddr = uart_ddr
         self._divisor = p["divisor"]
         self._period = p["bit_period"]
@@ -850,6 +853,8 @@ class Accelerator(wiring.Component):
         self._grand = grand
         self._grand_modes = p["grand_modes"]
         self._sequencer = sequencer
+        self._scratch_write_addr = (sequencer and not use_spram if scratch_write_addr is None
+                                    else sequencer and scratch_write_addr)
         self._seq_params = dict(
             lanes=matrix_lanes, block=block, max_blocks=max_blocks, weight_depth=weight_depth,
             bfp=bfp, quantiser=quantiser, discrete=discrete, code_bits=code_bits,
@@ -925,7 +930,7 @@ class Accelerator(wiring.Component):
     def scratch_write_addr(self):
         """The sequencer writes the scratchpad at an address of its own while it reads: the
         block-RAM scratchpad's read and write ports side by side (not the SPRAM's one port)."""
-        return self._sequencer and not self._use_spram
+        return self._scratch_write_addr
 
     def column_model(self):
         """The golden :class:`lowbit.sim.bfp_column.ColumnModel` of the sequencer's BFP column."""

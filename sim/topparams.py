@@ -46,7 +46,7 @@ TOP_DEFAULTS = dict(clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None, 
                     multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
                     bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
                     uart_ddr=False, bfp_pipelined_combiner=False, bfp_mant_width=True,
-                    dsp_lanes=None)
+                    dsp_lanes=None, scratch_write_addr=None)
 
 
 def check_int(name, value, lo, hi):
@@ -228,6 +228,11 @@ def check_top_params(**params):
             raise TypeError(f"DSP lane count must be None or an integer between 0 and "
                             f"{p['matrix_lanes']}, not {p['dsp_lanes']!r}")
         check_int("DSP lane count", p["dsp_lanes"], 0, p["matrix_lanes"])
+    if p["scratch_write_addr"] is not None:
+        check_bool("scratch_write_addr", p["scratch_write_addr"])
+        if p["scratch_write_addr"] and p["use_spram"]:
+            raise ValueError("scratch_write_addr needs the block-RAM scratchpad; the SPRAM has "
+                             "one address")
     for name in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram", "bfp_pipelined",
                  "bfp_pipelined_combiner", "bfp_mant_width"):
         check_bool(name, p[name])

@@ -216,7 +216,8 @@ def test_projections_use_each_boards_own_cycles(tmp_path):
     mhz = demo.BOARDS["icebreaker"].clk_freq / 1e6
     assert re.search(rf"icebreaker +{mhz:.1f} MHz: +{mhz * 1000:.0f} images/s "
                      r"\(1000\.0 cycles/image, cycles from a\)", text)
-    assert re.search(r"ulx3s +25\.0 MHz: not measured", text)
+    ulx3s_mhz = demo.BOARDS["ulx3s"].clk_freq / 1e6
+    assert re.search(rf"ulx3s +{ulx3s_mhz:.1f} MHz: not measured", text)
     assert "differs" not in text
     with pytest.raises(ValueError, match="Unknown board 'pynq'"):
         demo.projections({"pynq": 1000})
@@ -351,7 +352,7 @@ def test_board_fit(model, tuned, split):
     assert rows["icebreaker-discrete"]["unfit"]
     assert rows["icebreaker-discrete"]["images_per_s"] is None
     assert rows["icebreaker-discrete"]["cycles_per_image"] is None
-    assert rows["ulx3s"]["images_per_s"] == pytest.approx(25_000)
+    assert rows["ulx3s"]["images_per_s"] == pytest.approx(demo.BOARDS["ulx3s"].clk_freq / 1000)
     text = demo.format_result(demo.DemoResult(
         "bfp", "t", 1, {"matrix_lanes": 16, "block": 16}, 1, 1, 1, 1, 1, 540, 1.0, 1.0, 1000,
         1000.0, 1, list(rows.values())))

@@ -1059,6 +1059,8 @@ _TOP_CASES = [dict(scratch_bytes=100), dict(frame_bytes=3), dict(frame_bytes=409
               dict(code_bits=2.0), dict(multiplier="dsp"), dict(multiplier=3),
               dict(dsp_lanes=9), dict(dsp_lanes=2.0), dict(matrix_lanes=32, dsp_lanes=33),
               dict(bfp_pipelined=None), dict(lut_tables=65), dict(sequencer="yes"),
+              dict(scratch_write_addr=1),
+              dict(use_spram=True, scratch_bytes=32768, scratch_write_addr=True),
               dict(simulation=1)]
 
 

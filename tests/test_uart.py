@@ -137,7 +137,7 @@ def test_loopback_fractional(clk, baud):
     rng = random.Random(baud)
     data = [0x00, 0xFF, 0x55, 0xAA] + [rng.randrange(256) for _ in range(8)]
     out = run_stream(Loopback(baud, clk), {"i": data}, {"o": len(data)}, valid_prob=1.0,
-                     ready_prob=1.0, seed=1, max_cycles=12 * 10 * len(data))
+                     ready_prob=1.0, seed=1, max_cycles=round(1.5 * clk / baud * 10 * len(data)))
     assert out["o"] == data
 
 

@@ -128,9 +128,9 @@ BOARDS = {
         programmer="openFPGALoader", programmer_env="OPENFPGALOADER", bitstream="bit",
         notes="156 MULT18X18D, 208 DP16KD; UART over the FT231X at 3 Mbaud, its fastest "
               "(25/3 cycles per bit at 25 MHz). The scratchpad keeps one address "
-              "(scratch_write_addr=False): with the sequencer's write address, Yosys 0.70's "
-              "abc9 stops on this top at 25 MHz, and nextpnr-ecp5 did not finish routing it "
-              "at 40 or 50 MHz from the PLL (docs/sequencer.md)",
+              "(scratch_write_addr=False): with the sequencer's write address Yosys 0.70's "
+              "abc9 stops on this top; and with a PLL clock of 40 or 50 MHz nextpnr-ecp5 did "
+              "not finish routing it (docs/sequencer.md)",
     ),
     "orangecrab": BoardProfile(
         name="orangecrab", title="Good Stuff Department OrangeCrab r0.2 (ECP5 LFE5U-25F)",

@@ -31,6 +31,7 @@ from amaranth.lib.wiring import In, Out
 
 from lowbit.sim.link import REGISTERS, Status
 from lowbit.sim.program import F_BIAS, F_OFS_DST, F_OFS_SRC, Op
+from lowbit.sim.topparams import check_drain_lanes
 
 from .bfp import BFPColumn, ExpMode
 from .common import check_bool as _check_bool
@@ -133,6 +134,9 @@ class Sequencer(wiring.Component):
     hard_lanes : int or None
         At most this many column lanes (0..``lanes``) use ``mult``, the others LUT-logic
         multipliers (:class:`lowbit.hw.bfp.BFPColumn` ``hard_lanes``); ``None``: every lane.
+    drain_lanes : int
+        Lanes the BFP column's drain moves per cycle (:class:`lowbit.hw.bfp.BFPColumn`
+        ``drain_lanes``; a power of two up to ``lanes / 4``, 1 without ``bfp_pipelined``).
     simulation : bool
         Behavioural multiplier models (for Amaranth's simulator).
     write_addr : bool
@@ -168,7 +172,7 @@ class Sequencer(wiring.Component):
                  simulation=True, bfp_stochastic=True, bfp_predictor=True,
                  bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True,
                  bfp_pipelined_combiner=False, bfp_mant_width=True, hard_lanes=None,
-                 write_addr=False):
+                 write_addr=False, drain_lanes=1):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
@@ -200,6 +204,7 @@ class Sequencer(wiring.Component):
                              f"not {mult!r}")
         self._mult = mult
         self._hard_lanes = check_hard_lanes(hard_lanes, self._lanes)
+        self._drain_lanes = check_drain_lanes(drain_lanes, self._lanes, self._bfp_pipelined)
         self._simulation = _check_bool("simulation", simulation)
         self._write_addr = _check_bool("write_addr", write_addr)
         members = {
@@ -223,6 +228,7 @@ class Sequencer(wiring.Component):
     bfp_predictor = property(lambda self: self._bfp_predictor)
     bfp_mant_width = property(lambda self: self._bfp_mant_width)
     hard_lanes = property(lambda self: self._hard_lanes)
+    drain_lanes = property(lambda self: self._drain_lanes)
     write_addr = property(lambda self: self._write_addr)
 
     def column_params(self):
@@ -296,7 +302,7 @@ class Sequencer(wiring.Component):
                             acc_block_ram=self._bfp_acc_block_ram,
                             pipelined=self._bfp_pipelined,
                             pipelined_combiner=self._bfp_pipelined_combiner,
-                            hard_lanes=self._hard_lanes)
+                            hard_lanes=self._hard_lanes, drain_lanes=self._drain_lanes)
             m.submodules.column = col
             m.d.comb += [
                 col.cfg_width.eq(mant_width if self._bfp_mant_width else 8),

@@ -783,6 +783,11 @@ class Accelerator(wiring.Component):
         others are LUT-logic multipliers that synthesis never maps to a DSP (a column wider
         than the device's DSPs, :class:`lowbit.hw.mult.MultiplierArray` ``hard_lanes``).
         Default ``None``: every lane.
+    drain_lanes : int or None
+        Lanes the BFP column's drain moves into its combiners per cycle (a power of two up to
+        ``matrix_lanes / 4``; :class:`lowbit.hw.bfp.BFPColumn` ``drain_lanes``). Default
+        ``None``: ``matrix_lanes / block`` (at least 1) with ``bfp_pipelined``, else 1, so that
+        a column wider than its block is not drain-bound.
     scratch_write_addr : bool or None
         The sequencer writes the block-RAM scratchpad at an address of its own while it reads
         (:attr:`scratch_write_addr`); ``None`` (default): wherever the scratchpad is block RAM
@@ -824,7 +829,8 @@ class Accelerator(wiring.Component):
                  multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
                  bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
                  busy_count=True, uart_ddr=False, bfp_pipelined_combiner=False,
-                 bfp_mant_width=True, dsp_lanes=None, scratch_write_addr=None):
+                 bfp_mant_width=True, dsp_lanes=None, scratch_write_addr=None,
+                 drain_lanes=None):
         p = check_top_params(
             clk_freq=clk_freq, baud=baud, lanes=lanes, scratch_bytes=scratch_bytes,
             use_spram=use_spram, frame_bytes=frame_bytes, timeout_bits=timeout_bits,
@@ -836,7 +842,7 @@ class Accelerator(wiring.Component):
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
             uart_ddr=uart_ddr, bfp_pipelined_combiner=bfp_pipelined_combiner,
             bfp_mant_width=bfp_mant_width, dsp_lanes=dsp_lanes,
-            scratch_write_addr=scratch_write_addr)
+            scratch_write_addr=scratch_write_addr, drain_lanes=drain_lanes)
         self._uart_ddr = uart_ddr
         self._divisor = p["divisor"]
         self._period = p["bit_period"]
@@ -861,7 +867,8 @@ class Accelerator(wiring.Component):
             mult=multiplier, bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
             bfp_pipelined_combiner=bfp_pipelined_combiner, bfp_mant_width=bfp_mant_width,
-            busy_count=_check_bool("busy_count", busy_count), hard_lanes=dsp_lanes)
+            busy_count=_check_bool("busy_count", busy_count), hard_lanes=dsp_lanes,
+            drain_lanes=p["drain_lanes"])
         self._engines = (((1 << ENGINE_BITS["lut"]) if lut_tables else 0)
                          | ((1 << ENGINE_BITS["grand"]) if grand else 0))
         if sequencer:
@@ -905,6 +912,7 @@ class Accelerator(wiring.Component):
     weight_depth = property(lambda self: self._seq_params["weight_depth"])
     multiplier = property(lambda self: self._seq_params["mult"])
     dsp_lanes = property(lambda self: self._seq_params["hard_lanes"])
+    drain_lanes = property(lambda self: self._seq_params["drain_lanes"])
 
     def design_params(self):
         """Generator parameters reported by the ``ID_MATRIX`` / ``ID_ENGINE`` registers

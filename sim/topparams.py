@@ -46,7 +46,7 @@ TOP_DEFAULTS = dict(clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None, 
                     multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
                     bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
                     uart_ddr=False, bfp_pipelined_combiner=False, bfp_mant_width=True,
-                    dsp_lanes=None, scratch_write_addr=None)
+                    dsp_lanes=None, scratch_write_addr=None, drain_lanes=None)
 
 
 def check_int(name, value, lo, hi):
@@ -172,6 +172,32 @@ def uart_divisor(clk_freq, baud):
     return round(uart_period(clk_freq, baud))
 
 
+def check_drain_lanes(drain_lanes, lanes, pipelined=True):
+    """``drain_lanes`` if it is a power of two from 1 to ``lanes / 4`` that divides ``lanes``
+    (only 1 without ``pipelined``).
+
+    Raises
+    ------
+    TypeError
+        If it is not an integer (bools rejected).
+    ValueError
+        If it is out of range: "Drain lane count must be a power of two between 1 and 4
+        dividing the lane count 16, not 8".
+    """
+    hi = max(1, lanes // 4)
+    msg = f"Drain lane count must be a power of two between 1 and {hi} dividing the lane " \
+          f"count {lanes}, not {drain_lanes!r}"
+    if not isinstance(drain_lanes, int) or isinstance(drain_lanes, bool):
+        raise TypeError(msg)
+    if (not 1 <= drain_lanes <= hi or drain_lanes & (drain_lanes - 1)
+            or lanes % drain_lanes):
+        raise ValueError(msg)
+    if drain_lanes > 1 and not pipelined:
+        raise ValueError(f"Drain lane count {drain_lanes} needs the pipelined column "
+                         f"(pipelined=True)")
+    return drain_lanes
+
+
 def check_top_params(**params):
     """Check the top's parameters; returns them with the defaults of :data:`TOP_DEFAULTS`
     filled in, ``scratch_bytes`` resolved, ``grand_modes`` a tuple (or ``None``) and
@@ -185,7 +211,8 @@ def check_top_params(**params):
     ``matrix_lanes``, ``block``, ``max_blocks``, ``weight_depth``, ``bfp``, ``quantiser``,
     ``discrete``, ``code_bits``, ``multiplier``, ``dsp_lanes``, ``bfp_stochastic``,
     ``bfp_predictor``, ``bfp_acc_block_ram``, ``bfp_pipelined``, ``bfp_pipelined_combiner``,
-    ``bfp_mant_width``;
+    ``bfp_mant_width``, ``drain_lanes`` (``None`` is resolved: ``matrix_lanes / block``, at
+    least 1 and at most ``matrix_lanes / 4``, with ``bfp_pipelined``; else 1);
     then an odd ``matrix_lanes`` with the ``sb_mac16`` multiplier.
 
     Raises
@@ -236,6 +263,10 @@ def check_top_params(**params):
     for name in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram", "bfp_pipelined",
                  "bfp_pipelined_combiner", "bfp_mant_width"):
         check_bool(name, p[name])
+    if p["drain_lanes"] is None:
+        p["drain_lanes"] = (min(max(1, p["matrix_lanes"] // p["block"]), p["matrix_lanes"] // 4)
+                            if p["bfp_pipelined"] else 1)
+    check_drain_lanes(p["drain_lanes"], p["matrix_lanes"], p["bfp_pipelined"])
     if p["sequencer"] and p["bfp"] and p["multiplier"] == "sb_mac16" and p["matrix_lanes"] % 2:
         raise ValueError("Matrix lane count must be even with sb_mac16")
     return p

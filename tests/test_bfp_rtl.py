@@ -171,7 +171,8 @@ def check(params, jobs, **kwargs):
 
 SMALL = {"lanes": 4, "block": 4, "max_blocks": 4}
 #: BFPColumn parameters the golden model does not have (they do not change the results).
-HW_ONLY = ("mult", "sim_model", "stochastic", "acc_block_ram", "pipelined", "hard_lanes")
+HW_ONLY = ("mult", "sim_model", "stochastic", "acc_block_ram", "pipelined", "hard_lanes",
+           "drain_lanes")
 #: The iCEBreaker's area options (lowbit.boards.profiles): every one of them off.
 LITE = {"stochastic": False, "predictor": False, "acc_block_ram": True, "pipelined": False}
 

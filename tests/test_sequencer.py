@@ -930,13 +930,15 @@ def test_64_lanes_matvec_equals_machine():
     """The widest column the sequencer takes (N = 64, the ULX3S's): LOADW and a MATVEC of one and
     a half tiles with bias (the second tile's unused rows in the lanes' upper half), and a
     one-tile MATVEC with a fixed exponent, equal lowbit.sim.program.Machine word for word and
-    lowbit.sim.network.bfp_dense; the busy count is T · K."""
+    lowbit.sim.network.bfp_dense; the busy count is T · K. With B = 4 the column's drain moves
+    16 lanes a cycle into 16 combiners (``drain_lanes``, by default N / B)."""
     from lowbit.sim.program import Design, Machine
     n, b, k = 64, 4, 4
     params = dict(matrix_lanes=n, block=b, max_blocks=1, weight_depth=16, discrete=False,
                   quantiser=False, grand=False, lanes=1, lut_tables=0, bfp_predictor=False,
                   scratch_bytes=2048)
     dev = Device(**params)
+    assert dev.top.drain_lanes == 16
     machine = Machine(Design(matrix_lanes=n, block=b, max_blocks=1, weight_depth=16,
                              scratch_bytes=2048, lanes=1, lut_tables=0,
                              engines={"bfp"}, bfp_predictor=False))

@@ -13,9 +13,9 @@ One module per unit (each module's docstring states the unit's part); :class:`BF
 
 1. **PE array** (:class:`BFPLanes`, :mod:`lowbit.hw.bfp.pe`): multipliers, exact per-block
    sums, exponent adders and the drain register.
-2. **Combiner** (:class:`BlockCombiner`, :mod:`lowbit.hw.bfp.combiner`, shared by all lanes):
-   merges one ``(P, e)`` contribution per cycle (a drain lane or a bias beat) into a lane's
-   accumulator.
+2. **Combiner** (:class:`BlockCombiner`, :mod:`lowbit.hw.bfp.combiner`, shared by all lanes,
+   or one per drain lane with ``drain_lanes``): merges one ``(P, e)`` contribution per cycle (a
+   drain lane or a bias beat) into a lane's accumulator.
 3. **Output unit** (:class:`OutputUnit`, :mod:`lowbit.hw.bfp.output`): output exponent selector
    and output mantissa shifter; one output element per beat.
 4. **Predictor** (:class:`ExponentPredictor`, :mod:`lowbit.hw.bfp.predictor`, inside the output
@@ -27,7 +27,7 @@ One module per unit (each module's docstring states the unit's part); :class:`BF
 :mod:`lowbit.hw.bfp.shared` holds what they share (:class:`ExpMode`, :func:`column_widths`).
 """
 
-from lowbit.hw.bfp.column import BFPColumn
+from lowbit.hw.bfp.column import BFPColumn, check_drain_lanes
 from lowbit.hw.bfp.combiner import BlockCombiner
 from lowbit.hw.bfp.output import OutputUnit
 from lowbit.hw.bfp.pe import BFPLanes
@@ -36,4 +36,5 @@ from lowbit.hw.bfp.shared import ExpMode, column_widths
 from lowbit.hw.bfp.window import WindowPredictor, window_widths
 
 __all__ = ["BFPColumn", "BFPLanes", "BlockCombiner", "OutputUnit", "ExponentPredictor",
-           "ExpMode", "WindowPredictor", "column_widths", "predictor_widths", "window_widths"]
+           "ExpMode", "WindowPredictor", "column_widths", "predictor_widths", "window_widths",
+           "check_drain_lanes"]

@@ -21,8 +21,9 @@ from lowbit.hw.bfp.window import check_window
 from lowbit.hw.common import Rounding
 from lowbit.hw.common import check_int as _check_int
 from lowbit.hw.mult import MULT_STYLES, check_hard_lanes
+from lowbit.sim.topparams import check_drain_lanes
 
-__all__ = ["BFPColumn"]
+__all__ = ["BFPColumn", "check_drain_lanes"]
 
 
 class BFPColumn(wiring.Component):
@@ -91,6 +92,14 @@ class BFPColumn(wiring.Component):
         (:class:`~lowbit.hw.bfp.WindowPredictor`, ``cfg_exp_mode`` 3) with this window length
         (512, 1024 or 8192 output magnitudes in block RAM), and the ``cfg_pred_tol`` port.
         ``None`` (the default) leaves both out; mode 3 is then the max rule.
+    drain_lanes : int
+        Lanes ``G`` the drain moves into the combiner per cycle (1..``lanes / 4``, a power of
+        two dividing ``lanes``; ``G > 1`` needs ``pipelined``): ``G`` combiners, each with its
+        own accumulator memory of the lanes ``l`` with ``l mod G = g``. A block's ``N`` sums
+        then drain in ``N / G`` cycles, so a column of ``N > B`` lanes is not drain-bound at
+        ``G = N / B`` (``N · B / max(N, B)`` MAC/cycle with ``G = 1``). The bias still takes
+        one beat per cycle; the output unit still emits one element per cycle. The same
+        results (each lane's sums are combined in the same order).
 
     Members
     -------
@@ -139,12 +148,13 @@ class BFPColumn(wiring.Component):
     def __init__(self, *, lanes=16, block=16, width=8, exp_bits=8, max_blocks=16, frac_bits=3,
                  rand_bits=8, mult="lut", sim_model=True, stat_shift=4, predictor=True,
                  stochastic=True, acc_block_ram=False, pipelined=True, window=None,
-                 pipelined_combiner=False, hard_lanes=None):
+                 pipelined_combiner=False, hard_lanes=None, drain_lanes=1):
         try:
             self._validate(lanes, block, width, exp_bits, max_blocks, frac_bits, rand_bits,
                            mult, sim_model, stat_shift, predictor, stochastic, acc_block_ram,
                            pipelined, pipelined_combiner)
             check_hard_lanes(hard_lanes, lanes)
+            check_drain_lanes(drain_lanes, lanes, pipelined)
             if window is not None:
                 check_window(window)
         except (TypeError, ValueError):
@@ -158,6 +168,7 @@ class BFPColumn(wiring.Component):
         self._pipelined_combiner = pipelined_combiner
         self._window = window
         self._hard_lanes = hard_lanes
+        self._drain_lanes = drain_lanes
         self._pw, self._aw = column_widths(block=block, width=width, max_blocks=max_blocks,
                                            frac_bits=frac_bits)
         elem = _elem_layout(width, exp_bits)
@@ -228,6 +239,8 @@ class BFPColumn(wiring.Component):
     window = property(lambda self: self._window)
     #: Lanes of the ``mult`` style (``None``: every lane); the others are fabric multipliers.
     hard_lanes = property(lambda self: self._hard_lanes)
+    #: Lanes the drain moves into the combiners per cycle.
+    drain_lanes = property(lambda self: self._drain_lanes)
     #: Width of the exact block sum.
     pw = property(lambda self: self._pw)
     #: Width of the accumulator.
@@ -236,14 +249,24 @@ class BFPColumn(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n, eb = self._lanes, self._exp_bits
+        gd = self._drain_lanes
+        npass = n // gd             # drain pops (combiner items) per pass
+        kg = _clog2(gd)
         m.submodules.pe = pe = BFPLanes(lanes=n, block=self._block, width=self._width,
                                         exp_bits=eb, mult=self._mult, sim_model=self._sim_model,
                                         pipelined=self._pipelined,
-                                        hard_lanes=self._hard_lanes)
-        m.submodules.comb = comb = BlockCombiner(
-            lanes=n, pw=self._pw, aw=self._aw, exp_bits=eb, frac_bits=self._frac_bits,
-            pipelined=self._pipelined or self._pipelined_combiner,
-            deep=None if self._pipelined else False)
+                                        hard_lanes=self._hard_lanes, drain_lanes=gd)
+        # One combiner per drain lane g: combiner g updates lanes g, g + G, g + 2G, ... in its
+        # own accumulator memory (index l // G).
+        combs = []
+        for g in range(gd):
+            comb = BlockCombiner(
+                lanes=npass, pw=self._pw, aw=self._aw, exp_bits=eb, frac_bits=self._frac_bits,
+                pipelined=self._pipelined or self._pipelined_combiner,
+                deep=None if self._pipelined else False)
+            m.submodules["comb" if gd == 1 else f"comb{g}"] = comb
+            combs.append(comb)
+        comb = combs[0]
         m.submodules.out = out = OutputUnit(lanes=n, aw=self._aw, width=self._width,
                                             exp_bits=eb, frac_bits=self._frac_bits,
                                             rand_bits=self._rand_bits,
@@ -305,7 +328,7 @@ class BFPColumn(wiring.Component):
                     m.d.comb += [wr.data[name].eq(comb.wr_data[name]),
                                  comb.rd_data[name].eq(q_c[name]),
                                  out.rd_data[name].eq(q_o[name])]
-        else:
+        elif gd == 1:
             m.submodules.acc = acc = Memory(shape=comb.acc_layout, depth=2 << _clog2(n),
                                             init=[], attrs=attrs or None)
             wr = acc.write_port()
@@ -317,6 +340,30 @@ class BFPColumn(wiring.Component):
                 rd_c.addr.eq(comb.rd_addr), comb.rd_data.eq(rd_c.data),
                 rd_o.addr.eq(out.rd_addr), rd_o.en.eq(out.rd_en), out.rd_data.eq(rd_o.data),
             ]
+        else:
+            # The output unit reads lane l at Cat(l, bank): memory l mod G, word
+            # Cat(l // G, bank); the lane's memory is selected a cycle later, after the read.
+            lw = _clog2(n)
+            sel = Signal(kg)
+            with m.If(out.rd_en):
+                m.d.sync += sel.eq(out.rd_addr[:kg])
+            with m.Switch(sel):
+                for g, cb in enumerate(combs):
+                    acc = Memory(shape=cb.acc_layout, depth=2 << _clog2(npass), init=[],
+                                 attrs=attrs or None)
+                    m.submodules[f"acc{g}"] = acc
+                    wr = acc.write_port()
+                    m.d.comb += [wr.en.eq(cb.wr_en), wr.addr.eq(cb.wr_addr),
+                                 wr.data.eq(cb.wr_data)]
+                    rd_c = acc.read_port(transparent_for=(wr,))
+                    rd_o = acc.read_port()
+                    m.d.comb += [
+                        rd_c.addr.eq(cb.rd_addr), cb.rd_data.eq(rd_c.data),
+                        rd_o.addr.eq(Cat(out.rd_addr[kg:lw], out.rd_addr[lw])),
+                        rd_o.en.eq(out.rd_en),
+                    ]
+                    with m.Case(g):
+                        m.d.comb += out.rd_data.eq(rd_o.data)
         wiring.connect(m, wiring.flipped(self.i_w), pe.i_w)
         wiring.connect(m, wiring.flipped(self.i_x), pe.i_x)
         wiring.connect(m, wiring.flipped(self.i_rand), out.i_rand)
@@ -334,7 +381,7 @@ class BFPColumn(wiring.Component):
         # is one gate from registers: `mid_pass` (pcnt != 0) and `can_start` (registered from
         # the next state) keep the long decisions off the drain's wide enable.
         blk = Signal(range(self._max_blocks))
-        pcnt = Signal(range(n))
+        pcnt = Signal(range(npass))
         mid_pass = Signal()
         can_start = Signal()
         bias_phase = Signal()
@@ -354,7 +401,7 @@ class BFPColumn(wiring.Component):
             next_last = Signal()             # blk + 1 == cfg_blocks - 1
             last_blk = Signal()              # blk == cfg_blocks - 1
             first = Signal(init=1)           # blk == 0
-            end_pass = Signal(init=n == 1)   # pcnt == n - 1
+            end_pass = Signal(init=npass == 1)   # pcnt == npass - 1
             mid_pe = Signal()                # mid_pass outside the bias phase
             # `pop` is a flip-flop too, with one copy per group of drain lanes.
             pop_c = [Signal(name=f"pop_c{g}") for g in range(_groups(n))]
@@ -363,7 +410,7 @@ class BFPColumn(wiring.Component):
             m.d.comb += [pop.eq(pop_c[0]), pe.pop_groups.eq(Cat(pop_c))]
         else:
             last_blk = blk == self.cfg_blocks - 1
-            end_pass = pcnt == n - 1
+            end_pass = pcnt == npass - 1
             first = blk == 0
             m.d.comb += pop.eq(~bias_phase & (mid_pass | (can_start & pe.nonempty)))
         m.d.comb += [
@@ -374,20 +421,33 @@ class BFPColumn(wiring.Component):
             self.i_bias.ready.eq(bias_phase),
             take_bias.eq(bias_phase & self.i_bias.valid),
         ]
+        # With G > 1 drain lanes the bias beats still come one per cycle: beat `bsub` of a
+        # group of G goes to combiner `bsub`, and the pass counter steps after the group's last.
+        if gd == 1:
+            bias_adv = take_bias
+        else:
+            bsub = Signal(kg)
+            bias_adv = Signal()
+            m.d.comb += bias_adv.eq(take_bias & (bsub == gd - 1))
+            with m.If(take_bias):
+                m.d.sync += bsub.eq(bsub + 1)
         blk_n = Signal.like(blk)
         pcnt_n = Signal.like(pcnt)
         bias_n = Signal()
         cbank_n = Signal()
         m.d.comb += [blk_n.eq(blk), pcnt_n.eq(pcnt), bias_n.eq(bias_phase), cbank_n.eq(cbank)]
-        item = comb.item
-        m.d.comb += [item.idx.eq(pcnt), item.bank.eq(cbank)]
+        items = [cb.item for cb in combs]
+        for item in items:
+            m.d.comb += [item.idx.eq(pcnt), item.bank.eq(cbank)]
         with m.If(pop):
-            m.d.comb += [
-                item.valid.eq(1), item.p.eq(pe.head.p), item.e.eq(pe.head.e),
-                item.nan.eq(pe.head.nan), item.first.eq(first),
-                item.final.eq(last_blk & ~self.cfg_bias_en),
-                pcnt_n.eq(Mux(end_pass, 0, pcnt + 1)),
-            ]
+            for g, item in enumerate(items):
+                head = pe.head if gd == 1 else pe.heads[g]
+                m.d.comb += [
+                    item.valid.eq(1), item.p.eq(head.p), item.e.eq(head.e),
+                    item.nan.eq(head.nan), item.first.eq(first),
+                    item.final.eq(last_blk & ~self.cfg_bias_en),
+                ]
+            m.d.comb += pcnt_n.eq(Mux(end_pass, 0, pcnt + 1))
             with m.If(end_pass):
                 with m.If(last_blk):
                     m.d.comb += blk_n.eq(0)
@@ -397,25 +457,33 @@ class BFPColumn(wiring.Component):
                         m.d.comb += cbank_n.eq(~cbank)
                 with m.Else():
                     m.d.comb += blk_n.eq(blk + 1)
-        with m.If(take_bias):
-            m.d.comb += [
-                item.valid.eq(1), item.p.eq(self.i_bias.payload.m),
-                item.e.eq(self.i_bias.payload.e),
-                item.nan.eq(self.i_bias.payload.e == -(1 << (eb - 1))),
-                item.first.eq(0), item.final.eq(1),
-                pcnt_n.eq(Mux(end_pass, 0, pcnt + 1)),
-            ]
+        def advance_bias():
+            m.d.comb += pcnt_n.eq(Mux(end_pass, 0, pcnt + 1))
             with m.If(end_pass):
                 m.d.comb += [bias_n.eq(0), cbank_n.eq(~cbank)]
+
+        with m.If(take_bias):
+            for g, item in enumerate(items):
+                m.d.comb += [
+                    item.valid.eq(1 if gd == 1 else bsub == g), item.p.eq(self.i_bias.payload.m),
+                    item.e.eq(self.i_bias.payload.e),
+                    item.nan.eq(self.i_bias.payload.e == -(1 << (eb - 1))),
+                    item.first.eq(0), item.final.eq(1),
+                ]
+            if gd == 1:
+                advance_bias()
+        if gd > 1:
+            with m.If(bias_adv):
+                advance_bias()
         if self._pipelined:
             # The same next state, written from registers: mid-pass, a pop is certain, so a
             # pass's last pop is `end_pass & mid_pe`.
             # `end_pass_b`, a copy of `end_pass`, serves the bank and phase decisions (its
             # next state reads its own output, so synthesis keeps both).
-            end_pass_b = Signal(init=n == 1)
-            step = pop | take_bias
+            end_pass_b = Signal(init=npass == 1)
+            step = pop | bias_adv
             adv = end_pass_b & mid_pe
-            bias_end = end_pass_b & take_bias
+            bias_end = end_pass_b & bias_adv
             bias_nx = Mux(bias_phase, ~bias_end, adv & last_blk & self.cfg_bias_en)
             cbank_nx = cbank ^ ((adv & last_blk & ~self.cfg_bias_en) | bias_end)
             first_n = Mux(adv, last_blk, first)
@@ -444,8 +512,8 @@ class BFPColumn(wiring.Component):
                 m.d.sync += p_c.eq(Mux(mid_pe, ~end_pass | (go_end & nonempty_c),
                                        ~bias_phase & (p_c | (go_idle & nonempty_c))))
             with m.If(step):
-                m.d.sync += [end_pass.eq(Mux(end_pass, n == 1, pcnt == n - 2)),
-                             end_pass_b.eq(Mux(end_pass_b, n == 1, pcnt == n - 2))]
+                m.d.sync += [end_pass.eq(Mux(end_pass, npass == 1, pcnt == npass - 2)),
+                             end_pass_b.eq(Mux(end_pass_b, npass == 1, pcnt == npass - 2))]
             with m.If(adv):
                 m.d.sync += last_blk.eq(Mux(last_blk, one_blk, next_last))
             with m.Elif(first):
@@ -470,7 +538,8 @@ class BFPColumn(wiring.Component):
         start_dom += start.eq(~out.busy & ~out.finish & ~fin & bank_done.bit_select(obank, 1))
         m.d.comb += [out.start.eq(start), out.bank.eq(obank)]
         done_next = Signal(2)
-        m.d.comb += [done_next.eq(bank_done | comb.done), busy_next.eq(bank_busy)]
+        # The last lane's combiner finishes a bank last (its last item is the last bias beat).
+        m.d.comb += [done_next.eq(bank_done | combs[-1].done), busy_next.eq(bank_busy)]
         with m.If(claim):
             m.d.comb += busy_next.bit_select(cbank, 1).eq(1)
         with m.If(fin):

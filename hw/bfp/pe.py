@@ -5,8 +5,9 @@ Each beat takes one weight column ``M[:, j]`` (``N`` mantissas and ``N`` row exp
 cycle. The products (``lowbit.hw.mult``, registered) are summed exactly per block; after the
 last beat of each block the ``N`` block sums and the exponent sums ``e3 = eM + ex`` (taken from
 that beat) move into a drain register, which is shifted out one lane per cycle into the combiner
-(:mod:`lowbit.hw.bfp.combiner`). The drain holds the row exponents ``eM`` and one copy of
-``ex``: ``e3`` and the NaN test are formed once, at the drain's head.
+(:mod:`lowbit.hw.bfp.combiner`), or ``drain_lanes`` lanes a cycle into as many combiners. The
+drain holds the row exponents ``eM`` and one copy of ``ex``: ``e3`` and the NaN test are formed
+once per head lane.
 """
 
 from amaranth.hdl import Module, Mux, Signal, signed
@@ -27,6 +28,9 @@ class BFPLanes(wiring.Component):
     lanes, block, width, exp_bits, mult, sim_model, pipelined, hard_lanes
         As for :class:`BFPColumn` (``pipelined=False``: no fabric register R after the
         multipliers).
+    drain_lanes : int
+        Lanes ``G`` the drain shifts out per pop (``pipelined`` only; ``G`` divides ``N``):
+        a pass of ``N / G`` pops.
 
     Members
     -------
@@ -34,13 +38,16 @@ class BFPLanes(wiring.Component):
     i_x : In(stream.Signature(StructLayout({"m": signed(W), "e": signed(E)})))
     head : Out(StructLayout({"p": signed(PW), "e": signed(E + 1), "nan": 1}))
         The drain's head lane (valid while ``count > 0``).
-    count : Out(range(N + 1))
-        Lanes left in the drain.
+    heads : Out(ArrayLayout(head, G))
+        Only with ``drain_lanes`` ``G > 1``: the drain's ``G`` head lanes (``heads[0]`` is
+        ``head``).
+    count : Out(range(N / G + 1))
+        Pops left in the drain (lanes left with ``G = 1``).
     nonempty : Out(1)
         ``count != 0``, as a register.
     pop : In(1)
-        Shift the drain by one lane this cycle (only while ``count > 0``). Once a pass has
-        started, the owner pops one lane every cycle until the drain is empty.
+        Shift the drain by ``G`` lanes this cycle (only while ``count > 0``). Once a pass has
+        started, the owner pops every cycle until the drain is empty.
     pop_groups : In(ceil(N / 4))
         ``pipelined`` only: copies of ``pop`` (each a separate flip-flop in the owner), one per
         group of four lanes, which shift that group's drain registers.
@@ -58,21 +65,24 @@ class BFPLanes(wiring.Component):
     """
 
     def __init__(self, *, lanes, block, width, exp_bits, mult, sim_model, pipelined=True,
-                 hard_lanes=None):
+                 hard_lanes=None, drain_lanes=1):
         self._lanes, self._block, self._width, self._exp_bits = lanes, block, width, exp_bits
         self._pipelined = pipelined
+        assert lanes % drain_lanes == 0 and (pipelined or drain_lanes == 1)
+        self._drain = drain_lanes
         self._pw = 2 * width + _clog2(block)
         self._mult = MultiplierArray(lanes=lanes, width=width, style=mult, sim_model=sim_model,
                                      hard_lanes=hard_lanes)
         self._mult_style = mult
+        head = data.StructLayout({"p": signed(self._pw), "e": signed(exp_bits + 1), "nan": 1})
         super().__init__({
             "i_w": In(stream.Signature(data.StructLayout({
                 "m": data.ArrayLayout(signed(width), lanes),
                 "e": data.ArrayLayout(signed(exp_bits), lanes)}))),
             "i_x": In(stream.Signature(_elem_layout(width, exp_bits))),
-            "head": Out(data.StructLayout({"p": signed(self._pw), "e": signed(exp_bits + 1),
-                                           "nan": 1})),
-            "count": Out(range(lanes + 1)),
+            "head": Out(head),
+            **({"heads": Out(data.ArrayLayout(head, drain_lanes))} if drain_lanes > 1 else {}),
+            "count": Out(range(lanes // drain_lanes + 1)),
             "nonempty": Out(1),
             "pop": In(1),
             **({"pop_groups": In(_groups(lanes)), "loading": Out(1), "last_one": Out(1)}
@@ -180,6 +190,8 @@ class BFPLanes(wiring.Component):
 
     def _elaborate_pipelined(self, m, fire, hold):
         n, pw, eb, w = self._lanes, self._pw, self._exp_bits, self._width
+        gd = self._drain
+        npass = n // gd         # pops per pass
         nan_code = -(1 << (eb - 1))
         mult = self._mult
         ng = _groups(n)
@@ -242,22 +254,29 @@ class BFPLanes(wiring.Component):
         d_e = [Signal(signed(eb), name=f"d_e{i}") for i in range(n)]
         d_ex = Signal(signed(eb))
         acc = [Signal(signed(pw), name=f"acc{i}") for i in range(n)]
-        # The lanes left, also in thermometer code (bit i: count > i) for one-LUT tests.
-        therm = Signal(n)
+        # The pops left, also in thermometer code (bit i: count > i) for one-LUT tests.
+        therm = Signal(npass)
         m.d.comb += [
             self.head.p.eq(d_p[0]), self.head.e.eq(d_e[0] + d_ex),
             self.head.nan.eq((d_e[0] == nan_code) | (d_ex == nan_code)),
             hold.eq(hold_g[0]),
             self.loading.eq(load_g[0]),
             self.nonempty.eq(therm[0]),
-            self.last_one.eq(therm[0] & ~therm[1] if n > 1 else therm[0]),
+            self.last_one.eq(therm[0] & ~therm[1] if npass > 1 else therm[0]),
         ]
+        for j in range(1, gd):
+            m.d.comb += [
+                self.heads[j].p.eq(d_p[j]), self.heads[j].e.eq(d_e[j] + d_ex),
+                self.heads[j].nan.eq((d_e[j] == nan_code) | (d_ex == nan_code)),
+            ]
+        if gd > 1:
+            m.d.comb += self.heads[0].eq(self.head)
         # A block may load while count <= 1 (count == 1 only happens mid-pass, when the last
-        # lane is popped this cycle). A pop implies count > 0.
+        # lanes are popped this cycle). A pop implies count > 0.
         low_next = Signal()
-        m.d.comb += low_next.eq(Mux(load_g[0], n <= 1,
-                                    Mux(self.pop, ~therm[2] if n > 2 else 1,
-                                        ~therm[1] if n > 1 else 1)))
+        m.d.comb += low_next.eq(Mux(load_g[0], npass <= 1,
+                                    Mux(self.pop, ~therm[2] if npass > 2 else 1,
+                                        ~therm[1] if npass > 1 else 1)))
         with m.If(self.pop):
             m.d.sync += therm.eq(therm >> 1)
         with m.If(load_g[0]):
@@ -278,12 +297,12 @@ class BFPLanes(wiring.Component):
         with m.If(self.pop):
             m.d.sync += self.count.eq(self.count - 1)
         with m.If(load_g[0]):
-            m.d.sync += self.count.eq(n)
+            m.d.sync += self.count.eq(npass)
         for i in range(n):
             g = grp[i]
-            if i < n - 1:
+            if i < n - gd:
                 with m.If(self.pop_groups[g]):
-                    m.d.sync += [d_p[i].eq(d_p[i + 1]), d_e[i].eq(d_e[i + 1])]
+                    m.d.sync += [d_p[i].eq(d_p[i + gd]), d_e[i].eq(d_e[i + gd])]
             with m.If(load_g[g]):
                 m.d.sync += [d_p[i].eq(acc[i]), d_e[i].eq(m_we[i])]
             # iCE40: one enable for every accumulator. Its wide fan-out makes nextpnr put it

@@ -55,6 +55,8 @@ IMAGES = {"model": (540, 100), "cxxrtl": (540, 100), "amaranth": (3, 2)}
 #: Images per board top (CXXRTL, one run: the cycle count does not vary): full and --quick.
 BOARD_IMAGES = (540, 100)
 MARK_BEGIN, MARK_END = "<!-- bench:begin -->", "<!-- bench:end -->"
+#: The committed results, which docs/PERFORMANCE.md's whole-accelerator table reads.
+DEFAULT_JSON = os.path.join(ROOT, "docs", "bench", "demo.json")
 
 
 def _accelerator(device, params):
@@ -220,7 +222,9 @@ def main(argv=None):
                         help="fewer images (100 in model/CXXRTL and per board top, 2 in "
                              "Amaranth)")
     parser.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
-    parser.add_argument("--output", default=os.path.join(ROOT, "docs", "bench", "demo.json"))
+    parser.add_argument("--output", default=DEFAULT_JSON,
+                        help="the results' JSON; the entries this run does not measure are kept "
+                             "from it (docs/PERFORMANCE.md is re-rendered only for the default)")
     parser.add_argument("--doc", default=os.path.join(ROOT, "docs", "demo.md"),
                         help="markdown file whose bench:begin/end section gets the table")
     parser.add_argument("--render", metavar="JSON",
@@ -258,6 +262,7 @@ def main(argv=None):
                                            split=split, build_dir=args.build_dir, log=log)
     command = "python scripts/bench_demo.py " + " ".join(argv if argv is not None
                                                            else sys.argv[1:])
+    rows, boards = _merge_earlier(args.output, rows, boards)
     result = {"command": command.strip(), "rows": rows, "boards": boards,
               "sim_top": demo.SIM_TOP,
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count()}}
@@ -269,8 +274,29 @@ def main(argv=None):
     text = table(rows, projections, boards)
     print(text)
     _write_doc(args.doc, result, text)
-    _write_accelerator()
+    if os.path.abspath(args.output) == os.path.abspath(DEFAULT_JSON):
+        _write_accelerator()
     return 0
+
+
+def _merge_earlier(path, rows, boards):
+    """``rows`` and ``boards`` with the entries of an earlier run in ``path`` that this run did
+    not measure (other devices and variants, other boards' tops), so that a run over some
+    boards keeps the others' figures."""
+    if not os.path.exists(path):
+        return rows, boards
+    with open(path) as f:
+        old = json.load(f)
+    done = {(r["device"], r["variant"]) for r in rows}
+    rows = [r for r in old.get("rows", []) if (r["device"], r["variant"]) not in done] + rows
+    merged = {}
+    for variant in {*old.get("boards", {}), *boards}:
+        new = boards.get(variant, [])
+        names = {name for m in new for name in m["boards"]}
+        kept = [m for m in old.get("boards", {}).get(variant, [])
+                if not names.intersection(m["boards"])]
+        merged[variant] = kept + new
+    return rows, merged
 
 
 def _write_accelerator():

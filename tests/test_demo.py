@@ -312,6 +312,26 @@ def test_bench_groups_identical_tops(monkeypatch):
     assert all(demo.same_top(top, demo.board_top(n)) for top, ns in groups for n in ns)
 
 
+def test_bench_keeps_what_a_run_did_not_measure(tmp_path):
+    """scripts/bench_demo.py over some boards keeps the other boards' entries (and the other
+    devices' rows) of the earlier JSON, and replaces those it measured again."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import bench_demo
+    path = tmp_path / "demo.json"
+    assert bench_demo._merge_earlier(str(path), [], {"bfp": []}) == ([], {"bfp": []})
+    old = {"rows": [{"device": "model", "variant": "bfp", "n": 1},
+                    {"device": "cxxrtl", "variant": "bfp", "n": 2}],
+           "boards": {"bfp": [{"boards": ["ulx3s"], "n": 3}, {"boards": ["orangecrab"], "n": 4}],
+                      "discrete": [{"boards": ["hx8k"], "n": 5}]}}
+    path.write_text(json.dumps(old))
+    rows, boards = bench_demo._merge_earlier(
+        str(path), [{"device": "model", "variant": "bfp", "n": 6}],
+        {"bfp": [{"boards": ["orangecrab"], "n": 7}]})
+    assert [r["n"] for r in rows] == [2, 6]
+    assert {v: [m["n"] for m in ms] for v, ms in boards.items()} == {"bfp": [3, 7],
+                                                                    "discrete": [5]}
+
+
 def test_run_digits_projections_from_cycles_file(build_dir, tmp_path, monkeypatch):
     """`lowbit demo digits`: boards whose top is the device's use the run's cycles, the
     others the stored per-board counts, else nothing."""

@@ -137,6 +137,12 @@ class Sequencer(wiring.Component):
     drain_lanes : int
         Lanes the BFP column's drain moves per cycle (:class:`lowbit.hw.bfp.BFPColumn`
         ``drain_lanes``; a power of two up to ``lanes / 4``, 1 without ``bfp_pipelined``).
+    x_buffer : bool
+        A MATVEC keeps its input vector ``x`` in a memory of ``max_blocks · B`` words as the
+        first tile reads it, and feeds the later tiles' beats from there: the scratchpad port
+        is left to the bias words and the results, and a tile's beats overlap the previous
+        tile's bias. (MATVEC's results with a destination overlapping ``x`` are unspecified;
+        with the buffer they are the reference Machine's, which reads all sources first.)
     simulation : bool
         Behavioural multiplier models (for Amaranth's simulator).
     write_addr : bool
@@ -172,7 +178,7 @@ class Sequencer(wiring.Component):
                  simulation=True, bfp_stochastic=True, bfp_predictor=True,
                  bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True,
                  bfp_pipelined_combiner=False, bfp_mant_width=True, hard_lanes=None,
-                 write_addr=False, drain_lanes=1):
+                 write_addr=False, drain_lanes=1, x_buffer=False):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
@@ -205,6 +211,7 @@ class Sequencer(wiring.Component):
         self._mult = mult
         self._hard_lanes = check_hard_lanes(hard_lanes, self._lanes)
         self._drain_lanes = check_drain_lanes(drain_lanes, self._lanes, self._bfp_pipelined)
+        self._x_buffer = _check_bool("x_buffer", x_buffer)
         self._simulation = _check_bool("simulation", simulation)
         self._write_addr = _check_bool("write_addr", write_addr)
         members = {
@@ -229,6 +236,7 @@ class Sequencer(wiring.Component):
     bfp_mant_width = property(lambda self: self._bfp_mant_width)
     hard_lanes = property(lambda self: self._hard_lanes)
     drain_lanes = property(lambda self: self._drain_lanes)
+    x_buffer = property(lambda self: self._x_buffer)
     write_addr = property(lambda self: self._write_addr)
 
     def column_params(self):
@@ -711,7 +719,45 @@ class Sequencer(wiring.Component):
         # The reader's consumers, from the flags. Engines' outputs are always taken (the write
         # register), so their input readiness does not wait for the state.
         ready = st_loadw | st_dm & ~g_full
-        m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(issue & mv_x | st_dm)]
+        # ---- x buffer (MATVEC's later tiles) -----------------------------------------------
+        if self._bfp and self._x_buffer:
+            kmax = self._max_blocks * B
+            m.submodules.xbuf = xbuf = Memory(shape=16, depth=kmax, init=[])
+            xb_wr = xbuf.write_port()
+            xb_rd = xbuf.read_port()
+            xb_widx = Signal(range(kmax))
+            xb_ridx = Signal(range(kmax))
+            x_first = Signal()            # the MATVEC's first tile is still to start
+            xb_x = Signal()               # a later tile's beats, from the buffer
+            xb_valid = Signal()
+            xb_left = Signal(lw)
+            xb_more = Signal()            # xb_left != 0, as a register
+            xb_issue = Signal()
+            xb_start = Signal()
+            # Tiles whose x phase has started and whose bias phase has not (the reader feeds
+            # the bias phases in order, after the first tile's x).
+            b_pend = Signal.like(tiles_left)
+            b_inc = Signal()
+            b_dec = Signal()
+            m.d.comb += [
+                xb_wr.en.eq(take & mv_x), xb_wr.addr.eq(xb_widx), xb_wr.data.eq(rdata),
+                xb_issue.eq(xb_x & xb_more & (~xb_valid | col.i_x.ready)),
+                xb_rd.en.eq(xb_issue), xb_rd.addr.eq(xb_ridx),
+            ]
+            with m.If(take & mv_x):
+                m.d.sync += xb_widx.eq(xb_widx + 1)
+            m.d.sync += xb_valid.eq(xb_issue | (xb_valid & ~col.i_x.ready))
+            with m.If(xb_issue):
+                m.d.sync += [xb_ridx.eq(xb_ridx + 1), xb_left.eq(xb_left - 1),
+                             xb_more.eq(xb_left != 1)]
+            with m.If(xb_x & ~xb_more & (~xb_valid | col.i_x.ready)):
+                m.d.sync += xb_x.eq(0)
+            with m.If(xb_start):
+                m.d.sync += [xb_x.eq(1), xb_ridx.eq(0), xb_left.eq(len_src), xb_more.eq(1)]
+            m.d.sync += b_pend.eq(b_pend + b_inc - b_dec)
+            m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(issue & mv_x | xb_issue | st_dm)]
+        else:
+            m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(issue & mv_x | st_dm)]
         if self._lut:
             # The payload is meaningful only with valid: not gated by the state.
             m.d.comb += [self.lut.i.valid.eq(rd_valid & st_lut), self.lut.o.ready.eq(1),
@@ -723,13 +769,26 @@ class Sequencer(wiring.Component):
             ready = ready | st_quant & qu.i.ready
         if self._bfp:
             # The column's configuration is only read during a MATVEC; outside, it is idle.
-            m.d.comb += [
-                col.cfg_blocks.eq(w[4]), col.cfg_bias_en.eq(bias_en),
-                col.i_x.payload.eq(rdata), col.i_bias.payload.eq(rdata),
-                col.i_x.valid.eq(rd_valid & mv_x), col.i_w.valid.eq(rd_valid & mv_x),
-                col.i_bias.valid.eq(rd_valid & mv_b), beat.eq(rd_valid & mv_x & col.i_x.ready),
-                col.o.ready.eq(1),
-            ]
+            if self._x_buffer:
+                # Beats from the reader (the first tile) or from the x buffer (the others).
+                x_valid = rd_valid & mv_x | xb_valid
+                m.d.comb += [
+                    col.cfg_blocks.eq(w[4]), col.cfg_bias_en.eq(bias_en),
+                    col.i_x.payload.eq(Mux(xb_x, xb_rd.data, rdata)),
+                    col.i_bias.payload.eq(rdata),
+                    col.i_x.valid.eq(x_valid), col.i_w.valid.eq(x_valid),
+                    col.i_bias.valid.eq(rd_valid & mv_b), beat.eq(x_valid & col.i_x.ready),
+                    col.o.ready.eq(1),
+                ]
+            else:
+                m.d.comb += [
+                    col.cfg_blocks.eq(w[4]), col.cfg_bias_en.eq(bias_en),
+                    col.i_x.payload.eq(rdata), col.i_bias.payload.eq(rdata),
+                    col.i_x.valid.eq(rd_valid & mv_x), col.i_w.valid.eq(rd_valid & mv_x),
+                    col.i_bias.valid.eq(rd_valid & mv_b),
+                    beat.eq(rd_valid & mv_x & col.i_x.ready),
+                    col.o.ready.eq(1),
+                ]
             for k in range(N):
                 m.d.comb += [col.i_w.payload.m[k].eq(banks[k][:8]),
                              col.i_w.payload.e[k].eq(banks[k][8:])]
@@ -909,6 +968,8 @@ class Sequencer(wiring.Component):
                 m.d.sync += [lw_lane.eq(0), lw_entry.eq(dst),
                              lw_valid.eq(0), w_base.eq(w[3]), w_ptr.eq(w[3]),
                              mv_x.eq(0), mv_b.eq(0),
+                             *([x_first.eq(1), b_pend.eq(0), xb_widx.eq(0)]
+                               if self._bfp and self._x_buffer else []),
                              tiles_left.eq(w[5]), tl_more.eq(1),
                              # Every count is nonzero when the checks pass (DECODE); a MATVEC
                              # or DMATVEC loads its reader per tile or row.
@@ -1114,7 +1175,30 @@ class Sequencer(wiring.Component):
                 with m.If(~send_valid):
                     m.d.sync += idle.eq(1)
                     m.next = "IDLE"
-        if self._bfp:
+        if self._bfp and self._x_buffer:
+            # MATVEC's phases with the x buffer: the first tile's x from the reader (into the
+            # buffer), the later tiles' from the buffer, each as soon as the previous tile's x
+            # is in; the reader feeds each tile's bias after the first tile's x.
+            with m.If(st_mv & x_first):
+                m.d.comb += [rp_src.eq(1), b_inc.eq(bias_en)]
+                m.d.sync += [rd_more.eq(1), tiles_left.eq(tiles_left - 1),
+                             tl_more.eq(tiles_left != 1), mv_x.eq(1), x_first.eq(0)]
+            with m.If(st_mv & ~x_first & ~mv_x & ~xb_x & tl_more):
+                m.d.comb += [xb_start.eq(1), b_inc.eq(bias_en)]
+                m.d.sync += [tiles_left.eq(tiles_left - 1), tl_more.eq(tiles_left != 1)]
+            with m.If(mv_x):
+                with m.If(issue):
+                    m.d.sync += w_ptr.eq(w_ptr + 1)
+                with m.If(~rd_more & (~rd_valid | col.i_x.ready)):
+                    m.d.sync += mv_x.eq(0)
+            with m.If(xb_issue):
+                m.d.sync += w_ptr.eq(w_ptr + 1)
+            with m.If(st_mv & ~x_first & ~mv_x & ~mv_b & (b_pend != 0)):
+                m.d.comb += [rp_bias.eq(1), b_dec.eq(1)]
+                m.d.sync += [rd_more.eq(1), mv_b.eq(1)]
+            with m.If(mv_b & ~rd_more & (~rd_valid | col.i_bias.ready)):
+                m.d.sync += [bias_ptr.eq(rd_inc), mv_b.eq(0)]
+        elif self._bfp:
             # MATVEC's reader phases, on the flags (after the FSM, as the reader).
             with m.If(st_mv & ~mv_x & ~mv_b & tl_more):
                 # The next tile: x and its weight columns.

@@ -788,6 +788,11 @@ class Accelerator(wiring.Component):
         ``matrix_lanes / 4``; :class:`lowbit.hw.bfp.BFPColumn` ``drain_lanes``). Default
         ``None``: ``matrix_lanes / block`` (at least 1) with ``bfp_pipelined``, else 1, so that
         a column wider than its block is not drain-bound.
+    matvec_x_buffer : bool or None
+        The sequencer keeps a MATVEC's input vector in a memory of its own as the first tile
+        reads it and feeds the later tiles from there (:class:`lowbit.hw.sequencer.Sequencer`
+        ``x_buffer``). Default ``None``: with the BFP column and a block-RAM scratchpad (one
+        more block RAM of ``max_blocks · block`` words).
     scratch_write_addr : bool or None
         The sequencer writes the block-RAM scratchpad at an address of its own while it reads
         (:attr:`scratch_write_addr`); ``None`` (default): wherever the scratchpad is block RAM
@@ -830,7 +835,7 @@ class Accelerator(wiring.Component):
                  bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
                  busy_count=True, uart_ddr=False, bfp_pipelined_combiner=False,
                  bfp_mant_width=True, dsp_lanes=None, scratch_write_addr=None,
-                 drain_lanes=None):
+                 drain_lanes=None, matvec_x_buffer=None):
         p = check_top_params(
             clk_freq=clk_freq, baud=baud, lanes=lanes, scratch_bytes=scratch_bytes,
             use_spram=use_spram, frame_bytes=frame_bytes, timeout_bits=timeout_bits,
@@ -842,7 +847,8 @@ class Accelerator(wiring.Component):
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
             uart_ddr=uart_ddr, bfp_pipelined_combiner=bfp_pipelined_combiner,
             bfp_mant_width=bfp_mant_width, dsp_lanes=dsp_lanes,
-            scratch_write_addr=scratch_write_addr, drain_lanes=drain_lanes)
+            scratch_write_addr=scratch_write_addr, drain_lanes=drain_lanes,
+            matvec_x_buffer=matvec_x_buffer)
         self._uart_ddr = uart_ddr
         self._divisor = p["divisor"]
         self._period = p["bit_period"]
@@ -868,7 +874,7 @@ class Accelerator(wiring.Component):
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
             bfp_pipelined_combiner=bfp_pipelined_combiner, bfp_mant_width=bfp_mant_width,
             busy_count=_check_bool("busy_count", busy_count), hard_lanes=dsp_lanes,
-            drain_lanes=p["drain_lanes"])
+            drain_lanes=p["drain_lanes"], x_buffer=p["matvec_x_buffer"])
         self._engines = (((1 << ENGINE_BITS["lut"]) if lut_tables else 0)
                          | ((1 << ENGINE_BITS["grand"]) if grand else 0))
         if sequencer:
@@ -913,6 +919,7 @@ class Accelerator(wiring.Component):
     multiplier = property(lambda self: self._seq_params["mult"])
     dsp_lanes = property(lambda self: self._seq_params["hard_lanes"])
     drain_lanes = property(lambda self: self._seq_params["drain_lanes"])
+    matvec_x_buffer = property(lambda self: self._seq_params["x_buffer"])
 
     def design_params(self):
         """Generator parameters reported by the ``ID_MATRIX`` / ``ID_ENGINE`` registers

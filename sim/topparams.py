@@ -46,7 +46,8 @@ TOP_DEFAULTS = dict(clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None, 
                     multiplier="lut", uart=True, simulation=False, bfp_stochastic=True,
                     bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
                     uart_ddr=False, bfp_pipelined_combiner=False, bfp_mant_width=True,
-                    dsp_lanes=None, scratch_write_addr=None, drain_lanes=None)
+                    dsp_lanes=None, scratch_write_addr=None, drain_lanes=None,
+                    matvec_x_buffer=None)
 
 
 def check_int(name, value, lo, hi):
@@ -212,7 +213,9 @@ def check_top_params(**params):
     ``discrete``, ``code_bits``, ``multiplier``, ``dsp_lanes``, ``bfp_stochastic``,
     ``bfp_predictor``, ``bfp_acc_block_ram``, ``bfp_pipelined``, ``bfp_pipelined_combiner``,
     ``bfp_mant_width``, ``drain_lanes`` (``None`` is resolved: ``matrix_lanes / block``, at
-    least 1 and at most ``matrix_lanes / 4``, with ``bfp_pipelined``; else 1);
+    least 1 and at most ``matrix_lanes / 4``, with ``bfp_pipelined``; else 1),
+    ``matvec_x_buffer`` (``None`` is resolved: with the sequencer, the BFP column and a
+    block-RAM scratchpad);
     then an odd ``matrix_lanes`` with the ``sb_mac16`` multiplier.
 
     Raises
@@ -267,6 +270,9 @@ def check_top_params(**params):
         p["drain_lanes"] = (min(max(1, p["matrix_lanes"] // p["block"]), p["matrix_lanes"] // 4)
                             if p["bfp_pipelined"] else 1)
     check_drain_lanes(p["drain_lanes"], p["matrix_lanes"], p["bfp_pipelined"])
+    if p["matvec_x_buffer"] is None:
+        p["matvec_x_buffer"] = p["sequencer"] and p["bfp"] and not p["use_spram"]
+    check_bool("matvec_x_buffer", p["matvec_x_buffer"])
     if p["sequencer"] and p["bfp"] and p["multiplier"] == "sb_mac16" and p["matrix_lanes"] % 2:
         raise ValueError("Matrix lane count must be even with sb_mac16")
     return p

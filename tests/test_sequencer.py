@@ -62,10 +62,10 @@ def read_soon(port, n, timeout_cycles, poll=4):
 class Device:
     """The simulated top with helpers for memory, registers and RUN.
 
-    ``write`` / ``read`` (and RUN's program) go through the link's MEM_WRITE / MEM_READ; ``put``
-    / ``get``, the data a test computes on and the results it checks, go through the
-    simulator's backdoor (tests/backdoor.py: no simulated cycles; the link takes a byte every
-    2-3 cycles)."""
+    ``write`` / ``read`` go through the link's MEM_WRITE / MEM_READ; ``put`` / ``get``, the
+    data a test computes on and the results it checks, and the programs ``run`` stores go
+    through the simulator's backdoor (tests/backdoor.py: no simulated cycles; the link takes a
+    byte every 2-3 cycles). Registers, tables and RUN always cross the link."""
 
     def __init__(self, **kw):
         self.params = {**BASE, **kw}
@@ -109,9 +109,9 @@ class Device:
         self.ok(L.Opcode.REG_WRITE, L.reg_write_payload(REG[name], value & 0xFFFFFFFF))
 
     def run(self, program, at=0, limit=10_000):
-        """Write ``program`` at word ``at`` and RUN it: ``(status, pc_byte, executed, cycles,
-        busy)``."""
-        self.write(at, assemble(program))
+        """Store ``program`` at word ``at`` (through the backdoor) and RUN it: ``(status,
+        pc_byte, executed, cycles, busy)``."""
+        self.mem.write_bytes(2 * at, assemble(program))
         status, body = self.send(L.Opcode.RUN, struct.pack("<II", 2 * at, limit))
         assert len(body) == 16
         return (status, *struct.unpack("<IIII", body))
@@ -1082,7 +1082,7 @@ def test_matvec_weight_range_by_multiplication():
         for target in (dev, model):
             payload = L.mem_write_payload(0, prog)
             if target is dev:
-                dev.ok(L.Opcode.MEM_WRITE, payload)
+                dev.mem.write_bytes(0, prog)
                 got.append(dev.send(L.Opcode.RUN, struct.pack("<II", 0, 4))[0])
             else:
                 model.feed(L.encode_request(L.Opcode.MEM_WRITE, payload))

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -12,6 +13,10 @@ import pytest
 from lowbit.boards import cli, demo
 from lowbit.boards.driver import Accelerator
 from lowbit.sim import mlp
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from backdoor import FastMemoryPort  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -416,11 +421,24 @@ def test_real_top_cxxrtl(tmp_path, variant, require_tool):
 
 def test_board_top_in_amaranth_own_cycles(tmp_path, monkeypatch):
     """``board="icebreaker"`` in simulation runs the iCEBreaker's own top (N = 16, max_blocks
-    4, no quantiser) in Amaranth's simulator (~20 s): bit for bit against its golden model; its
+    4, no quantiser) in Amaranth's simulator: bit for bit against its golden model; its
     MAC/cycle and MMAC/s come from this run, and its projection (and that of a board with an
-    identical profile) uses this run's cycle count."""
+    identical profile) uses this run's cycle count. The weights' and results' MEM_WRITE and
+    MEM_READ take the simulator's backdoor (tests/backdoor.py; the cycles are the RUN replies',
+    which it does not change): through the 12 Mbaud byte link they were ~20 CPU-s of the run.
+    The whole demo through the link: ``test_sequencer.py::test_icebreaker_runs_the_digits_demo``
+    (slow), ``test_demo.py::test_real_top_amaranth`` (slow)."""
     monkeypatch.setitem(demo.BOARDS, "icebreaker-copy",
                         dataclasses.replace(demo.BOARDS["icebreaker"], name="icebreaker-copy"))
+    connect, ports = demo.connect, []
+
+    def fast_connect(**kw):
+        acc, name = connect(**kw)
+        acc.port = FastMemoryPort(acc.port)
+        ports.append(acc.port)
+        return acc, name
+
+    monkeypatch.setattr(demo, "connect", fast_connect)
     assert not demo.same_top(demo.board_top("icebreaker"), demo.SIM_TOP)
     r = demo.run_digits("bfp", simulator="amaranth", images=1, build_dir=str(tmp_path),
                         board="icebreaker", cycles_file=str(tmp_path / "none.json"))
@@ -442,6 +460,7 @@ def test_board_top_in_amaranth_own_cycles(tmp_path, monkeypatch):
             demo.BOARDS["icebreaker"].clk_freq / r.cycles)
         assert rows[name]["mac_per_cycle"] == pytest.approx(r.mac_per_cycle)
     assert rows["ulx3s"]["images_per_s"] is None and rows["orangecrab"]["images_per_s"] is None
+    assert len(ports) == 1 and ports[0].fast > 0
 
 
 @pytest.mark.slow

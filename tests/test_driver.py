@@ -1,6 +1,8 @@
 """The host driver against the simulated top, and against a model port for failure cases."""
 
 import dataclasses
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -18,6 +20,10 @@ from lowbit.boards.driver import (
     StatusError,
 )
 from lowbit.sim import link as L
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from backdoor import FastMemoryPort  # noqa: E402
 
 PARAMS = dict(scratch_bytes=512, frame_bytes=64, timeout_bits=20)
 
@@ -765,7 +771,12 @@ def _run(start, limit):
 
 @pytest.fixture(scope="module")
 def sim_acc():
+    """The real top, its valid MEM_WRITE and MEM_READ requests answered through the
+    simulator's backdoor (tests/backdoor.py: the byte link takes a byte every 2-3 cycles, and
+    the weights, inputs and results are what these tests move); every other request, and all
+    of ``test_sim_network_matches_golden``'s, crosses the link."""
     acc = Accelerator.simulated(**SEQ)
+    acc.port = FastMemoryPort(acc.port)
     assert acc.has_engine("sequencer"), "IDENTIFY's engine bit 5 (sequencer) is clear"
     yield acc
     acc.close()
@@ -821,11 +832,17 @@ def test_sim_single_operations_match_model(sim_acc):
 
 
 def test_sim_network_matches_golden(sim_acc):
+    """A two-layer network (BFP with a LUT, then discrete) loaded and run by the driver on the
+    real top entirely through the link (no backdoor), equal to the golden reference."""
     rng = np.random.default_rng(12)
     layers = _layers(rng)
-    lay = sim_acc.load_network(layers)
-    x = rng.normal(size=(3, 16)) * 2
-    out, stats = sim_acc.run_network(x)
+    sim_acc.port.enabled = False
+    try:
+        lay = sim_acc.load_network(layers)
+        x = rng.normal(size=(3, 16)) * 2
+        out, stats = sim_acc.run_network(x)
+    finally:
+        sim_acc.port.enabled = True
     ref = lay.reference(x)
     assert np.array_equal(out.m, ref[0]) and np.array_equal(out.e, ref[1])
     assert stats["runs"] == 1 and stats["cycles"] > 0
@@ -942,16 +959,22 @@ def _differential(hw, seed, trials):
 
 @pytest.fixture(scope="module")
 def diff_acc():
+    """The real top for the random programs; the 2 KB scratchpad image and its reads after
+    every program take the simulator's backdoor (tests/backdoor.py), the programs, registers,
+    tables, weights' LOADW and RUN the link. Whole scratchpads after random programs through
+    MEM_READ: ``test_sequencer.py::test_random_programs_vs_device_model``."""
     acc = Accelerator.simulated(**_DIFF)
+    acc.port = FastMemoryPort(acc.port)
     assert acc.has_engine("sequencer"), "IDENTIFY's engine bit 5 (sequencer) is clear"
     yield acc
     acc.close()
 
 
 def test_sim_random_programs_match_model(diff_acc):
-    """One random program (its setup and the scratchpad read back cost most of the time);
-    ``test_sim_random_programs_match_model_long`` (slow) runs 15 per seed."""
+    """One random program; ``test_sim_random_programs_match_model_long`` (slow) runs 15 per
+    seed."""
     _differential(diff_acc, 1, 1)
+    assert diff_acc.port.fast > 0
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@ are read back with MEM_READ and compared bit for bit with the golden models (low
 lowbit.sim.quantiser, lowbit.sim.lut, lowbit.sim.grand, lowbit.sim.prng).
 """
 
+import os
 import struct
+import sys
 
 import numpy as np
 import pytest
@@ -31,6 +33,10 @@ from lowbit.sim.program import assemble
 from lowbit.sim.quantiser import decode_f16, quantise_bfp, quantise_int8
 from lowbit.sim.rtl.transport import SimulatedSerial
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from backdoor import Scratchpad  # noqa: E402
+
 N, B = 4, 4
 BASE = dict(scratch_bytes=2048, frame_bytes=512, timeout_bits=20, sequencer=True,
             matrix_lanes=N, block=B, max_blocks=4, weight_depth=64, lanes=2, lut_tables=2)
@@ -54,12 +60,18 @@ def read_soon(port, n, timeout_cycles, poll=4):
 
 
 class Device:
-    """The simulated top with helpers for memory, registers and RUN."""
+    """The simulated top with helpers for memory, registers and RUN.
+
+    ``write`` / ``read`` go through the link's MEM_WRITE / MEM_READ; ``put`` / ``get``, the
+    data a test computes on and the results it checks, and the programs ``run`` stores go
+    through the simulator's backdoor (tests/backdoor.py: no simulated cycles; the link takes a
+    byte every 2-3 cycles). Registers, tables and RUN always cross the link."""
 
     def __init__(self, **kw):
         self.params = {**BASE, **kw}
         self.port = SimulatedSerial(level="byte", **self.params)
         self.top = self.port.top
+        self.mem = Scratchpad(self.port)
 
     def send(self, opcode, payload=b""):
         self.port.write(L.encode_request(opcode, payload))
@@ -80,7 +92,7 @@ class Device:
             self.ok(L.Opcode.MEM_WRITE, L.mem_write_payload(2 * word_addr + k, data[k:k + step]))
 
     def put(self, word_addr, words):
-        self.write(word_addr, np.asarray(words, dtype="<u2").tobytes())
+        self.mem.write(word_addr, words)
 
     def read(self, byte_addr, n):
         out = bytearray()
@@ -91,15 +103,15 @@ class Device:
         return bytes(out)
 
     def get(self, word_addr, n):
-        return np.frombuffer(self.read(2 * word_addr, 2 * n), dtype="<u2").astype(np.int64)
+        return self.mem.read(word_addr, n)
 
     def reg(self, name, value):
         self.ok(L.Opcode.REG_WRITE, L.reg_write_payload(REG[name], value & 0xFFFFFFFF))
 
     def run(self, program, at=0, limit=10_000):
-        """Write ``program`` at word ``at`` and RUN it: ``(status, pc_byte, executed, cycles,
-        busy)``."""
-        self.write(at, assemble(program))
+        """Store ``program`` at word ``at`` (through the backdoor) and RUN it: ``(status,
+        pc_byte, executed, cycles, busy)``."""
+        self.mem.write_bytes(2 * at, assemble(program))
         status, body = self.send(L.Opcode.RUN, struct.pack("<II", 2 * at, limit))
         assert len(body) == 16
         return (status, *struct.unpack("<IIII", body))
@@ -120,6 +132,29 @@ class Device:
 @pytest.fixture(scope="module")
 def dev():
     return Device()
+
+
+def test_backdoor_equals_the_link(dev):
+    """tests/backdoor.py, through which the other tests load their data and read their results,
+    equals the link both ways: a random image stored through the backdoor comes back through
+    MEM_READ (at each end of the scratchpad), and a MEM_WRITE across the middle shows through
+    the backdoor, the rest of the image unchanged. Whole images through the link:
+    ``test_random_programs_vs_device_model`` (MEM_READ of the scratchpad, also compared with
+    the backdoor's), ``test_driver.py``, ``test_top.py``."""
+    rng = np.random.default_rng(31)
+    size, frame = BASE["scratch_bytes"], 128
+    image = bytearray(rng.integers(0, 256, size).astype(np.uint8).tobytes())
+    dev.mem.write_bytes(0, image)
+    assert dev.read(0, frame) == image[:frame]
+    assert dev.read(size - frame, frame) == image[size - frame:]
+    middle = rng.integers(0, 256, frame).astype(np.uint8).tobytes()
+    at = size // 2 - frame // 2
+    dev.write(at // 2, middle)
+    image[at:at + len(middle)] = middle
+    assert dev.mem.read_bytes(0, size) == image
+    assert dev.get(at // 2, 2).tolist() == [middle[0] | middle[1] << 8, middle[2] | middle[3] << 8]
+    with pytest.raises(IndexError):
+        dev.mem.read(WORDS - 1, 2)
 
 
 def weight_words(w_m, w_e, block):
@@ -400,7 +435,7 @@ def test_dmatvec():
 
 
 def scratch_image(dev):
-    return dev.read(0, BASE["scratch_bytes"])
+    return dev.mem.read_bytes(0, BASE["scratch_bytes"])
 
 
 def test_errors_change_nothing(dev):
@@ -435,7 +470,7 @@ def test_errors_change_nothing(dev):
         ([I.grand(WORDS - 1, 2)], L.Status.BAD_ADDRESS),
     ]
     image = b"".join(assemble(prog + [I.halt()]).ljust(48, b"\0") for prog, _ in cases)
-    dev.write(0, image)
+    dev.mem.write_bytes(0, image)
     before = scratch_image(dev)
     for k, (prog, expected) in enumerate(cases):
         at = 24 * k
@@ -555,10 +590,15 @@ def _check_range_boundaries(dev, sample=False, lacks=()):
 
     both = _both(dev, model)
 
+    # The random image: the model's through its MEM_WRITE, the top's through the backdoor
+    # (tests/backdoor.py); the programs below and every reply cross the link.
     image = rng.integers(0, 256, BASE["scratch_bytes"]).astype(np.uint8).tobytes()
     step = BASE["frame_bytes"] - 4
     for k in range(0, len(image), step):
-        both(L.Opcode.MEM_WRITE, L.mem_write_payload(k, image[k:k + step]))
+        reply = model.feed(L.encode_request(L.Opcode.MEM_WRITE,
+                                            L.mem_write_payload(k, image[k:k + step])))
+        assert L.decode_reply(reply) == (L.Status.OK, b"")
+    dev.mem.write_bytes(0, image)
     for t in range(BASE["lut_tables"]):
         both(L.Opcode.LUT_WRITE, bytes([t, 0]) + rng.integers(0, 256, 256).astype(np.uint8)
              .tobytes())
@@ -582,7 +622,7 @@ def _check_range_boundaries(dev, sample=False, lacks=()):
         last = len(program) - 1 if status != L.Status.OK else len(program)
         assert (got[0], pc, executed) == (status, 2 * prog + 16 * last,
                                           last + (status == L.Status.OK)), program
-    assert dev.read(0, BASE["scratch_bytes"]) == bytes(model.scratch)
+    assert dev.mem.read_bytes(0, BASE["scratch_bytes"]) == bytes(model.scratch)
 
 
 def test_limit_and_run_payload(dev):
@@ -740,7 +780,10 @@ def test_random_programs_vs_device_model(seed, trials):
         program = [random_instruction(rng, WORDS, BASE["weight_depth"]) for _ in range(5)]
         both(L.Opcode.MEM_WRITE, L.mem_write_payload(0, assemble(program + [I.halt()])))
         both(L.Opcode.RUN, struct.pack("<II", 0, 100))
-        assert dev.read(0, BASE["scratch_bytes"]) == bytes(model.scratch), program
+        image = dev.read(0, BASE["scratch_bytes"])
+        assert image == bytes(model.scratch), program
+        # The backdoor of the other tests (tests/backdoor.py) sees what MEM_READ sends.
+        assert dev.mem.read_bytes(0, BASE["scratch_bytes"]) == image
 
 
 def test_spram_scratchpad_banks():
@@ -766,6 +809,8 @@ def test_spram_scratchpad_banks():
     assert dev.get(200, 6).tolist() == pack_elements(m, e).tolist()
     assert dev.get(hi - 3, 6).tolist() == pack_elements(m, e).tolist()
     assert dev.get(hi + 500, 6).tolist() == [int(table[v & 0xFF]) for v in m]
+    # Across the banks through MEM_READ too (the other reads above use the backdoor).
+    assert dev.read(2 * (hi - 3), 12) == dev.mem.read_bytes(2 * (hi - 3), 12)
 
 
 def test_matvec_predicted_selector_matches_model_across_tiles_and_runs():
@@ -1039,7 +1084,7 @@ def test_matvec_weight_range_by_multiplication():
         for target in (dev, model):
             payload = L.mem_write_payload(0, prog)
             if target is dev:
-                dev.ok(L.Opcode.MEM_WRITE, payload)
+                dev.mem.write_bytes(0, prog)
                 got.append(dev.send(L.Opcode.RUN, struct.pack("<II", 0, 4))[0])
             else:
                 model.feed(L.encode_request(L.Opcode.MEM_WRITE, payload))

@@ -12,6 +12,13 @@ import pytest
 
 CONFTEST = Path(__file__).resolve().parent / "conftest.py"
 
+
+def _child_env(**extra):
+    """The environment of a child pytest: this one's, plus ``extra``, without the installed
+    plugins' automatic loading (hypothesis alone takes a second to import in every child; the
+    rules under test are the conftest's, which needs none of them)."""
+    return dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", **extra)
+
 SAMPLE = '''
 import pytest
 
@@ -46,7 +53,7 @@ def _outcomes(tmp_path, ci):
     work.mkdir()
     shutil.copy(CONFTEST, work / "conftest.py")
     (work / "test_sample.py").write_text(SAMPLE)
-    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env = {k: v for k, v in _child_env().items() if k != "CI"}
     if ci:
         env["CI"] = "true"
     r = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider",
@@ -105,7 +112,7 @@ def test_rotation_runs_one_heavy_case_a_day(tmp_path, day, heavy):
     work.mkdir()
     shutil.copy(CONFTEST, work / "conftest.py")
     (work / "test_rot.py").write_text(ROTATING)
-    env = dict(os.environ, LOWBIT_ROTATION=str(day))
+    env = _child_env(LOWBIT_ROTATION=str(day))
     r = subprocess.run([sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-m",
                         "slow and not heavy", str(work)], capture_output=True, text=True,
                        cwd=work, env=env, timeout=120)
@@ -126,7 +133,7 @@ def test_long_files_run_first(tmp_path):
         (work / name).write_text("def test_one():\n    pass\n\n\ndef test_two():\n    pass\n")
     r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
                         "no:cacheprovider", str(work)], capture_output=True, text=True, cwd=work,
-                       timeout=120)
+                       env=_child_env(), timeout=120)
     ids = [line for line in r.stdout.splitlines() if "::" in line]
     assert ids == [f"{f}::{t}" for f in ("test_gatelevel.py", "test_boards.py", "test_a.py",
                                          "test_z.py") for t in ("test_one", "test_two")], r.stdout

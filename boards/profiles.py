@@ -122,12 +122,13 @@ BOARDS = {
         name="ulx3s", title="Radiona ULX3S (ECP5 LFE5U-85F)",
         platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", device="ecp5-85f", clk_freq=25e6,
         top=dict(lanes=8, multiplier="mult18x18d", use_spram=False, scratch_bytes=65536,
-                 baud=3_000_000, sequencer=True, matrix_lanes=16, block=16, max_blocks=16,
+                 baud=3_000_000, sequencer=True, matrix_lanes=64, block=16, max_blocks=16,
                  weight_depth=1024, bfp=True, quantiser=True, discrete=True, code_bits=3,
                  scratch_write_addr=False),
         programmer="openFPGALoader", programmer_env="OPENFPGALOADER", bitstream="bit",
-        notes="156 MULT18X18D, 208 DP16KD; UART over the FT231X at 3 Mbaud, its fastest "
-              "(25/3 cycles per bit at 25 MHz). The scratchpad keeps one address "
+        notes="156 MULT18X18D, 208 DP16KD: a 64-lane BFP column (its drain four lanes a "
+              "cycle, drain_lanes) and MATVEC's x buffer; UART over the FT231X at 3 Mbaud, "
+              "its fastest (25/3 cycles per bit at 25 MHz). The scratchpad keeps one address "
               "(scratch_write_addr=False): with the sequencer's write address Yosys 0.70's "
               "abc9 stops on this top; and with a PLL clock of 40 or 50 MHz nextpnr-ecp5 did "
               "not finish routing it (docs/sequencer.md)",
@@ -136,12 +137,16 @@ BOARDS = {
         name="orangecrab", title="Good Stuff Department OrangeCrab r0.2 (ECP5 LFE5U-25F)",
         platform="amaranth_boards.orangecrab_r0_2:OrangeCrabR0_2_25FPlatform",
         device="ecp5-25f", clk_freq=48e6,
-        top=dict(lanes=4, multiplier="mult18x18d", use_spram=False, scratch_bytes=16384,
-                 baud=3_000_000, sequencer=True, matrix_lanes=16, block=16, max_blocks=16,
-                 weight_depth=512, bfp=True, quantiser=True, discrete=True, code_bits=3),
+        top=dict(lanes=4, multiplier="mult18x18d", dsp_lanes=27, use_spram=False,
+                 scratch_bytes=16384, baud=3_000_000, sequencer=True, matrix_lanes=32, block=16,
+                 max_blocks=16, weight_depth=512, bfp=True, quantiser=True, discrete=True,
+                 code_bits=3),
         programmer="dfu-util", programmer_env="DFU_UTIL", bitstream="bit",
         uart=("0", "1", ("io", 0)),
-        notes="no on-board UART: connect a 3.3 V USB-serial adapter to feather pins 0 (RX) "
+        notes="28 MULT18X18D: a 32-lane BFP column, 27 lanes on them (one is the "
+              "quantiser's) and 5 LUT-logic multipliers (dsp_lanes), its drain two lanes a "
+              "cycle (drain_lanes); 56 DP16KD. "
+              "No on-board UART: connect a 3.3 V USB-serial adapter to feather pins 0 (RX) "
               "and 1 (TX); 3 Mbaud suits an FTDI FT232R / FT231X adapter (an FT232H one "
               "takes 12 Mbaud at 48 MHz, a CP2102 --baud 921600)",
     ),

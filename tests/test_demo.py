@@ -214,7 +214,7 @@ def test_projections_use_each_boards_own_cycles(tmp_path):
     for name in ("icebreaker-discrete", "hx8k", "ulx3s"):
         assert rows[name]["images_per_s"] is None and rows[name]["cycles_per_image"] is None
         assert rows[name]["images_per_s_at_fmax"] is None
-    assert rows["ulx3s"]["lanes"] == 16 and rows["hx8k"]["lanes"] == 4
+    assert rows["ulx3s"]["lanes"] == 64 and rows["hx8k"]["lanes"] == 4
     text = demo.format_result(demo.DemoResult(
         "bfp", "t", 1, {"matrix_lanes": 16, "block": 16}, 1, 1, 1, 1, 1, 540, 1.0, 1.0, 1000,
         1000.0, 1, list(rows.values())))

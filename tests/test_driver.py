@@ -201,7 +201,8 @@ def test_wrong_profile_raises():
                  "expected 32768", "grand: device True, expected False"):
         assert part in str(e.value), part
     assert "weight_depth: device 1024, expected 256" in str(e.value)
-    assert "matrix_lanes" not in str(e.value)           # both have 16 lanes
+    assert "matrix_lanes: device 64, expected 16" in str(e.value)
+    assert "block:" not in str(e.value)                 # both have blocks of 16
     with pytest.raises(IdentityError, match=r"^The device differs from the expected parameters: "
                                             r"weight_depth: device 1024, expected 512$"):
         Accelerator(ModelPort(L.DeviceModel(**ulx3s)), params={**ulx3s, "weight_depth": 512})

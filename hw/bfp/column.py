@@ -328,42 +328,38 @@ class BFPColumn(wiring.Component):
                     m.d.comb += [wr.data[name].eq(comb.wr_data[name]),
                                  comb.rd_data[name].eq(q_c[name]),
                                  out.rd_data[name].eq(q_o[name])]
-        elif gd == 1:
-            m.submodules.acc = acc = Memory(shape=comb.acc_layout, depth=2 << _clog2(n),
-                                            init=[], attrs=attrs or None)
-            wr = acc.write_port()
-            m.d.comb += [wr.en.eq(comb.wr_en), wr.addr.eq(comb.wr_addr),
-                         wr.data.eq(comb.wr_data)]
-            rd_c = acc.read_port(transparent_for=(wr,))
-            rd_o = acc.read_port()
-            m.d.comb += [
-                rd_c.addr.eq(comb.rd_addr), comb.rd_data.eq(rd_c.data),
-                rd_o.addr.eq(out.rd_addr), rd_o.en.eq(out.rd_en), out.rd_data.eq(rd_o.data),
-            ]
         else:
-            # The output unit reads lane l at Cat(l, bank): memory l mod G, word
-            # Cat(l // G, bank); the lane's memory is selected a cycle later, after the read.
-            lw = _clog2(n)
-            sel = Signal(kg)
-            with m.If(out.rd_en):
-                m.d.sync += sel.eq(out.rd_addr[:kg])
-            with m.Switch(sel):
-                for g, cb in enumerate(combs):
-                    acc = Memory(shape=cb.acc_layout, depth=2 << _clog2(npass), init=[],
-                                 attrs=attrs or None)
-                    m.submodules[f"acc{g}"] = acc
-                    wr = acc.write_port()
-                    m.d.comb += [wr.en.eq(cb.wr_en), wr.addr.eq(cb.wr_addr),
-                                 wr.data.eq(cb.wr_data)]
-                    rd_c = acc.read_port(transparent_for=(wr,))
-                    rd_o = acc.read_port()
-                    m.d.comb += [
-                        rd_c.addr.eq(cb.rd_addr), cb.rd_data.eq(rd_c.data),
-                        rd_o.addr.eq(Cat(out.rd_addr[kg:lw], out.rd_addr[lw])),
-                        rd_o.en.eq(out.rd_en),
-                    ]
-                    with m.Case(g):
-                        m.d.comb += out.rd_data.eq(rd_o.data)
+            def acc_memory(name, cb, depth, rd_addr):
+                # Combiner `cb`'s accumulator memory: its read and write ports, and the output
+                # unit's read port (returned) at `rd_addr`.
+                m.submodules[name] = acc = Memory(shape=cb.acc_layout, depth=depth, init=[],
+                                                  attrs=attrs or None)
+                wr = acc.write_port()
+                m.d.comb += [wr.en.eq(cb.wr_en), wr.addr.eq(cb.wr_addr),
+                             wr.data.eq(cb.wr_data)]
+                rd_c = acc.read_port(transparent_for=(wr,))
+                rd_o = acc.read_port()
+                m.d.comb += [rd_c.addr.eq(cb.rd_addr), cb.rd_data.eq(rd_c.data),
+                             rd_o.addr.eq(rd_addr), rd_o.en.eq(out.rd_en)]
+                return rd_o
+
+            if gd == 1:
+                m.d.comb += out.rd_data.eq(
+                    acc_memory("acc", comb, 2 << _clog2(n), out.rd_addr).data)
+            else:
+                # The output unit reads lane l at Cat(l, bank): memory l mod G, word
+                # Cat(l // G, bank); the lane's memory is selected a cycle later, after the
+                # read.
+                lw = _clog2(n)
+                sel = Signal(kg)
+                with m.If(out.rd_en):
+                    m.d.sync += sel.eq(out.rd_addr[:kg])
+                with m.Switch(sel):
+                    for g, cb in enumerate(combs):
+                        rd_o = acc_memory(f"acc{g}", cb, 2 << _clog2(npass),
+                                          Cat(out.rd_addr[kg:lw], out.rd_addr[lw]))
+                        with m.Case(g):
+                            m.d.comb += out.rd_data.eq(rd_o.data)
         wiring.connect(m, wiring.flipped(self.i_w), pe.i_w)
         wiring.connect(m, wiring.flipped(self.i_x), pe.i_x)
         wiring.connect(m, wiring.flipped(self.i_rand), out.i_rand)

@@ -30,7 +30,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from lowbit.sim.link import REGISTERS, Status
-from lowbit.sim.program import F_BIAS, F_OFS_DST, F_OFS_SRC, Op
+from lowbit.sim.program import F_BIAS, F_LUT, F_OFS_DST, F_OFS_SRC, Op
 from lowbit.sim.topparams import check_drain_lanes
 
 from .bfp import BFPColumn, ExpMode
@@ -417,7 +417,8 @@ class Sequencer(wiring.Component):
         w_bits = {4: nb_bits, 5: t_bits} if not self._discrete else {}
         w = [None, None, None] + [Signal(w_bits.get(k, 16), name=f"w{k}") for k in range(3, 7)]
         fidx = Signal(4)
-        flags = Signal(3)
+        # F_OFS_SRC, F_OFS_DST, F_BIAS and, with the column, MATVEC's F_LUT.
+        flags = Signal(4 if self._bfp else 3)
         is_data = Signal()            # w0's opcode is 0x10 or above
         running = Signal()
         m.d.comb += self.busy.eq(running)
@@ -426,8 +427,10 @@ class Sequencer(wiring.Component):
 
         # Effective operands.
         count = w[3]
-        assert F_OFS_SRC == 1 and F_OFS_DST == 2 and F_BIAS == 4
+        assert F_OFS_SRC == 1 and F_OFS_DST == 2 and F_BIAS == 4 and F_LUT == 8
         bias_en = flags[2]
+        # MATVEC's results go through the LUT engine (flags[3] only exists with the column).
+        mv_lut = flags[3] if self._bfp and self._lut else Const(0)
 
         # Weight-range check of DMATVEC (and MATVEC with the discrete unit): entry + R·ceil(K/N)
         # (entry + T·K) by repeated addition in MUL, stopping as soon as the end passes the
@@ -557,6 +560,7 @@ class Sequencer(wiring.Component):
         st_lut = Signal()
         st_quant = Signal()
         st_mv = Signal()              # the whole MATVEC
+        st_mvlut = Signal()           # the whole MATVEC with F_LUT
         mv_x = Signal()
         mv_b = Signal()
         st_dm = Signal()
@@ -682,6 +686,8 @@ class Sequencer(wiring.Component):
             if not self._bfp_mant_width:
                 # Below 8 as decoded (clamped to 2..8): the register below 8.
                 lacks = lacks | (self.mant_width < 8)
+            if not self._lut:
+                lacks = lacks | flags[3]
             lacks = is_op["MATVEC"] & lacks
             len_fail.append(is_op["MATVEC"] & (w4_z | nb_big | w5_z))
             known = known | is_op["MATVEC"]
@@ -763,6 +769,13 @@ class Sequencer(wiring.Component):
             m.d.comb += [self.lut.i.valid.eq(rd_valid & st_lut), self.lut.o.ready.eq(1),
                          self.lut.i.payload.table.eq(self.lut_select),
                          self.lut.i.payload.code.eq(rdata[:8])]
+            if self._bfp:
+                # MATVEC with F_LUT: the column's results are the codes. The engine takes one
+                # every cycle (its output is always taken), so the column's output needs no
+                # back-pressure.
+                with m.If(st_mvlut):
+                    m.d.comb += [self.lut.i.valid.eq(col.o.valid),
+                                 self.lut.i.payload.code.eq(col.o.payload.m[:8])]
             ready = ready | st_lut & self.lut.i.ready
         if self._quantiser:
             m.d.comb += [qu.i.valid.eq(rd_valid & st_quant), qu.o.ready.eq(1)]
@@ -962,7 +975,7 @@ class Sequencer(wiring.Component):
                 # destination range (scratchpad, or weight entries for LOADW), bias range,
                 # weight range, LUT table.
                 bad = (bad_src | bad_dst | (op_mat & bias_en & bad_bias) | (op_mat & w_bad)
-                       | (op_lut & lut_bad))
+                       | ((op_lut | is_op["MATVEC"] & mv_lut) & lut_bad))
                 m.d.comb += rp_src.eq(1)
                 m.d.comb += wr_load.eq(1)
                 m.d.sync += [lw_lane.eq(0), lw_entry.eq(dst),
@@ -984,6 +997,8 @@ class Sequencer(wiring.Component):
                         m.d.sync += st_quant.eq(is_op["QUANT"])
                     if self._lut:
                         m.d.sync += st_lut.eq(op_lut)
+                        if self._bfp:
+                            m.d.sync += st_mvlut.eq(is_op["MATVEC"] & mv_lut)
                     # The instructions that reach RANGE, the last one as the default: the
                     # state always changes here (no hold term in the state's enable).
                     ranged = [(is_op["MOVE"], "MOVE_RD"), (op_loadw, "LOADW")]
@@ -1062,8 +1077,13 @@ class Sequencer(wiring.Component):
                 if self._bfp:
                     m.d.comb += [wr_in_valid.eq(col.o.valid),
                                  wr_in_data.eq(Cat(col.o.payload.m[:8], col.o.payload.e[:8]))]
+                    if self._lut:
+                        lo = self.lut.o
+                        with m.If(st_mvlut):
+                            m.d.comb += [wr_in_valid.eq(lo.valid),
+                                         wr_in_data.eq(Cat(lo.payload, self.lut_exp))]
                 with m.If(wr_done):
-                    m.d.sync += st_mv.eq(0)
+                    m.d.sync += [st_mv.eq(0), st_mvlut.eq(0)]
                     finish()
             if self._discrete:
                 with m.State("DM_ROW"):

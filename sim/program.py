@@ -16,7 +16,9 @@ Machine state: ``pc`` (word address of the instruction), ``cnt`` (loop counter, 
 ``ofs_a``, ``ofs_b`` (address offsets, u16). ``RUN`` sets ``pc`` to its start address and
 clears ``cnt``, ``ofs_a``, ``ofs_b``. Flag bits of data instructions: :data:`F_OFS_SRC` adds
 ``ofs_a`` to the source word address ``w1``, :data:`F_OFS_DST` adds ``ofs_b`` to the
-destination ``w2`` (modulo 2^16), :data:`F_BIAS` enables the bias operand.
+destination ``w2`` (modulo 2^16), :data:`F_BIAS` enables the bias operand, :data:`F_LUT`
+(MATVEC) passes the results through a LUT table. An instruction ignores the flags it does not
+use.
 
 ==== ======== ============================================================================
 op   name     operands and meaning
@@ -47,7 +49,10 @@ op   name     operands and meaning
               element words at ``x`` and, with ``F_BIAS``, the ``N`` element words at
               ``bias + t·N``; it writes ``N`` element words ``m | e4 << 8`` at ``dst + t·N``.
               Registers: ``MANT_WIDTH``, ``ROUNDING``, ``EXP_SELECT`` (0 max, 1 fixed,
-              2 predicted with a history per RUN, 3 fixed), ``FIXED_EXP``.
+              2 predicted with a history per RUN, 3 fixed), ``FIXED_EXP``. With
+              :data:`F_LUT` each result is written as LUT writes it, ``table[m] |
+              LUT_EXP << 8`` with the byte table ``LUT_SELECT`` (``MATVEC`` then ``LUT dst,
+              dst, T·N`` in one instruction; it needs the LUT engine, else ``BAD_OPCODE``).
 0x22 LUT      w1 src, w2 dst, w3 count: ``dst[i] = table[src[i] & 0xFF] | LUT_EXP << 8`` with
               the byte table ``LUT_SELECT``.
 0x23 DMATVEC  w1 x, w2 dst, w3 weight entry, w4 columns ``K``, w5 rows ``R``, w6 bias:
@@ -87,7 +92,7 @@ import numpy as np
 
 from .protocol import _REGISTER_BY_INDEX, REGISTER_BY_NAME, REGISTERS, Status
 
-__all__ = ["Op", "F_OFS_SRC", "F_OFS_DST", "F_BIAS", "INSTRUCTION_BYTES", "Instruction",
+__all__ = ["Op", "F_OFS_SRC", "F_OFS_DST", "F_BIAS", "F_LUT", "INSTRUCTION_BYTES", "Instruction",
            "assemble", "disassemble", "ENGINES", "Design", "Fault", "RunResult", "Machine",
            "config", "hoist_configs", "InputQuant", "NetworkLayout", "load_weights_program"]
 
@@ -96,6 +101,8 @@ INSTRUCTION_BYTES = 16
 F_OFS_SRC = 0x01
 F_OFS_DST = 0x02
 F_BIAS = 0x04
+#: MATVEC: the results go through the LUT table ``LUT_SELECT`` (the activation of a layer).
+F_LUT = 0x08
 
 
 class Op:
@@ -609,7 +616,7 @@ class Machine:
             raise Fault(Status.BAD_OPCODE, f"{Op.NAMES[op]} needs the {engine} engine, which "
                         f"this design lacks")
         if op == Op.MATVEC:
-            self._matvec_features()
+            self._matvec_features(flags)
         if op == Op.NOP:
             return nxt
         if op == Op.HALT:
@@ -693,8 +700,11 @@ class Machine:
                                       rand_bits=d.rand_bits if rand is not None else None)
         self.write_words(dst, np.asarray(words, dtype=np.int64))
 
-    def _matvec_features(self):
+    def _matvec_features(self, flags=0):
         d = self.design
+        if flags & F_LUT and not d.has("lut"):
+            raise Fault(Status.BAD_OPCODE, "MATVEC with F_LUT needs the LUT engine, which this "
+                        "design lacks")
         if not d.bfp_stochastic and self.reg("ROUNDING") == 2:
             raise Fault(Status.BAD_OPCODE, "MATVEC with stochastic rounding (ROUNDING 2) needs "
                         "the column's stochastic rounding, which this design lacks")
@@ -718,6 +728,8 @@ class Machine:
         if flags & F_BIAS:
             self._range("MATVEC bias", bias, tiles * n)
         self._entries(entry, tiles * k)
+        if flags & F_LUT:
+            table = self._lut_table()
         rounding, width = self._rounding(), self._width()
         exp_mode = {0: "max", 2: "predicted"}.get(self.reg("EXP_SELECT"), "fixed")
         fixed_exp = _s8(self.reg("FIXED_EXP"))
@@ -736,21 +748,32 @@ class Machine:
         m, e = self._column.matvec_batch(w_m, w_e[:, last], x_m[None], x_e[last][None],
                                          width=width, rounding=rounding, exp_mode=exp_mode,
                                          fixed_exp=fixed_exp, rand=rand, **kw)
-        self.write_words(dst, pack_elements(m[0], e[0]))
+        if flags & F_LUT:
+            self.write_words(dst, self._lookup(table, m[0]))
+        else:
+            self.write_words(dst, pack_elements(m[0], e[0]))
         self.busy += tiles * k
 
-    def _lut(self, src, dst, w, flags):
-        from .lut import lookup
-        count = self._count("LUT count", w[2])
+    def _lut_table(self):
         table = self.reg("LUT_SELECT")
         if table >= self.design.lut_tables:
             raise Fault(Status.BAD_ADDRESS, f"LUT_SELECT {table} is not a table (the design "
                         f"has {self.design.lut_tables})")
+        return table
+
+    def _lookup(self, table, codes):
+        """Words ``table[code & 0xFF] | LUT_EXP << 8`` (LUT, and MATVEC with F_LUT)."""
+        from .lut import lookup
+        codes = np.asarray(codes, dtype=np.int64) & 0xFF
+        out = lookup(np.frombuffer(bytes(self.luts[table]), dtype=np.uint8), codes)
+        return out.astype(np.int64) | (self.reg("LUT_EXP") << 8)
+
+    def _lut(self, src, dst, w, flags):
+        count = self._count("LUT count", w[2])
+        table = self._lut_table()
         self._range("LUT source", src, count)
         self._range("LUT destination", dst, count)
-        codes = self.read_words(src, count) & 0xFF
-        out = lookup(np.frombuffer(bytes(self.luts[table]), dtype=np.uint8), codes)
-        self.write_words(dst, out.astype(np.int64) | (self.reg("LUT_EXP") << 8))
+        self.write_words(dst, self._lookup(table, self.read_words(src, count)))
 
     def _book(self):
         from .discrete import CodeBook
@@ -940,7 +963,9 @@ class NetworkLayout:
     ``; ADDOFS in_words, out_words; DJNZ body; HALT``. The body quantises the input (QUANT,
     with ``F_OFS_SRC``; or the first layer reads the host-quantised input with ``F_OFS_SRC``),
     then per layer CONFIGs its registers and runs MATVEC / DMATVEC (with bias) and, with a
-    table, LUT; the last layer's last instruction writes the output area with ``F_OFS_DST``.
+    table, LUT (a BFP layer's MATVEC applies its table itself, :data:`F_LUT`, unless
+    ``fuse_lut`` is false); the last layer's last instruction writes the output area with
+    ``F_OFS_DST``.
     A BFP layer with ``exp_mode="predicted"`` is preceded by a one-tile, one-block MATVEC with
     the max selector and nearest rounding into its own output, which clears the predicted
     selector's history: every predicted layer of every sample starts afresh, as
@@ -955,6 +980,10 @@ class NetworkLayout:
         the host, nearest, width 8, floor rule).
     table_base : int
         First LUT table index to use.
+    fuse_lut : bool
+        A BFP layer's activation table is applied by its MATVEC (:data:`F_LUT`) instead of a
+        LUT instruction after it: the same results, without the LUT's pass over the
+        scratchpad (default). A discrete layer always uses LUT.
 
     Raises
     ------
@@ -963,9 +992,12 @@ class NetworkLayout:
         scratchpad), or consecutive layers do not chain.
     """
 
-    def __init__(self, layers, design, *, input=None, table_base=0):
+    def __init__(self, layers, design, *, input=None, table_base=0, fuse_lut=True):
         if not isinstance(design, Design):
             raise TypeError(f"Design must be a lowbit.sim.program.Design, not {design!r}")
+        if not isinstance(fuse_lut, bool):
+            raise TypeError(f"fuse_lut must be a bool, not {fuse_lut!r}")
+        self.fuse_lut = fuse_lut
         layers = list(layers)
         if not layers:
             raise ValueError("A network needs at least one layer")
@@ -1189,20 +1221,28 @@ class NetworkLayout:
                 body += [config("EXP_SELECT", 0), config("ROUNDING", 0),
                          Instruction.matvec(cur, nxt, entry, 1, 1, flags=src_flag | dst_flag)]
             body += self._layer_config(layer, kind)
+            table = [] if layer.table is None else \
+                [config("LUT_SELECT", self.tables[_table_key(layer.table)]),
+                 config("LUT_EXP", layer.table_exp & 0xFF)]
+            if kind == "bfp" and table and self.fuse_lut:
+                # The activation on the MATVEC's way out (F_LUT), straight to where the LUT
+                # would have written.
+                body += table
+                table = []
+                nxt, dst_flag = (out_addr, F_OFS_DST) if last else (nxt, 0)
             if kind == "bfp":
+                fused = F_LUT if layer.table is not None and not table else 0
                 body.append(Instruction.matvec(cur, nxt, entry, layer.cols // self.design.block,
                                                self._tiles(layer), bias,
-                                               flags=src_flag | dst_flag))
+                                               flags=src_flag | dst_flag | fused))
             else:
                 body.append(Instruction.dmatvec(cur, nxt, entry, layer.cols, layer.rows, bias,
                                                 flags=src_flag | dst_flag))
             src_flag = 0
-            if layer.table is not None:
+            if table:
                 lut_dst = out_addr if last else nxt
-                body += [config("LUT_SELECT", self.tables[_table_key(layer.table)]),
-                         config("LUT_EXP", layer.table_exp & 0xFF),
-                         Instruction.lut(nxt, lut_dst, self.out_widths[i],
-                                         F_OFS_DST if last else 0)]
+                body += table + [Instruction.lut(nxt, lut_dst, self.out_widths[i],
+                                                 F_OFS_DST if last else 0)]
             cur = nxt
         return body
 

@@ -25,6 +25,7 @@ from lowbit.sim.network import (
 from lowbit.sim.prng import Xoroshiro128aox, seed_lanes
 from lowbit.sim.program import (
     F_BIAS,
+    F_LUT,
     F_OFS_DST,
     F_OFS_SRC,
     Design,
@@ -592,6 +593,71 @@ def test_network_program_equals_golden_layers(where):
     m0, e0 = bfp_quantise(decode_f16(lay.f16(x[:1])), block=8, width=7)
     h = bfp_dense(layers[0], m0.reshape(-1), e0.reshape(-1), design.column())
     assert h[0].shape == (24,)
+
+
+def test_matvec_lut_flag_is_matvec_then_lut():
+    """MATVEC with F_LUT writes ``table[m] | LUT_EXP << 8`` for every result, as MATVEC and a
+    LUT over its results do; it needs the LUT engine (BAD_OPCODE, checked before the counts)
+    and LUT_SELECT within the tables (BAD_ADDRESS, with the ranges), and fails without
+    writing."""
+    rng = np.random.default_rng(12)
+    design = Design(matrix_lanes=4, block=4, max_blocks=4, weight_depth=64, scratch_bytes=4096)
+    runs = []
+    for fused in (True, False):
+        m = Machine(design)
+        m.luts[1][:] = rng.integers(0, 256, 256, dtype=np.uint8).tobytes()
+        m.write_words(DATA, rng.integers(0, 1 << 16, 8 * 4))
+        m.write_words(DATA + 100, rng.integers(0, 1 << 16, 16))
+        m.write_words(DATA + 200, rng.integers(0, 1 << 16, 8))
+        prog = [I.loadw(DATA, 0, 8), config("LUT_SELECT", 1), config("LUT_EXP", 0xFD),
+                config("EXP_SELECT", 1), config("FIXED_EXP", 0xFC)]
+        if fused:
+            prog += [I.matvec(DATA + 100, DATA + 300, 0, 1, 2, bias=DATA + 200, flags=F_LUT)]
+        else:
+            prog += [I.matvec(DATA + 100, DATA + 300, 0, 1, 2, bias=DATA + 200),
+                     I.lut(DATA + 300, DATA + 300, 8)]
+        assert run(m, prog + [I.halt()]).status == Status.OK
+        runs.append(m.read_words(DATA + 300, 8))
+        rng = np.random.default_rng(12)
+    assert np.array_equal(runs[0], runs[1]) and set((runs[0] >> 8).tolist()) == {0xFD}
+    m = Machine(design)
+    m.write_words(DATA + 300, range(8))
+    bad = I.matvec(DATA + 100, DATA + 300, 0, 1, 2, flags=F_LUT)
+    r = run(m, [config("LUT_SELECT", 4), bad, I.halt()])
+    assert (r.status, r.pc, r.executed) == (Status.BAD_ADDRESS, 16, 1)
+    assert list(m.read_words(DATA + 300, 8)) == list(range(8))
+    m = machine(engines={"bfp"}, lut_tables=0)
+    zero_blocks = I.matvec(DATA, DATA, 0, 0, 1, flags=F_LUT)
+    for ins in (bad, zero_blocks):
+        r = run(m, [I.nop(), ins, I.halt()])
+        assert (r.status, r.pc, r.executed) == (Status.BAD_OPCODE, 16, 1), ins
+
+
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_network_fused_activation_equals_the_lut_program(where):
+    """A network whose BFP layers apply their tables in their MATVECs (``fuse_lut``, the
+    default) gives the outputs of the program with LUT instructions, in fewer instructions; a
+    discrete layer keeps its LUT."""
+    rng = np.random.default_rng(8)
+    design = Design(matrix_lanes=8, block=8, max_blocks=4, weight_depth=256, scratch_bytes=4096)
+    layers = [
+        _bfp_layer(rng, 24, 32, 8, exp_mode="fixed", out_exp=-3, table=RELU, table_exp=-4),
+        DiscreteDense(rng.integers(0, 4, (16, 24)), CodeBook.default(2), shift=1, out_exp=-1,
+                      table=RELU, table_exp=-4),
+        _bfp_layer(rng, 10, 16, 8, exp_mode="fixed", out_exp=-2, table=RELU, table_exp=-5),
+    ]
+    x = rng.normal(size=(7, 32)) * 2
+    outs, luts = [], []
+    for fuse in (True, False):
+        lay = NetworkLayout(layers, design, input=InputQuant(where), fuse_lut=fuse)
+        outs.append(_run_layout(Machine(design), lay, x))
+        luts.append(sum(ins.op == Op.LUT for ins in lay.program(1)))
+    assert np.array_equal(outs[0][0], outs[1][0]) and np.array_equal(outs[0][1], outs[1][1])
+    ref = lay.reference(x)
+    assert np.array_equal(outs[0][0], ref[0]) and np.array_equal(outs[0][1], ref[1])
+    assert luts == [1, 3]
+    with pytest.raises(TypeError, match="fuse_lut must be a bool, not 1"):
+        NetworkLayout(layers, design, fuse_lut=1)
 
 
 def test_network_input_quantisation_on_device_equals_host():

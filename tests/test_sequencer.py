@@ -28,8 +28,8 @@ from lowbit.sim.network import (
     unpack_elements,
 )
 from lowbit.sim.prng import Xoroshiro128aox, load_state
+from lowbit.sim.program import F_LUT, assemble
 from lowbit.sim.program import Instruction as I
-from lowbit.sim.program import assemble
 from lowbit.sim.quantiser import decode_f16, quantise_bfp, quantise_int8
 from lowbit.sim.rtl.transport import SimulatedSerial
 
@@ -712,7 +712,8 @@ def random_instruction(rng, words, depth):
     if kind == "matvec":
         nb, tiles = int(rng.integers(1, 4)), int(rng.integers(1, 4))
         return I.matvec(addr(nb * B), addr(tiles * N), int(rng.integers(0, depth - tiles * nb * B)),
-                        nb, tiles, bias=addr(tiles * N) if rng.random() < 0.5 else None)
+                        nb, tiles, bias=addr(tiles * N) if rng.random() < 0.5 else None,
+                        flags=F_LUT if rng.random() < 0.3 else 0)
     if kind == "dmatvec":
         k, r = int(rng.integers(1, 12)), int(rng.integers(1, 6))
         return I.dmatvec(addr(k), addr(r), int(rng.integers(0, 20)), k, r,
@@ -1012,6 +1013,67 @@ def test_64_lanes_matvec_equals_machine():
     x_m, x_e = unpack_elements(x)
     m, ee = bfp_dense(layer, x_m, x_e[b - 1::b], dev.top.column_model())
     assert dev.get(Y, rows).tolist() == pack_elements(m, ee).tolist()
+
+
+def test_icebreaker_matvec_lut_flag_equals_matvec_then_lut(icebreaker):
+    """MATVEC with F_LUT (the activation on the column's way out) writes what MATVEC then LUT
+    write, on the iCEBreaker's top and in the Machine, word for word, with a max and a fixed
+    exponent; with LUT_SELECT past the tables it fails with BAD_ADDRESS and writes nothing."""
+    from lowbit.sim.program import F_LUT, Machine
+    dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=_icebreaker_busy_count())
+    rng = np.random.default_rng(45)
+    b, n, k = 16, machine.design.matrix_lanes, 32
+    tiles = 2
+    ww = rng.integers(0, 1 << 16, tiles * k * n) & 0xF8FF | 0xF800   # exponents -8..-1
+    x = pack_elements(rng.integers(-128, 128, k), np.repeat(rng.integers(-4, 2, 2), b))
+    bias = pack_elements(rng.integers(-128, 128, tiles * n), rng.integers(-6, -2, tiles * n))
+    table = rng.integers(0, 256, 256)
+    dev.ok(L.Opcode.LUT_WRITE, bytes([2, 0]) + bytes(int(v) for v in table))
+    machine.luts[2][:] = bytes(int(v) for v in table)
+    X, BI, Y, Z, WS = 3000, 3100, 3200, 3300, 4000
+    fused = I.matvec(X, Y, 20, 2, tiles, bias=BI, flags=F_LUT)
+    program = [I.loadw(WS, 20, tiles * k), fused, I.matvec(X, Z, 20, 2, tiles, bias=BI),
+               I.lut(Z, Z, tiles * n), I.config(REG["EXP_SELECT"], 1),
+               I.matvec(X, Y + 64, 20, 2, tiles, flags=F_LUT),
+               I.matvec(X, Z + 64, 20, 2, tiles), I.lut(Z + 64, Z + 64, tiles * n), I.halt()]
+    zeros = np.zeros(tiles * n + 64, int)
+    (status, pc, executed, _, busy), ref = _run_both(
+        dev, machine, program, 200, {WS: ww, X: x, BI: bias, Y: zeros, Z: zeros},
+        {"MANT_WIDTH": 8, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": -4 & 0xFF,
+         "LUT_SELECT": 2, "LUT_EXP": 0xFC})
+    assert (status, pc, executed, busy) == (ref.status, ref.pc, ref.executed, ref.busy) == \
+        (L.Status.OK, 400 + 16 * 8, 9, 4 * tiles * k)
+    for at in (Y, Z):
+        assert dev.get(at, tiles * n + 64).tolist() == \
+            machine.read_words(at, tiles * n + 64).tolist()
+    for off in (0, 64):
+        got = dev.get(Y + off, tiles * n)
+        assert got.tolist() == dev.get(Z + off, tiles * n).tolist()
+        assert set((got >> 8).tolist()) == {0xFC}
+    # LUT_SELECT 4 is past the iCEBreaker's four tables.
+    before = dev.get(Y, tiles * n).tolist()
+    (status, pc, executed, _, _), ref = _run_both(dev, machine, [fused, I.halt()], 200, {},
+                                                 {"LUT_SELECT": 4})
+    assert (status, pc, executed) == (ref.status, ref.pc, ref.executed) == \
+        (L.Status.BAD_ADDRESS, 400, 0)
+    assert dev.get(Y, tiles * n).tolist() == before
+
+
+def test_matvec_lut_flag_needs_the_lut_engine():
+    """Without the LUT engine a MATVEC with F_LUT fails with BAD_OPCODE, as DeviceModel says,
+    even with a zero block count; the same MATVEC without the flag runs."""
+    dev = Device(lut_tables=0, grand=False)
+    model = L.DeviceModel(**dev.params)
+    for flags, nb, status in [(F_LUT, 1, L.Status.BAD_OPCODE), (F_LUT, 0, L.Status.BAD_OPCODE),
+                              (0, 1, L.Status.OK)]:
+        program = [I.nop(), I.matvec(600, 700, 0, nb, 1, flags=flags), I.halt()]
+        code = assemble(program)
+        model.feed(L.encode_request(L.Opcode.MEM_WRITE, L.mem_write_payload(0, code)))
+        ref = L.decode_reply(model.feed(L.encode_request(L.Opcode.RUN,
+                                                         struct.pack("<II", 0, 10))))
+        got = dev.run(program)
+        assert got[:3] == (ref[0], *struct.unpack("<II", ref[1][:8])) == \
+            (status, 16 * (1 + (status == L.Status.OK)), 1 + 2 * (status == L.Status.OK))
 
 
 @pytest.mark.parametrize("regs,program", [

@@ -1183,10 +1183,13 @@ class NetworkLayout:
     # -- program ---------------------------------------------------------------------------------
     def _layer_config(self, layer, kind):
         if kind == "bfp":
+            # FIXED_EXP only where the selector reads it: the max and predicted selectors
+            # ignore it, so a network whose layers alternate fixed and max keeps one value,
+            # which hoist_configs then sets once per RUN.
+            fixed = [config("FIXED_EXP", layer.out_exp & 0xFF)] * (layer.exp_mode == "fixed")
             return [config("MANT_WIDTH", layer.width),
                     config("ROUNDING", _ROUNDING_CODES[layer.rounding]),
-                    config("EXP_SELECT", _EXP_SELECT_CODES[layer.exp_mode]),
-                    config("FIXED_EXP", layer.out_exp & 0xFF)]
+                    config("EXP_SELECT", _EXP_SELECT_CODES[layer.exp_mode]), *fixed]
         words = layer.book.words() + [0] * (8 - len(layer.book.words()))
         book0 = sum(v << 8 * k for k, v in enumerate(words[:4]))
         book1 = sum(v << 8 * k for k, v in enumerate(words[4:]))

@@ -660,6 +660,26 @@ def test_network_fused_activation_equals_the_lut_program(where):
         NetworkLayout(layers, design, fuse_lut=1)
 
 
+def test_fixed_exponent_is_set_only_for_fixed_layers():
+    """FIXED_EXP is configured only for a layer with the fixed selector, so a network that
+    alternates a fixed and a max layer sets it once per RUN (hoisted) and switches only
+    EXP_SELECT per sample; the outputs are the golden layers'."""
+    rng = np.random.default_rng(13)
+    design = Design(matrix_lanes=4, block=4, max_blocks=4, weight_depth=256, scratch_bytes=8192)
+    layers = [_bfp_layer(rng, 8, 16, 4, exp_mode="fixed", out_exp=-3, table=RELU, table_exp=-4),
+              _bfp_layer(rng, 4, 8, 4, exp_mode="max")]
+    lay = NetworkLayout(layers, design, input=InputQuant("host"))
+    prog = lay.program(3)
+    start = next(i for i, ins in enumerate(prog) if ins.op == Op.LOOP) + 1
+    per_sample = [ins.words[0] for ins in prog[start:] if ins.op == Op.CONFIG]
+    assert per_sample == [REG["EXP_SELECT"]] * 2
+    assert [ins.words[:2] for ins in prog[:start] if ins.op == Op.CONFIG and
+            ins.words[0] == REG["FIXED_EXP"]] == [(REG["FIXED_EXP"], -3 & 0xFF)]
+    x = rng.normal(size=(5, 16)) * 2
+    got, ref = _run_layout(Machine(design), lay, x), lay.reference(x)
+    assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
+
+
 def test_network_input_quantisation_on_device_equals_host():
     rng = np.random.default_rng(3)
     design = Design(matrix_lanes=4, block=4, max_blocks=4, scratch_bytes=2048)

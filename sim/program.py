@@ -953,23 +953,25 @@ class NetworkLayout:
     ``R`` zero; a discrete layer uses ``R · ceil(K/N)`` entries of codes). LUT tables: each
     distinct activation table gets one table index from 0 (:attr:`tables`).
 
-    Scratchpad (word addresses): the program at 0, the biases (BFP: ``T · N`` element words
-    per layer, padding zero; discrete: ``R`` int16), two activation buffers, then the input
-    area (``chunk`` samples of :attr:`in_words`) and the output area (``chunk`` samples of
-    :attr:`out_words`; a BFP last layer writes its ``T · N`` padded rows). :attr:`chunk` is the
+    Scratchpad (word addresses): the program at 0 (:attr:`program_words`, the longest batch's),
+    the biases (BFP: ``T · N`` element words per layer, padding zero; discrete: ``R`` int16), the
+    input area (``chunk`` samples of :attr:`in_words`), the output area (``chunk`` samples of
+    :attr:`out_words`; a BFP last layer writes its ``T · N`` padded rows), then two areas for
+    the samples' intermediate vectors, which the stages use in turn. :attr:`chunk` is the
     largest batch that fits.
 
-    The program (:meth:`program`) runs ``count`` samples: ``SETOFS 0, 0; LOOP count;`` body
-    ``; ADDOFS in_words, out_words; DJNZ body; HALT``. The body quantises the input (QUANT,
-    with ``F_OFS_SRC``; or the first layer reads the host-quantised input with ``F_OFS_SRC``),
-    then per layer CONFIGs its registers and runs MATVEC / DMATVEC (with bias) and, with a
-    table, LUT (a BFP layer's MATVEC applies its table itself, :data:`F_LUT`, unless
-    ``fuse_lut`` is false); the last layer's last instruction writes the output area with
-    ``F_OFS_DST``.
-    A BFP layer with ``exp_mode="predicted"`` is preceded by a one-tile, one-block MATVEC with
-    the max selector and nearest rounding into its own output, which clears the predicted
-    selector's history: every predicted layer of every sample starts afresh, as
-    :func:`lowbit.sim.network.bfp_dense` does, whatever the batch.
+    The program (:meth:`program`) runs ``count`` samples layer by layer: one segment per stage
+    (the input's QUANT when the device quantises it, each layer's MATVEC or DMATVEC, a LUT a
+    layer applies separately) runs that stage for every sample of the batch before the next
+    one starts, with the stage's registers set once (only those that change) and its
+    instructions unrolled :attr:`UNROLL` samples to a loop iteration. A BFP layer applies its
+    activation table in its MATVEC (:data:`F_LUT`) unless ``fuse_lut`` is false; a discrete
+    layer's table is a LUT segment of its own. A BFP layer with ``exp_mode="predicted"`` is
+    preceded, per sample, by a one-tile, one-block MATVEC with the max selector and nearest
+    rounding into its own output, which clears the predicted selector's history: every
+    predicted layer of every sample starts afresh, as :func:`lowbit.sim.network.bfp_dense`
+    does, whatever the batch. Stochastic rounding draws its numbers in the program's order
+    (stage by stage), so the device equals the :class:`Machine`.
 
     Parameters
     ----------
@@ -1069,23 +1071,31 @@ class NetworkLayout:
                            for layer, kind in zip(layers, kinds, strict=True)]
         self.in_words = layers[0].cols
         self.out_words = self.out_widths[-1]
-        self.bias_addr = []
-        self.program_words = 8 * sum(self._lengths()) + 8 * 5
+        self.bias_addr = [None] * len(layers)
+        self.in_addr = self.out_addr = 0
+        self._areas = (0, 0)
+        # The longest program: every segment's loop and UNROLL - 1 samples after it.
+        self.program_words = 8 * len(self._program(2 * self.UNROLL - 1)[0])
         addr = self.program_words
         self.bias_addr = []
         for layer, kind, width in zip(layers, kinds, self.out_widths, strict=True):
             has_bias = (layer.bias_m if kind == "bfp" else layer.bias) is not None
             self.bias_addr.append(addr if has_bias else None)
             addr += width if has_bias else 0
-        buf = max([self.in_words] + self.out_widths)
-        self.buffers = (addr, addr + buf)
-        self.in_addr = addr + 2 * buf
-        per_sample = self.in_words + self.out_words
-        self.chunk = min((design.words - self.in_addr) // per_sample, 0xFFFF)
+        # Two areas for the samples' intermediate vectors, taking turns layer by layer; each
+        # holds a chunk of the widest vector it ever holds.
+        widths = [[0], [0]]
+        for area, width in self._vectors()[:-1]:
+            widths[area].append(width)
+        per_sample = self.in_words + self.out_words + max(widths[0]) + max(widths[1])
+        self.chunk = min((design.words - addr) // per_sample, 0xFFFF)
         if self.chunk < 1:
             raise ValueError(f"The network does not fit the scratchpad of {design.scratch_bytes}"
-                             f" bytes ({self.in_addr + per_sample} words needed for one sample)")
+                             f" bytes ({addr + per_sample} words needed for one sample)")
+        self.in_addr = addr
         self.out_addr = self.in_addr + self.chunk * self.in_words
+        area_a = self.out_addr + self.chunk * self.out_words
+        self._areas = (area_a, area_a + self.chunk * max(widths[0]))
 
     # -- geometry ---------------------------------------------------------------------------------
     def _tiles(self, layer):
@@ -1197,79 +1207,139 @@ class NetworkLayout:
                 config("CODE_BOOK1", book1), config("DISC_SHIFT", layer.shift),
                 config("FIXED_EXP", layer.out_exp & 0xFF)]
 
-    def _body(self, in_addr, out_addr, buf_a, buf_b, body_start):
+    #: Samples per iteration of a segment's loop (the loop's ADDOFS and DJNZ run once per
+    #: UNROLL samples).
+    UNROLL = 4
+
+    def _vectors(self):
+        """``[(area, width)]``: where each stage of a sample writes its vector, in order (the
+        input quantisation on the device, then each layer, then each separate LUT): ``area`` 0
+        or 1 is an intermediate area, ``"out"`` the output area; the last one is ``"out"``."""
+        stages = []
+        if self.input.where == "device":
+            stages.append(self.in_words)
+        for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
+            stages.append(self.out_widths[i])
+            if layer.table is not None and not (kind == "bfp" and self.fuse_lut):
+                stages.append(self.out_widths[i])
+        return [(k % 2, w) for k, w in enumerate(stages[:-1])] + [("out", stages[-1])]
+
+    def _segments(self):
+        """The program's segments: ``(body, src_stride, dst_stride)``, one per stage of
+        :meth:`_vectors`. ``body`` is one sample's instructions (CONFIGs included), with the
+        addresses of sample 0 and ``F_OFS_SRC`` / ``F_OFS_DST`` where an operand steps by the
+        stride from sample to sample (``ofs_a`` and ``ofs_b``)."""
+        ofs = F_OFS_SRC | F_OFS_DST
+        areas = {0: self._areas[0], 1: self._areas[1], "out": self.out_addr}
+        vectors = iter(self._vectors())
+        cur, cur_w = self.in_addr, self.in_words
+        segments = []
+
+        def stage():
+            area, width = next(vectors)
+            return areas[area], width
+
         q = self.input
-        body = []
         if q.where == "device":
             fmt = 0 if self.kinds[0] == "bfp" else 1
-            body += [config("QUANT_FORMAT", fmt), config("MANT_WIDTH", q.width),
-                     config("ROUNDING", _ROUNDING_CODES[q.rounding]),
-                     config("QUANT_RULE", int(q.rule == "ceil")),
-                     config("QUANT_SHIFT", q.shift & 0xFF),
-                     Instruction.quant(in_addr, buf_a, self.in_words, F_OFS_SRC)]
-            cur, src_flag = buf_a, 0
-        else:
-            cur, src_flag = in_addr, F_OFS_SRC
-        bufs = (buf_b, buf_a)
+            nxt, w = stage()
+            segments.append(([config("QUANT_FORMAT", fmt), config("MANT_WIDTH", q.width),
+                              config("ROUNDING", _ROUNDING_CODES[q.rounding]),
+                              config("QUANT_RULE", int(q.rule == "ceil")),
+                              config("QUANT_SHIFT", q.shift & 0xFF),
+                              Instruction.quant(cur, nxt, self.in_words, ofs)], cur_w, w))
+            cur, cur_w = nxt, w
         for i, (layer, kind) in enumerate(zip(self.layers, self.kinds, strict=True)):
-            last = i == len(self.layers) - 1
-            nxt = bufs[i % 2] if not (last and layer.table is None) else out_addr
-            dst_flag = F_OFS_DST if last and layer.table is None else 0
             entry = self.entries[i][0] if self.entries else 0
-            bias = self.bias_addr[i] if self.bias_addr else None
+            bias = self.bias_addr[i]
+            nxt, w = stage()
+            body = []
             if kind == "bfp" and layer.exp_mode == "predicted":
                 # A RUN clears the predicted selector's history only once; a product with
                 # another selector clears it (one tile of one block, nearest rounding so no
                 # random numbers are drawn; the layer's MATVEC overwrites its output).
                 body += [config("EXP_SELECT", 0), config("ROUNDING", 0),
-                         Instruction.matvec(cur, nxt, entry, 1, 1, flags=src_flag | dst_flag)]
+                         Instruction.matvec(cur, nxt, entry, 1, 1, flags=ofs)]
             body += self._layer_config(layer, kind)
             table = [] if layer.table is None else \
                 [config("LUT_SELECT", self.tables[_table_key(layer.table)]),
                  config("LUT_EXP", layer.table_exp & 0xFF)]
-            if kind == "bfp" and table and self.fuse_lut:
-                # The activation on the MATVEC's way out (F_LUT), straight to where the LUT
-                # would have written.
-                body += table
-                table = []
-                nxt, dst_flag = (out_addr, F_OFS_DST) if last else (nxt, 0)
             if kind == "bfp":
-                fused = F_LUT if layer.table is not None and not table else 0
+                fused = bool(table) and self.fuse_lut
+                # With F_LUT the activation on the MATVEC's way out.
+                body += table * fused
                 body.append(Instruction.matvec(cur, nxt, entry, layer.cols // self.design.block,
                                                self._tiles(layer), bias,
-                                               flags=src_flag | dst_flag | fused))
+                                               flags=ofs | (F_LUT if fused else 0)))
+                table = [] if fused else table
             else:
                 body.append(Instruction.dmatvec(cur, nxt, entry, layer.cols, layer.rows, bias,
-                                                flags=src_flag | dst_flag))
-            src_flag = 0
+                                                flags=ofs))
+            segments.append((body, cur_w, w))
+            cur, cur_w = nxt, w
             if table:
-                lut_dst = out_addr if last else nxt
-                body += table + [Instruction.lut(nxt, lut_dst, self.out_widths[i],
-                                                 F_OFS_DST if last else 0)]
-            cur = nxt
-        return body
+                nxt, w = stage()
+                segments.append((table + [Instruction.lut(cur, nxt, self.out_widths[i], ofs)],
+                                 cur_w, w))
+                cur, cur_w = nxt, w
+        return segments
+
+    @staticmethod
+    def _step(ins, k, src_stride, dst_stride):
+        """``ins`` for the ``k``-th sample after the offsets' (its addresses moved on)."""
+        w = list(ins.words)
+        if ins.flags & F_OFS_SRC:
+            w[0] = (w[0] + k * src_stride) & 0xFFFF
+        if ins.flags & F_OFS_DST:
+            w[1] = (w[1] + k * dst_stride) & 0xFFFF
+        return Instruction(ins.op, ins.flags, tuple(w))
+
+    def _program(self, count, *, hoist=True, at=0):
+        """``(program, executed)`` of :meth:`program` (``hoist=False``: every CONFIG of a
+        sample's body stays in the loop; ``at``: the word address the program is stored at)."""
+        u = self.UNROLL
+        loops, rest = divmod(count, u)
+        prog, executed = [], 0
+        known = {}                      # register index -> value its last CONFIG wrote
+        for body, ss, ds in self._segments():
+            once, per = hoist_configs(body) if hoist else ([], body)
+            for ins in once:
+                if known.get(ins.words[0]) != ins.words[1:3]:
+                    prog.append(ins)
+                    executed += 1
+            prog.append(Instruction.setofs(0, 0))
+            executed += 1
+            if loops:
+                prog.append(Instruction.loop(loops))
+                start = len(prog)
+                prog += [self._step(ins, k, ss, ds) for k in range(u) for ins in per]
+                prog += [Instruction.addofs(u * ss, u * ds), Instruction.djnz(at + start * 8)]
+                executed += 1 + loops * (u * len(per) + 2)
+            prog += [self._step(ins, k, ss, ds) for k in range(rest) for ins in per]
+            executed += rest * len(per)
+            for ins in once + per:
+                if ins.op == Op.CONFIG:
+                    known[ins.words[0]] = ins.words[1:3]
+        return prog + [Instruction.halt()], executed + 1
 
     def program(self, count):
         """The program (list of :class:`Instruction`) running ``count`` samples (1..chunk).
 
-        ``SETOFS``, the loop's CONFIGs (:func:`hoist_configs`), ``LOOP count``, the body of
-        one sample, ``ADDOFS``, ``DJNZ``, ``HALT``."""
+        Layer by layer: a segment per stage of a sample (the input's QUANT, each layer's
+        MATVEC or DMATVEC, a separate LUT) runs that stage for every sample before the next
+        stage starts, so consecutive products are independent and each stage's registers are
+        set once per RUN. A segment is its CONFIGs (:func:`hoist_configs`, and only those
+        that change a register), ``SETOFS 0, 0``, ``LOOP count // UNROLL``, ``UNROLL`` copies
+        of one sample's instructions (addresses stepping by the vectors' widths),
+        ``ADDOFS``, ``DJNZ``, then the ``count % UNROLL`` samples left over; ``HALT`` ends
+        the program."""
         _check_param("Sample count", count, 1, self.chunk)
-        prologue, body = hoist_configs(self._body(self.in_addr, self.out_addr, *self.buffers,
-                                                  0))
-        start = 2 + len(prologue)     # SETOFS, the CONFIGs, LOOP
-        return ([Instruction.setofs(0, 0), *prologue, Instruction.loop(count)] + body
-                + [Instruction.addofs(self.in_words, self.out_words), Instruction.djnz(start * 8),
-                   Instruction.halt()])
-
-    def _lengths(self):
-        prologue, body = hoist_configs(self._body(0, 0, 0, 0, 0))
-        return len(prologue), len(body)
+        return self._program(count)[0]
 
     def instructions(self, count):
         """Instructions :meth:`program` ``(count)`` executes (HALT included)."""
-        once, per_sample = self._lengths()
-        return 3 + once + count * (per_sample + 2)
+        _check_param("Sample count", count, 1, self.chunk)
+        return self._program(count)[1]
 
     # -- golden reference -----------------------------------------------------------------------
     def reference(self, x):

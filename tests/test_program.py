@@ -6,6 +6,8 @@ delegate to (lowbit.sim.network, lowbit.sim.bfp_column, lowbit.sim.quantiser, lo
 lowbit.sim.grand, lowbit.sim.prng).
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -588,7 +590,8 @@ def test_network_program_equals_golden_layers(where):
     ref = lay.reference(x)
     assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
     assert lay.chunk < 60                                    # several RUNs
-    assert len(lay.program(1)) == len(lay.program(lay.chunk))
+    # Every batch's program fits the area kept for it before the biases.
+    assert max(len(lay.program(n)) for n in range(1, lay.chunk + 1)) * 8 == lay.program_words
     # The reference by hand for the first sample and the first layer.
     m0, e0 = bfp_quantise(decode_f16(lay.f16(x[:1])), block=8, width=7)
     h = bfp_dense(layers[0], m0.reshape(-1), e0.reshape(-1), design.column())
@@ -662,18 +665,15 @@ def test_network_fused_activation_equals_the_lut_program(where):
 
 def test_fixed_exponent_is_set_only_for_fixed_layers():
     """FIXED_EXP is configured only for a layer with the fixed selector, so a network that
-    alternates a fixed and a max layer sets it once per RUN (hoisted) and switches only
-    EXP_SELECT per sample; the outputs are the golden layers'."""
+    alternates a fixed and a max layer sets it once per RUN; the outputs are the golden
+    layers'."""
     rng = np.random.default_rng(13)
     design = Design(matrix_lanes=4, block=4, max_blocks=4, weight_depth=256, scratch_bytes=8192)
     layers = [_bfp_layer(rng, 8, 16, 4, exp_mode="fixed", out_exp=-3, table=RELU, table_exp=-4),
               _bfp_layer(rng, 4, 8, 4, exp_mode="max")]
     lay = NetworkLayout(layers, design, input=InputQuant("host"))
     prog = lay.program(3)
-    start = next(i for i, ins in enumerate(prog) if ins.op == Op.LOOP) + 1
-    per_sample = [ins.words[0] for ins in prog[start:] if ins.op == Op.CONFIG]
-    assert per_sample == [REG["EXP_SELECT"]] * 2
-    assert [ins.words[:2] for ins in prog[:start] if ins.op == Op.CONFIG and
+    assert [ins.words[:2] for ins in prog if ins.op == Op.CONFIG and
             ins.words[0] == REG["FIXED_EXP"]] == [(REG["FIXED_EXP"], -3 & 0xFF)]
     x = rng.normal(size=(5, 16)) * 2
     got, ref = _run_layout(Machine(design), lay, x), lay.reference(x)
@@ -697,30 +697,30 @@ def test_network_input_quantisation_on_device_equals_host():
 
 
 def test_hoisted_configs_give_the_unhoisted_programs_results():
-    """A network body sets its layers' registers for every sample; the program sets them once
-    before the loop and keeps only the CONFIGs that change a register. Outputs, the
-    registers left behind and the PRNG's state are those of the unhoisted program, and
-    fewer instructions run."""
+    """A segment's sample sets its layer's registers; the program sets them once before the
+    segment's loop, and only where they change. Outputs, the registers left behind and the
+    PRNG's state are those of the program that keeps every CONFIG in the loops, and fewer
+    instructions run."""
     rng = np.random.default_rng(11)
     design = Design(matrix_lanes=4, block=4, max_blocks=4, weight_depth=256, scratch_bytes=8192)
     layers = [_bfp_layer(rng, 8, 16, 4, exp_mode="fixed", out_exp=-3, table=RELU, table_exp=-4),
               _bfp_layer(rng, 8, 8, 4, exp_mode="max", width=6, rounding="stochastic"),
-              _bfp_layer(rng, 4, 8, 4, exp_mode="fixed", out_exp=-2, table=RELU, table_exp=-5)]
+              _bfp_layer(rng, 4, 8, 4, exp_mode="predicted")]
     lay = NetworkLayout(layers, design, input=InputQuant("device", width=7))
-    count = 5
-    body = lay._body(lay.in_addr, lay.out_addr, *lay.buffers, 0)
-    plain = ([I.setofs(0, 0), I.loop(count)] + body
-             + [I.addofs(lay.in_words, lay.out_words), I.djnz(2 * 8), I.halt()])
-    hoisted = lay.program(count)
-    assert len(assemble(hoisted)) <= 2 * lay.program_words
-    once, per_sample = hoist_configs(body)
-    plain_configs = sum(ins.op == Op.CONFIG for ins in body)
-    kept = sum(ins.op == Op.CONFIG for ins in per_sample)
-    assert 0 < kept < plain_configs and hoisted[1:1 + len(once)] == once
+    count = 7                           # a loop of UNROLL samples and three after it
+    # The program with every CONFIG is longer than the area kept for programs: it runs from
+    # past the layout's scratchpad, in a machine with a larger one.
+    far = design.words
+    plain, plain_n = lay._program(count, hoist=False, at=far)
+    hoisted, hoisted_n = lay._program(count)
+    assert hoisted == lay.program(count) and hoisted_n == lay.instructions(count)
+    assert len(hoisted) * 8 <= lay.program_words
+    configs = [sum(ins.op == Op.CONFIG for ins in p) for p in (plain, hoisted)]
+    assert configs[1] < configs[0]
     words = lay.input_words(rng.normal(size=(count, 16)) * 2).reshape(-1)
     results = []
-    for prog in (plain, hoisted):
-        m = Machine(design)
+    for prog, at in ((plain, far), (hoisted, 0)):
+        m = Machine(dataclasses.replace(design, scratch_bytes=2 * design.scratch_bytes))
         m.write_reg(REG["PRNG_SEED3"], 5)
         for idx, img in lay.table_images().items():
             m.luts[idx][:] = img.tobytes()
@@ -729,15 +729,42 @@ def test_hoisted_configs_give_the_unhoisted_programs_results():
             m.write_words(addr, bias)
         m.write_words(lay.in_addr, words)
         raw = assemble(prog)
-        m.scratch[:len(raw)] = raw
-        r = m.run(0, 10_000)
+        m.scratch[2 * at:2 * at + len(raw)] = raw
+        r = m.run(2 * at, 10_000)
         assert r.status == Status.OK
         results.append((r, m.read_words(lay.out_addr, count * lay.out_words), dict(m.regs),
                         m.rng.take(4)))
     (r0, out0, regs0, rand0), (r1, out1, regs1, rand1) = results
     assert np.array_equal(out0, out1) and regs0 == regs1 and np.array_equal(rand0, rand1)
-    assert r1.executed == lay.instructions(count) < r0.executed
-    assert r0.executed - r1.executed == count * (plain_configs - kept) - len(once)
+    assert (r0.executed, r1.executed) == (plain_n, hoisted_n) and hoisted_n < plain_n
+    assert len(plain) * 8 > lay.program_words
+
+
+def test_layer_by_layer_program_shape():
+    """One segment per stage: its CONFIGs, SETOFS, a loop of UNROLL samples (ADDOFS, DJNZ)
+    when the batch has that many, and the samples left over; each stage's products follow one
+    another without a CONFIG between them, and every batch size gives the golden outputs."""
+    rng = np.random.default_rng(14)
+    design = Design(matrix_lanes=4, block=4, max_blocks=4, weight_depth=256, scratch_bytes=8192)
+    layers = [_bfp_layer(rng, 8, 16, 4, exp_mode="fixed", out_exp=-3, table=RELU, table_exp=-4),
+              _bfp_layer(rng, 4, 8, 4, exp_mode="max")]
+    lay = NetworkLayout(layers, design, input=InputQuant("host"))
+    u = lay.UNROLL
+    for count in (1, u - 1, u, 2 * u + 1):
+        prog = lay.program(count)
+        ops = [ins.op for ins in prog]
+        loops = [ins.words[0] for ins in prog if ins.op == Op.LOOP]
+        assert loops == [count // u] * 2 if count >= u else loops == []
+        assert ops.count(Op.MATVEC) == 2 * (u * (count >= u) + count % u)
+        for k in range(len(ops) - 1):
+            if ops[k] == Op.MATVEC and ops[k + 1] not in (Op.MATVEC, Op.ADDOFS):
+                assert ops[k + 1] in (Op.CONFIG, Op.SETOFS, Op.HALT)
+        x = rng.normal(size=(count, 16)) * 2
+        got, ref = _run_layout(Machine(design), lay, x), lay.reference(x)
+        assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
+    # Per RUN the digits-like network sets EXP_SELECT twice, whatever the batch.
+    configs = [ins.words[0] for ins in lay.program(2 * u + 1) if ins.op == Op.CONFIG]
+    assert configs.count(REG["EXP_SELECT"]) == 2
 
 
 def test_hoist_configs_rules():

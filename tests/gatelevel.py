@@ -515,9 +515,11 @@ def host_session(params, *, matvec=True, seed=54):
     frame with a bad CRC and garbage bytes between frames (skipped, no reply), the link
     counters and the register the bad frame named (unchanged); with ``matvec`` one MATVEC:
     a single MEM_WRITE of a program (``LOADW``, ``MATVEC`` with bias on one tile of ``N`` rows
-    and one block of ``B`` columns, ``HALT``), its weights (one exponent for all rows), input
-    and bias; ``RUN``; a MEM_READ of the ``N`` result words (``MANT_WIDTH`` 7, or 8 written
-    before the program where the column's width is fixed, ``bfp_mant_width=False``).
+    and one block of ``B`` columns, with the LUT engine the same ``MATVEC`` with ``F_LUT``
+    through a permutation table written with ``LUT_WRITE``, ``HALT``), its weights (one
+    exponent for all rows), input and bias; ``RUN``; MEM_READs of the ``N`` result words of
+    each MATVEC (``MANT_WIDTH`` 7, or 8 written before the program where the column's width is
+    fixed, ``bfp_mant_width=False``).
 
     ``seed`` draws the data; the default's MATVEC rows all come out with mantissas of 17 or
     more in magnitude (at the iCEBreaker's N = 16, the only seed below 400 with all of them at
@@ -532,7 +534,7 @@ def host_session(params, *, matvec=True, seed=54):
     from lowbit.boards.driver import Accelerator
     from lowbit.sim.link import Opcode, encode_request, reg_write_payload
     from lowbit.sim.network import pack_elements
-    from lowbit.sim.program import Instruction, assemble
+    from lowbit.sim.program import F_LUT, Instruction, assemble
 
     acc = Accelerator.model(check=False, **params)
     rec = _Recorder(acc.port)
@@ -573,20 +575,33 @@ def host_session(params, *, matvec=True, seed=54):
         weights = pack_elements(w_m, w_e).T.reshape(-1)
         x = pack_elements(rng.integers(-128, 128, b), rng.integers(-4, 2))
         bias = pack_elements(rng.integers(-128, 128, n), rng.integers(-6, -2, n))
-        w_at = 24                                   # word addresses after the 3 instructions
+        lut = acc.design.lut_tables > 0
+        w_at = 8 * (4 if lut else 3)                # word addresses after the instructions
         x_at = w_at + n * b
         b_at = x_at + b
         y_at = b_at + n
         program = [Instruction.loadw(w_at, 0, b),
-                   Instruction.matvec(x_at, y_at, 0, 1, 1, bias=b_at), Instruction.halt()]
+                   Instruction.matvec(x_at, y_at, 0, 1, 1, bias=b_at)]
+        if lut:
+            # The same product once more through the LUT engine (F_LUT), with a permutation
+            # table, so that every result bit still shows in the code written.
+            table = acc.design.lut_tables - 1
+            step("LUT_WRITE of a permutation", acc.lut_load, table, rng.permutation(256))
+            step("write LUT_SELECT", acc.write_reg, "LUT_SELECT", table)
+            step("write LUT_EXP", acc.write_reg, "LUT_EXP", 0xFB)
+            program.append(Instruction.matvec(x_at, y_at + n, 0, 1, 1, bias=b_at,
+                                              flags=F_LUT))
+        program.append(Instruction.halt())
         code = assemble(program)
         assert len(code) == 2 * w_at
         image = code + b"".join(v.astype("<u2").tobytes() for v in (weights, x, bias))
         if not acc.design.bfp_mant_width:
             step("write MANT_WIDTH 8 (fixed width)", acc.write_reg, "MANT_WIDTH", 8)
         step("MEM_WRITE of program, weights, x, bias", acc.write_mem, 0, image)
-        step("RUN (LOADW, MATVEC, HALT)", acc.run, 0, len(program))
+        step(f"RUN (LOADW, MATVEC{', MATVEC F_LUT' * lut}, HALT)", acc.run, 0, len(program))
         step("read the MATVEC result", acc.read_mem, 2 * y_at, n, np.uint16)
+        if lut:
+            step("read the F_LUT MATVEC result", acc.read_mem, 2 * (y_at + n), n, np.uint16)
     for t in rec.log:
         if t.is_run:
             t.wait_cycles = 100_000

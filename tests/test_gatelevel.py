@@ -50,6 +50,12 @@ def test_host_session_covers_the_paths(session):
     y = results["read the MATVEC result"]
     m = [((v & 0xFF) ^ 0x80) - 0x80 for v in y.tolist()]
     assert min(abs(v) for v in m) >= 16, m
+    # The iCEBreaker has the LUT engine: the second MATVEC writes the first one's results
+    # through the permutation table (F_LUT), with LUT_EXP in the high bytes.
+    table = transactions[names.index("LUT_WRITE of a permutation")].request[6:-2]
+    assert sorted(table) == list(range(256))
+    assert results["read the F_LUT MATVEC result"].tolist() == \
+        [table[v & 0xFF] | 0xFB << 8 for v in y.tolist()]
     line_bytes = sum(len(t.request) + len(t.reply) for t in transactions)
     profile = get_board(gatelevel.BOARD)
     assert line_bytes * 10 * profile.clk_freq / profile.top["baud"] < 100_000

@@ -379,7 +379,7 @@ def section_of(text, begin=ACCEL_BEGIN, end=ACCEL_END):
     return None
 
 
-def whole_accelerator_rows(board_builds, demo_bench, bench_rows=()):
+def whole_accelerator_rows(board_builds, demo_bench, bench_rows=(), digests=None):
     """One row per board: resources and Fmax of its own top, cycles per image of the digits MLP
     on it, MAC/cycle and MMAC/s at its clock and at its Fmax.
 
@@ -393,6 +393,9 @@ def whole_accelerator_rows(board_builds, demo_bench, bench_rows=()):
     bench_rows : list of dict
         ``top`` rows of ``docs/bench/all.json`` (out-of-context builds of each board's top); the
         fallback for a board without a board build, marked as such.
+    digests : callable(board) -> str, optional
+        The netlist digest of a board's current top: a board build of another netlist (the
+        gateware changed, the parameters did not) is marked ``"earlier netlist"``.
     """
     from lowbit.boards import demo
     from lowbit.boards.profiles import BOARDS
@@ -411,6 +414,9 @@ def whole_accelerator_rows(board_builds, demo_bench, bench_rows=()):
             row.update(lcs=build["lcs"], dsps=build["dsps"], rams=build["rams"],
                        spram=build["spram"], fmax_mhz=build["fmax_mhz_median"],
                        fmax_all=build["fmax_mhz_all"], source="board build")
+            if digests is not None and build.get("digest") != digests(name):
+                # The same parameters, but the gateware changed since the build.
+                row["source"] = "earlier netlist"
         else:
             top = [r for r in bench_rows if r.get("block") == "top" and
                    isinstance(r.get("params"), dict) and demo.same_top(r["params"], own)]
@@ -440,8 +446,13 @@ def accelerator_section(command="python scripts/bench_boards.py --resume"):
             return json.loads((ROOT / "docs" / "bench" / name).read_text())
         except (OSError, ValueError):
             return {}
+    def digest(board):
+        from lowbit.boards.demo import board_top
+        from lowbit.hw.top import Accelerator
+        return netlist_digest(Accelerator(**board_top(board)))
+
     rows = whole_accelerator_rows(load("boards.json"), load("demo.json"),
-                                  load("all.json").get("rows", []))
+                                  load("all.json").get("rows", []), digests=digest)
     return whole_accelerator_markdown(rows, [command, "python scripts/bench_demo.py"])
 
 
@@ -466,6 +477,8 @@ def whole_accelerator_markdown(rows, commands=()):
             fmax = f"{r['fmax_mhz']:g} ({' / '.join(f'{f:g}' for f in r['fmax_all'])})"
             if r["source"] == "out of context":
                 fmax += " ooc"
+            elif r["source"] == "earlier netlist":
+                fmax += " earlier netlist"
         lcs = "—" if r.get("lcs") is None else \
             f"{r['lcs']} / {r['lcs_total']} ({100 * r['lcs'] / r['lcs_total']:.1f} %)"
         dsps = "—" if r.get("dsps") is None else f"{r['dsps']} / {r['dsps_total']}"
@@ -482,7 +495,10 @@ def whole_accelerator_markdown(rows, commands=()):
         f"~{p['cycles_per_image']} | {p['mac_per_cycle']:.2f} | — | ~{p['mmacs_at_fmax']} | — |")
     lines += ["", "\"ooc\": no board build of that top is recorded yet; its resources and Fmax "
               "are the out-of-context build of the same top (`scripts/bench.py`, no pins and no "
-              "PLL). Cycles per image: CXXRTL simulation of the board's own top "
+              "PLL). \"earlier netlist\": the board build is of the same top parameters but "
+              "of earlier gateware (a rebuild is due: `python scripts/bench_boards.py "
+              "--resume`). Cycles "
+              "per image: CXXRTL simulation of the board's own top "
               "(`scripts/bench_demo.py`, every output bit-exact) of the BFP network, or of the "
               "3-bit discrete one on a board without a BFP column; \"—\" where it is not "
               "measured yet. The peer's row is "

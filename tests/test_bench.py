@@ -155,7 +155,8 @@ def test_a_classic_abc_fallback_is_marked_in_the_table(monkeypatch):
 def test_whole_accelerator_table():
     """The whole-accelerator rows (scripts/bench_boards.py, bench_demo.py): a board build of
     the board's current top wins over an out-of-context row, a build of another top is ignored,
-    MAC/cycle and MMAC/s follow from the cycles per image, and the peer's row is beside them."""
+    one of an earlier netlist of the same top is marked, MAC/cycle and MMAC/s follow from the
+    cycles per image, and the peer's row is beside them."""
     import benchcommon as bc
 
     from lowbit.boards import demo
@@ -182,6 +183,14 @@ def test_whole_accelerator_table():
     assert f"| icebreaker | up5k | {ice['matrix_lanes']} | 5000 / 5280 (94.7 %) | 8 / 8 |" in text
     assert "40 (41 / 40 / 39)" in text and "| 10.00 |" in text and "MARLANN" in text
     assert "56.5 (56.5 / 56.5 / 56.5) ooc" in text
+    # A build of the same parameters but another netlist (the gateware changed) is marked.
+    digests = {"icebreaker": "new"}.get
+    stale = bc.whole_accelerator_rows({"boards": {"icebreaker": dict(build, digest="old")}},
+                                      demo_bench, [], digests=digests)[0]
+    fresh = bc.whole_accelerator_rows({"boards": {"icebreaker": dict(build, digest="new")}},
+                                      demo_bench, [], digests=digests)[0]
+    assert (stale["source"], fresh["source"]) == ("earlier netlist", "board build")
+    assert "40 (41 / 40 / 39) earlier netlist" in bc.whole_accelerator_markdown([stale])
 
 
 def test_replace_section_inserts_then_replaces():

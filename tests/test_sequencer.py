@@ -703,8 +703,36 @@ def test_engine_bits_and_sequencer_params():
         Sequencer(lanes=12)
 
 
+def _specified(ins):
+    """The instruction's results are specified by the ISA: an engine instruction's destination
+    does not overlap its sources, except LUT's and QUANT's in place (MOVE copies any overlap)."""
+    w = ins.words
+    if ins.op == 0x21:                                   # MATVEC: x, bias against dst
+        srcs = [(w[0], w[3] * B), (w[5], w[4] * N)] if ins.flags & 4 else [(w[0], w[3] * B)]
+        dst = (w[1], w[4] * N)
+    elif ins.op == 0x23:                                 # DMATVEC: x, bias against dst
+        srcs = [(w[0], w[3]), (w[5], w[4])] if ins.flags & 4 else [(w[0], w[3])]
+        dst = (w[1], w[4])
+    elif ins.op in (0x20, 0x22):                         # QUANT, LUT: in place or apart
+        if w[0] == w[1]:
+            return True
+        srcs, dst = [(w[0], w[2])], (w[1], w[2])
+    else:
+        return True
+    return all(a + k <= dst[0] or dst[0] + dst[1] <= a for a, k in srcs)
+
+
 def random_instruction(rng, words, depth):
-    """One data or control instruction with operands mostly in range."""
+    """One data or control instruction with operands mostly in range, whose results the ISA
+    specifies (:func:`_specified`; an overlap of an engine's destination with its sources has
+    unspecified results, and the top and the Machine differ there)."""
+    while True:
+        ins = _random_instruction(rng, words, depth)
+        if _specified(ins):
+            return ins
+
+
+def _random_instruction(rng, words, depth):
     def addr(n):
         return int(rng.integers(600, words - n + 1)) if rng.random() < 0.95 else \
             int(rng.integers(0, 0x10000))

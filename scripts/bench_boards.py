@@ -6,7 +6,7 @@ records logic cells, DSPs, block RAMs, SPRAMs and Fmax per seed and their median
 cycles per image from ``docs/bench/demo.json`` and the open peer beside it) between the
 ``accelerator`` markers of ``docs/PERFORMANCE.md``.
 
-A board build is recorded with the digest of its top's logic (``benchcommon.netlist_digest`` of
+A board build is recorded with the digest of its top's logic (``benchcommon.board_digest``, of
 the :class:`lowbit.hw.top.Accelerator` with the board's parameters); ``--resume`` keeps the seeds
 already recorded for the same digest and builds only the rest.
 
@@ -22,12 +22,11 @@ import sys
 import time
 from pathlib import Path
 
-from benchcommon import ROOT, accelerator_section, netlist_digest, replace_section
+from benchcommon import ROOT, accelerator_section, board_digest, replace_section
 
 from lowbit.boards.build import build_board
 from lowbit.boards.demo import board_top
 from lowbit.boards.profiles import BOARDS
-from lowbit.hw.top import Accelerator
 
 BOARDS_JSON = ROOT / "docs" / "bench" / "boards.json"
 PERFORMANCE = ROOT / "docs" / "PERFORMANCE.md"
@@ -62,7 +61,7 @@ def board_entry(board, digest, seeds):
 
 def bench_board(board, seeds, *, known=None, build_dir, say):
     """Build ``board`` for every seed not in ``known`` (an entry with the same digest)."""
-    digest = netlist_digest(Accelerator(**board_top(board)))
+    digest = board_digest(board)
     done = {s["seed"]: s for s in (known or {}).get("seeds", [])} \
         if known and known.get("digest") == digest else {}
     rows = []

@@ -438,6 +438,13 @@ def whole_accelerator_rows(board_builds, demo_bench, bench_rows=(), digests=None
     return rows
 
 
+def board_digest(board):
+    """The netlist digest of ``board``'s own top (what ``docs/bench/boards.json`` records)."""
+    from lowbit.boards.demo import board_top
+    from lowbit.hw.top import Accelerator
+    return netlist_digest(Accelerator(**board_top(board)))
+
+
 def accelerator_section(command="python scripts/bench_boards.py --resume"):
     """The whole-accelerator table from the recorded ``docs/bench`` files (``boards.json``,
     ``demo.json``, ``all.json``)."""
@@ -446,13 +453,9 @@ def accelerator_section(command="python scripts/bench_boards.py --resume"):
             return json.loads((ROOT / "docs" / "bench" / name).read_text())
         except (OSError, ValueError):
             return {}
-    def digest(board):
-        from lowbit.boards.demo import board_top
-        from lowbit.hw.top import Accelerator
-        return netlist_digest(Accelerator(**board_top(board)))
 
     rows = whole_accelerator_rows(load("boards.json"), load("demo.json"),
-                                  load("all.json").get("rows", []), digests=digest)
+                                  load("all.json").get("rows", []), digests=board_digest)
     return whole_accelerator_markdown(rows, [command, "python scripts/bench_demo.py"])
 
 

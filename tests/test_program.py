@@ -603,10 +603,10 @@ def test_matvec_lut_flag_is_matvec_then_lut():
     LUT over its results do; it needs the LUT engine (BAD_OPCODE, checked before the counts)
     and LUT_SELECT within the tables (BAD_ADDRESS, with the ranges), and fails without
     writing."""
-    rng = np.random.default_rng(12)
     design = Design(matrix_lanes=4, block=4, max_blocks=4, weight_depth=64, scratch_bytes=4096)
     runs = []
     for fused in (True, False):
+        rng = np.random.default_rng(12)             # the same data for both programs
         m = Machine(design)
         m.luts[1][:] = rng.integers(0, 256, 256, dtype=np.uint8).tobytes()
         m.write_words(DATA, rng.integers(0, 1 << 16, 8 * 4))
@@ -621,7 +621,6 @@ def test_matvec_lut_flag_is_matvec_then_lut():
                      I.lut(DATA + 300, DATA + 300, 8)]
         assert run(m, prog + [I.halt()]).status == Status.OK
         runs.append(m.read_words(DATA + 300, 8))
-        rng = np.random.default_rng(12)
     assert np.array_equal(runs[0], runs[1]) and set((runs[0] >> 8).tolist()) == {0xFD}
     m = Machine(design)
     m.write_words(DATA + 300, range(8))

@@ -28,7 +28,7 @@ from lowbit.sim.network import (
     unpack_elements,
 )
 from lowbit.sim.prng import Xoroshiro128aox, load_state
-from lowbit.sim.program import F_LUT, assemble
+from lowbit.sim.program import F_BIAS, F_LUT, Op, assemble
 from lowbit.sim.program import Instruction as I
 from lowbit.sim.quantiser import decode_f16, quantise_bfp, quantise_int8
 from lowbit.sim.rtl.transport import SimulatedSerial
@@ -706,14 +706,14 @@ def test_engine_bits_and_sequencer_params():
 def _specified(ins):
     """The instruction's results are specified by the ISA: an engine instruction's destination
     does not overlap its sources, except LUT's and QUANT's in place (MOVE copies any overlap)."""
-    w = ins.words
-    if ins.op == 0x21:                                   # MATVEC: x, bias against dst
-        srcs = [(w[0], w[3] * B), (w[5], w[4] * N)] if ins.flags & 4 else [(w[0], w[3] * B)]
+    w, bias = ins.words, bool(ins.flags & F_BIAS)
+    if ins.op == Op.MATVEC:                              # x, bias against dst
+        srcs = [(w[0], w[3] * B)] + [(w[5], w[4] * N)] * bias
         dst = (w[1], w[4] * N)
-    elif ins.op == 0x23:                                 # DMATVEC: x, bias against dst
-        srcs = [(w[0], w[3]), (w[5], w[4])] if ins.flags & 4 else [(w[0], w[3])]
+    elif ins.op == Op.DMATVEC:
+        srcs = [(w[0], w[3])] + [(w[5], w[4])] * bias
         dst = (w[1], w[4])
-    elif ins.op in (0x20, 0x22):                         # QUANT, LUT: in place or apart
+    elif ins.op in (Op.QUANT, Op.LUT):                   # in place or apart
         if w[0] == w[1]:
             return True
         srcs, dst = [(w[0], w[2])], (w[1], w[2])
@@ -1047,7 +1047,7 @@ def test_icebreaker_matvec_lut_flag_equals_matvec_then_lut(icebreaker):
     """MATVEC with F_LUT (the activation on the column's way out) writes what MATVEC then LUT
     write, on the iCEBreaker's top and in the Machine, word for word, with a max and a fixed
     exponent; with LUT_SELECT past the tables it fails with BAD_ADDRESS and writes nothing."""
-    from lowbit.sim.program import F_LUT, Machine
+    from lowbit.sim.program import Machine
     dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=_icebreaker_busy_count())
     rng = np.random.default_rng(45)
     b, n, k = 16, machine.design.matrix_lanes, 32

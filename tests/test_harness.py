@@ -1,4 +1,5 @@
-"""The stream harness every gateware test stands on (lowbit.sim.rtl.harness.run_stream).
+"""The stream harness every gateware test stands on (lowbit.sim.rtl.harness.run_stream and the
+reusable StreamBench under it).
 
 Its own negative controls: an output that drops ``valid`` or changes its payload before
 ``ready`` fails with :class:`StreamRuleError`, one that never answers with ``TimeoutError``; a
@@ -10,7 +11,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from lowbit.sim.rtl.harness import StreamRuleError, run_stream
+from lowbit.sim.rtl.harness import StreamBench, StreamRuleError, run_stream
 
 
 class _Passthrough(wiring.Component):
@@ -85,3 +86,34 @@ def test_bad_arguments():
         run_stream(_Passthrough(), {"i": [1]}, {"o": 1}, valid_prob=0)
     with pytest.raises(ValueError, match="has no port 'x'"):
         run_stream(_Passthrough(), {"x": [1]}, {"o": 1})
+
+
+def test_a_bench_runs_every_job_from_the_reset_state():
+    """Jobs on one StreamBench equal the same jobs each on a fresh simulator: the counter starts
+    at 0 again, the seeds give the same gaps, a job without an input stream runs beside one
+    with it, and a job that fails (a timeout) leaves the next one unharmed."""
+    counter = StreamBench(_Counter())
+    fifo_bench = StreamBench(_Passthrough())
+    data = list(range(3, 30))
+    for seed in (1, 2, 1):
+        assert counter.run({}, {"o": 12}, ready_prob=0.5, seed=seed) == \
+            run_stream(_Counter(), {}, {"o": 12}, ready_prob=0.5, seed=seed) == \
+            {"o": list(range(12))}
+        assert fifo_bench.run({"i": data}, {"o": len(data)}, valid_prob=0.6, ready_prob=0.4,
+                              seed=seed) == {"o": data}
+    assert fifo_bench.run({}, {"o": 0}) == {"o": []}
+    mute = StreamBench(_Counter("mute"))
+    for _ in range(2):
+        with pytest.raises(TimeoutError, match="after 40 cycles"):
+            mute.run({}, {"o": 1}, max_cycles=40)
+    assert fifo_bench.run({"i": [7, 8]}, {"o": 1}) == {"o": [7]}
+    assert fifo_bench.run({"i": [9]}, {"o": 1}) == {"o": [9]}
+
+
+def test_a_bench_refuses_bad_jobs_and_runs_on():
+    bench = StreamBench(_Passthrough())
+    with pytest.raises(ValueError, match="valid_prob and ready_prob"):
+        bench.run({"i": [1]}, {"o": 1}, ready_prob=1.5)
+    with pytest.raises(ValueError, match="has no port 'x'"):
+        bench.run({"i": [1]}, {"x": 1})
+    assert bench.run({"i": [5]}, {"o": 1}) == {"o": [5]}

@@ -450,6 +450,23 @@ def _load(path):
     return lib
 
 
+#: The ports ``lowbit_create`` looks up, by their names in the netlist (``i.valid`` is
+#: ``i__valid``). It checks their widths too, after the compile.
+_STREAM_PORTS = ("i__valid", "i__payload", "i__ready", "o__valid", "o__payload", "o__ready")
+
+
+def _check_stream_ports(component):
+    """Refuse a component without the ``i`` / ``o`` byte streams before the (seconds-long)
+    compile, with the message the compiled library would give."""
+    signature = getattr(component, "signature", None)
+    names = set()
+    if signature is not None:
+        names = {"__".join(map(str, path)) for path, _ in signature.members.flatten()}
+    for name in _STREAM_PORTS:
+        if name not in names:
+            raise CxxrtlError(f"Cannot simulate this design: the design has no port {name!r}")
+
+
 class ByteStreamSim:
     """A byte-stream design running in CXXRTL.
 
@@ -475,6 +492,7 @@ class ByteStreamSim:
 
     def __init__(self, component, *, cache_dir=None, cxx=None, cxxflags=DEFAULT_CXXFLAGS,
                  exact=False):
+        _check_stream_ports(component)
         self.library = build(component, cache_dir=cache_dir, cxx=cxx, cxxflags=cxxflags)
         self._lib = _load(self.library)
         handle = self._lib.lowbit_create(int(bool(exact)))

@@ -4,6 +4,9 @@ This is the simulation helper that gateware tests (and the simulated host transp
 
     outputs = run_stream(block, {"i": payloads}, {"o": n_expected})
 
+or, for many jobs through one block, ``StreamBench(block).run(...)`` once per job: the
+simulator is built once and reset between jobs.
+
 Every input stream is fed its payloads in order, every output stream is collected until the
 expected count arrives. Valid gaps on inputs and back-pressure on outputs are random (seeded), and
 every output is checked against the stream rules while it runs: once ``valid`` is asserted it stays
@@ -18,7 +21,7 @@ import random
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-__all__ = ["StreamRuleError", "run_stream", "payload_value"]
+__all__ = ["StreamRuleError", "StreamBench", "run_stream", "payload_value"]
 
 
 class StreamRuleError(AssertionError):
@@ -50,66 +53,113 @@ def _port(component, name):
     return port
 
 
-def run_stream(component, inputs, outputs, *, setup=None, valid_prob=1.0, ready_prob=1.0,
-               seed=0, max_cycles=None, vcd=None, domain="sync"):
-    """Simulate ``component``, feed ``inputs`` and collect ``outputs``.
+class StreamBench:
+    """A simulator of one component that runs stream jobs (:meth:`run`) one after another.
+
+    Building Amaranth's simulator of a block (elaborating it, preparing its netlist, compiling it
+    to Python) costs as much as simulating hundreds of its cycles, and tests stream many jobs
+    through one block. A bench builds the simulator once and resets it between jobs
+    (``Simulator.reset``: every signal and memory back to its initial value, the clock and the
+    testbenches restarted), so every job starts from the state a fresh simulator would.
 
     Parameters
     ----------
     component : wiring.Component
-        The design under test. Its streams are ports named in ``inputs`` / ``outputs``.
-    inputs : dict of str to list
-        Port name -> payloads to send, in order. A payload is anything ``ctx.set`` accepts for
-        the port's payload shape (int, or dict / list for ``lib.data`` layouts).
-    outputs : dict of str to int
-        Port name -> number of payloads to collect.
-    setup : async callable(ctx), optional
-        Runs before any stream traffic, e.g. to set configuration ports. It may tick.
-    valid_prob, ready_prob : float
-        Probability that an input offers a payload / an output accepts one, per cycle.
-    seed : int
-        Seed of the valid/ready pattern.
-    max_cycles : int, optional
-        Give up (``TimeoutError``) after this many cycles; default is generous.
-    vcd : str, optional
-        Write a waveform to this path.
-
-    Returns
-    -------
-    dict of str to list
-        Port name -> collected payloads (plain Python data, see :func:`payload_value`).
-
-    Raises
-    ------
-    StreamRuleError
-        If an output drops ``valid`` or changes its payload before it is accepted.
-    TimeoutError
-        If the expected outputs do not arrive within ``max_cycles``.
+        The design under test. Its streams are ports named in the jobs' ``inputs`` /
+        ``outputs``.
+    domain : str
+        The clock domain of the streams.
     """
-    if not (0 < valid_prob <= 1 and 0 < ready_prob <= 1):
-        raise ValueError("valid_prob and ready_prob must be in (0, 1]")
-    rng = random.Random(seed)
-    total = sum(len(v) for v in inputs.values()) + sum(outputs.values())
-    if max_cycles is None:
-        max_cycles = 1000 + int(20 * total / min(valid_prob, ready_prob))
-    in_ports = {name: _port(component, name) for name in inputs}
-    out_ports = {name: _port(component, name) for name in outputs}
-    collected = {name: [] for name in outputs}
-    state = {"done": False, "setup": setup is None}
 
-    sim = Simulator(component)
-    sim.add_clock(1e-6, domain=domain)
+    def __init__(self, component, *, domain="sync"):
+        self._component, self._domain = component, domain
+        self._sim = Simulator(component)
+        self._sim.add_clock(1e-6, domain=domain)
+        self._feeding, self._collecting, self._ran = set(), False, False
+        self._job = None
 
-    # The testbenches set a port only when its value changes: each ``ctx.set`` makes the
-    # simulator settle the design once more. Valid stays high from one payload to the next
-    # unless a gap comes between them; the random draws are those of setting it every time.
-    def make_feeder(name, port, payloads):
+    @property
+    def component(self):
+        return self._component
+
+    def run(self, inputs, outputs, *, setup=None, valid_prob=1.0, ready_prob=1.0, seed=0,
+            max_cycles=None, vcd=None):
+        """Feed ``inputs`` and collect ``outputs`` from the reset state.
+
+        Parameters
+        ----------
+        inputs : dict of str to list
+            Port name -> payloads to send, in order. A payload is anything ``ctx.set`` accepts
+            for the port's payload shape (int, or dict / list for ``lib.data`` layouts).
+        outputs : dict of str to int
+            Port name -> number of payloads to collect.
+        setup : async callable(ctx), optional
+            Runs before any stream traffic, e.g. to set configuration ports. It may tick.
+        valid_prob, ready_prob : float
+            Probability that an input offers a payload / an output accepts one, per cycle.
+        seed : int
+            Seed of the valid/ready pattern.
+        max_cycles : int, optional
+            Give up (``TimeoutError``) after this many cycles; default is generous.
+        vcd : str, optional
+            Write a waveform of this job to this path.
+
+        Returns
+        -------
+        dict of str to list
+            Port name -> collected payloads (plain Python data, see :func:`payload_value`).
+
+        Raises
+        ------
+        ValueError
+            If a probability is outside (0, 1] or a port does not exist.
+        StreamRuleError
+            If an output drops ``valid`` or changes its payload before it is accepted.
+        TimeoutError
+            If the expected outputs do not arrive within ``max_cycles``.
+        """
+        if not (0 < valid_prob <= 1 and 0 < ready_prob <= 1):
+            raise ValueError("valid_prob and ready_prob must be in (0, 1]")
+        for name in (*inputs, *outputs):
+            _port(self._component, name)
+        total = sum(len(v) for v in inputs.values()) + sum(outputs.values())
+        if max_cycles is None:
+            max_cycles = 1000 + int(20 * total / min(valid_prob, ready_prob))
+        self._job = _Job({n: list(v) for n, v in inputs.items()}, dict(outputs), setup,
+                         valid_prob, ready_prob, seed, max_cycles)
+        if self._ran:
+            self._sim.reset()
+        for name in inputs:
+            if name not in self._feeding:
+                self._sim.add_testbench(self._feeder(name), background=True)
+                self._feeding.add(name)
+        if not self._collecting:
+            self._sim.add_testbench(self._collector)
+            self._collecting = True
+        self._ran = True
+        if vcd:
+            with self._sim.write_vcd(vcd):
+                _with_stack_room(self._sim.run)
+        else:
+            _with_stack_room(self._sim.run)
+        return self._job.collected
+
+    # The testbenches read the current job: they are added once and restart with every reset.
+    # They set a port only when its value changes: each ``ctx.set`` makes the simulator settle
+    # the design once more. Valid stays high from one payload to the next unless a gap comes
+    # between them; the random draws are those of setting it every time.
+    def _feeder(self, name):
+        port, domain = _port(self._component, name), self._domain
+
         async def feeder(ctx):
-            while not state["setup"]:
+            job = self._job
+            if name not in job.inputs:
+                return
+            while not job.setup_done:
                 await ctx.tick(domain)
             valid = False
-            for payload in payloads:
-                while rng.random() >= valid_prob:
+            for payload in job.inputs[name]:
+                while job.rng.random() >= job.valid_prob:
                     if valid:
                         ctx.set(port.valid, 0)
                         valid = False
@@ -123,19 +173,22 @@ def run_stream(component, inputs, outputs, *, setup=None, valid_prob=1.0, ready_
                 ctx.set(port.valid, 0)
         return feeder
 
-    async def collector(ctx):
-        if setup is not None:
-            await setup(ctx)
-        state["setup"] = True
+    async def _collector(self, ctx):
+        job, domain = self._job, self._domain
+        outputs, collected, rng = job.outputs, job.collected, job.rng
+        out_ports = {name: _port(self._component, name) for name in outputs}
+        if job.setup is not None:
+            await job.setup(ctx)
+        job.setup_done = True
         pending = {name: None for name in out_ports}
         ready = {name: None for name in out_ports}
-        for _ in range(max_cycles):
+        for _ in range(job.max_cycles):
             if all(len(collected[n]) >= outputs[n] for n in outputs):
-                state["done"] = True
                 return
             accept = {}
             for name, port in out_ports.items():
-                accept[name] = len(collected[name]) < outputs[name] and rng.random() < ready_prob
+                accept[name] = (len(collected[name]) < outputs[name]
+                                and rng.random() < job.ready_prob)
                 if accept[name] != ready[name]:
                     ready[name] = accept[name]
                     ctx.set(port.ready, accept[name])
@@ -160,16 +213,50 @@ def run_stream(component, inputs, outputs, *, setup=None, valid_prob=1.0, ready_
                 elif valid:
                     pending[name] = payload
             # (valid, payload) are compared in the next iteration's sample of this cycle.
-        raise TimeoutError(f"{type(component).__name__}: expected {outputs}, got "
+        raise TimeoutError(f"{type(self._component).__name__}: expected {outputs}, got "
                            f"{ {n: len(v) for n, v in collected.items()} } "
-                           f"after {max_cycles} cycles")
+                           f"after {job.max_cycles} cycles")
 
-    for name, port in in_ports.items():
-        sim.add_testbench(make_feeder(name, port, list(inputs[name])), background=True)
-    sim.add_testbench(collector)
-    if vcd:
-        with sim.write_vcd(vcd):
-            sim.run()
-    else:
-        sim.run()
-    return collected
+
+class _Job:
+    def __init__(self, inputs, outputs, setup, valid_prob, ready_prob, seed, max_cycles):
+        self.inputs, self.outputs, self.setup = inputs, outputs, setup
+        self.valid_prob, self.ready_prob = valid_prob, ready_prob
+        self.rng = random.Random(seed)
+        self.max_cycles = max_cycles
+        self.collected = {name: [] for name in outputs}
+        self.setup_done = setup is None
+
+
+_BALLAST = []
+
+
+def _with_stack_room(call):
+    """``call()`` from a frame of 65,536 locals (512 KiB, never written: about 0.3 ms).
+
+    The simulator runs a block as Python functions with a local per signal (8 KiB and more for
+    a lane-parallel block). CPython 3.11 keeps frames in 16 KiB chunks: a frame that does not
+    fit in the current chunk gets a chunk of its own, mapped when the frame is entered and
+    unmapped when it returns. When the stack happens to end near a chunk's end, as it does under
+    pytest-xdist, that is every simulated cycle (the quantiser's f16 tests: 1.2 million page
+    faults, 7x the CPU time). This frame starts a chunk of 1 MiB whose other half holds the
+    simulator's frames."""
+    if not _BALLAST:
+        names = " = ".join(f"_{k}" for k in range(1 << 16))
+        namespace = {}
+        exec(f"def ballast(call):\n    if False:\n        {names} = None\n    return call()\n",
+             namespace)
+        _BALLAST.append(namespace["ballast"])
+    return _BALLAST[0](call)
+
+
+def run_stream(component, inputs, outputs, *, setup=None, valid_prob=1.0, ready_prob=1.0,
+               seed=0, max_cycles=None, vcd=None, domain="sync"):
+    """Simulate ``component``, feed ``inputs`` and collect ``outputs``: one job on a
+    :class:`StreamBench` of its own (see :meth:`StreamBench.run` for the arguments, the result
+    and the errors)."""
+    if not (0 < valid_prob <= 1 and 0 < ready_prob <= 1):
+        raise ValueError("valid_prob and ready_prob must be in (0, 1]")
+    return StreamBench(component, domain=domain).run(
+        inputs, outputs, setup=setup, valid_prob=valid_prob, ready_prob=ready_prob, seed=seed,
+        max_cycles=max_cycles, vcd=vcd)

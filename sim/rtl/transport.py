@@ -89,7 +89,6 @@ class SimulatedSerial:
         self.timeout_cycles = timeout_cycles
         self.cycles = 0
         self.leds = 0
-        self._time = 0
         self._tx = collections.deque()   # host -> device
         self._rx = collections.deque()   # device -> host
         self._line = collections.deque()  # UART level: rx line levels still to drive
@@ -180,13 +179,18 @@ class SimulatedSerial:
                 rx_k = -1
 
     # -- pyserial-like API -----------------------------------------------------------------
-    def _run(self, cycles):
+    def _run(self, cycles, until=None):
+        """Simulate ``cycles`` clock cycles, or fewer: up to the first cycle after which
+        ``until()`` holds (checked before each cycle, as ``ByteStreamSim.run`` does in C++)."""
         if self._cx is not None:
             self._cx.run(cycles)
             self._sync_cx()
             return
-        self._time += cycles
-        self._sim.run_until(self._time * _PERIOD)
+        # The testbench counts the cycles: one ``advance`` is one event (a clock edge, a
+        # testbench step), and the count moves once the testbench has seen the cycle's edge.
+        end = self.cycles + cycles
+        while self.cycles < end and not (until is not None and until()):
+            self._sim.advance()
 
     def _sync_cx(self):
         self.cycles = self._cx.cycles
@@ -206,26 +210,23 @@ class SimulatedSerial:
         """Run until every queued byte has been sent (byte level: taken by the device; UART
         level: its stop bit driven on ``rx``)."""
         if self._cx is not None:
-            self._cx.run(1 << 62, step=16, until_tx_empty=True)
+            self._cx.run(1 << 62, step=1, until_tx_empty=True)
             self._sync_cx()
             return
-        while self._tx or self._line:
-            self._run(16)
+        self._run(1 << 62, until=lambda: not (self._tx or self._line))
 
     def read(self, n=1, timeout_cycles=None):
-        """Run until ``n`` bytes arrived or ``timeout_cycles`` passed; return the bytes read."""
+        """Run until ``n`` bytes arrived (to the cycle the ``n``-th came out of the top) or
+        ``timeout_cycles`` passed; return the bytes read."""
         self._check_open()
         if timeout_cycles is None:
             timeout_cycles = self.timeout_cycles
-        deadline = self.cycles + timeout_cycles
-        step = 64 if self.level == "byte" else 16 * self.top.divisor
         if self._cx is not None:
-            # The same chunked loop as below, run in C++.
-            self._cx.run(max(deadline - self.cycles, 0), step=step, rx_target=n)
+            # The same loop as below, run in C++: the condition checked before every cycle.
+            self._cx.run(max(timeout_cycles, 0), step=1, rx_target=n)
             self._sync_cx()
             return self._cx.read(n)
-        while len(self._rx) < n and self.cycles < deadline:
-            self._run(min(step, deadline - self.cycles))
+        self._run(max(timeout_cycles, 0), until=lambda: len(self._rx) >= n)
         k = min(n, len(self._rx))
         return bytes(self._rx.popleft() for _ in range(k))
 

@@ -9,6 +9,15 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Bytecode: with PYTHONDONTWRITEBYTECODE set (as on the project's machines), every process of
+# the run (each pytest-xdist worker, each `lowbit` and cocotb subprocess) would compile lowbit
+# and rewrite the tests' asserts anew, about 7 CPU-s a worker. The suite writes the bytecode of
+# the checkout's own files (site-packages have theirs from pip) into `__pycache__` folders,
+# which .gitignore keeps out of the repository, and the processes it starts do too.
+if sys.dont_write_bytecode:
+    sys.dont_write_bytecode = False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 # The tests import lowbit.hw, lowbit.sim and lowbit.boards. `pip install -e .` maps them onto
 # this checkout; without an install, the checkout's root is loaded as the package `lowbit` here
 # (the same mapping as pyproject.toml's package-dir), so a bare clone still runs its tests.
@@ -69,6 +78,16 @@ def pytest_runtest_setup(item):
         missing_tool(mark.args[0] if mark.args else mark.kwargs.get("reason"))
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _module_stream_simulators():
+    """The blocks and stream benches that tests/streams.py keeps live as long as the test
+    module: a worker of pytest-xdist runs many modules, and its memory would hold them all."""
+    yield
+    streams = sys.modules.get("streams")
+    if streams is not None:
+        streams.clear()
+
+
 # -- reproducible random inputs ----------------------------------------------------------------
 
 def stable_seed(*key):
@@ -125,10 +144,13 @@ _ROTATED = pytest.StashKey[list]()
 #: long file collected last (the gate-level test, one place and route and minutes of Icarus)
 #: cannot leave the other workers idle at the end. The slow run's files by their CPU time in
 #: session 14 (``--durations``: gate-level 410 s in one test, the boards' builds ~360 s,
-#: quantiser RTL ~420, sequencer ~340, driver ~230, formal ~170, cocotb ~150); the rest keep
-#: their order.
+#: quantiser RTL ~420, sequencer ~340, driver ~230, formal ~170, cocotb ~150), then the quick
+#: suite's other long files of session 18 (``--durations=0`` under ``-n auto``, seconds:
+#: cocotb 29, sequencer 29, driver 18, explore 18, BFP RTL 17, formal 16, quantiser RTL 15,
+#: demo 15, top 13); the rest keep their order.
 LONG_FIRST = ("test_gatelevel.py", "test_boards.py", "test_quantiser_rtl.py", "test_sequencer.py",
-              "test_driver.py", "test_formal.py", "test_cocotb.py")
+              "test_driver.py", "test_formal.py", "test_cocotb.py", "test_explore.py",
+              "test_bfp_rtl.py", "test_demo.py", "test_top.py")
 
 
 def long_first(items):

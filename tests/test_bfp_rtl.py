@@ -8,6 +8,7 @@ import pytest
 from amaranth.back import rtlil
 from amaranth.hdl import Array, Module, Mux, Signal
 from amaranth.lib import wiring
+from streams import cached, run_stream
 
 from lowbit.hw.bfp import BFPColumn, ExpMode, column_widths
 from lowbit.hw.common import ROUNDING_NAMES, Rounding
@@ -15,7 +16,6 @@ from lowbit.hw.registry import build_block
 from lowbit.sim.bfp import nan_exponent, quantise
 from lowbit.sim.bfp_column import ColumnModel
 from lowbit.sim.bfp_ops import add
-from lowbit.sim.rtl.harness import run_stream
 from lowbit.sim.vectors import bfp_tie_job
 
 ROUNDING = {name: member for member, name in ROUNDING_NAMES.items()}
@@ -160,7 +160,7 @@ def run_model(model, jobs, *, bias=False, **kwargs):
 
 
 def check(params, jobs, **kwargs):
-    col = BFPColumn(**params)
+    col = cached(BFPColumn, **params)
     model = ColumnModel(**{k: v for k, v in params.items() if k not in HW_ONLY})
     sim_kwargs = {k: kwargs.pop(k) for k in ("seed", "valid_prob", "ready_prob") if k in kwargs}
     got = run_rtl(col, jobs, **kwargs, **sim_kwargs)
@@ -623,7 +623,7 @@ def test_exact_ties(column, rounding):
                             offset=3 * j + k)
                 for j, d in enumerate(run["dropped"])]
         seen |= tie_kinds(jobs)
-        got = run_rtl(BFPColumn(**params), jobs, width=width, rounding=rounding,
+        got = run_rtl(cached(BFPColumn, **params), jobs, width=width, rounding=rounding,
                       exp_mode=run["exp_mode"], fixed_exp=e4, bias=bias, valid_prob=0.8,
                       ready_prob=0.7, seed=k, feed_rand=effective == "stochastic")
         want = run_model(ColumnModel(**model_params), jobs, width=width, rounding=effective,
@@ -637,7 +637,7 @@ def test_exact_ties(column, rounding):
         jobs, exps, events = predicted_tie_jobs(rng, ColumnModel(**model_params), width=8,
                                                 rounding=effective)
         assert events == ["max"] + ["predicted"] * (len(jobs) - 1)
-        got = run_rtl(BFPColumn(**params), jobs, rounding=rounding, exp_mode="predicted",
+        got = run_rtl(cached(BFPColumn, **params), jobs, rounding=rounding, exp_mode="predicted",
                       valid_prob=0.8, ready_prob=0.7, feed_rand=effective == "stochastic")
         assert got == [(tie_expected(job, 8, effective), e) for job, e in
                        zip(jobs, exps, strict=True)]
@@ -853,7 +853,7 @@ def test_table1_add_and_subtract_on_the_column(width, exp_bits, rounding):
         jobs = [{"w_m": w, "w_e": np.zeros((n, 1), np.int64), "x_m": b_m[k],
                  "x_e": b_e[k:k + 1], "b_m": a_m[k], "b_e": np.repeat(a_e[k], n),
                  "rand": rand[k]} for k in range(blocks)]
-        got = run_rtl(BFPColumn(**params), jobs, rounding=rounding, bias=True,
+        got = run_rtl(cached(BFPColumn, **params), jobs, rounding=rounding, bias=True,
                       valid_prob=0.8, ready_prob=0.7, seed=int(subtract))
         m, e = add(a_m, a_e, b_m, b_e, width=width, exp_bits=exp_bits, rounding=rounding,
                    rand=rand, subtract=subtract)
@@ -886,7 +886,7 @@ def test_pipelined_combiner_matches_model(lanes, stable_seed):
     jobs[2]["x_e"][:] = -45
     model = ColumnModel(**params)
     for kwargs in ({"valid_prob": 0.8, "ready_prob": 0.7, "seed": 3}, {}):
-        col = BFPColumn(**params, **LITE, pipelined_combiner=True)
+        col = cached(BFPColumn, **params, **LITE, pipelined_combiner=True)
         assert col.pipelined_combiner
         got = run_rtl(col, jobs, bias=True, **kwargs)
         assert got == run_model(model, jobs, bias=True)

@@ -270,26 +270,36 @@ def test_flash_without_programmer(tmp_path, monkeypatch):
     assert f"programmer '{env_tool}' not found" in r.stderr
 
 
-@pytest.mark.parametrize("block", [
-    # The top (most of the blocks inside) in the quick suite; each block alone with -m slow.
-    b if b == "top" else pytest.param(b, marks=pytest.mark.slow) for b in BLOCKS])
-def test_verilog_of_every_block_parses_in_iverilog(block, tmp_path, require_tool):
-    out = tmp_path / f"{block}.v"
-    r = lowbit("verilog", block, "-o", str(out))
-    assert r.returncode == 0, r.stderr
-    text = out.read_text()
-    assert f"module lowbit_{block}" in text
+def _parses_in_iverilog(path, require_tool):
     require_tool(None if shutil.which("iverilog") else
                  "iverilog is not installed (apt-get install iverilog; .ci/run installs it)")
-    r = subprocess.run(["iverilog", "-g2012", "-o", str(tmp_path / "a.out"), str(out)],
+    r = subprocess.run(["iverilog", "-g2012", "-o", str(path.with_suffix(".vvp")), str(path)],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
 
 
-def test_verilog_to_stdout():
+# Slow: the quick suite parses the top (most of the blocks inside) in test_verilog_to_stdout.
+@pytest.mark.slow
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_verilog_of_every_block_parses_in_iverilog(block, tmp_path, require_tool):
+    out = tmp_path / f"{block}.v"
+    r = lowbit("verilog", block, "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert f"module lowbit_{block}" in out.read_text()
+    _parses_in_iverilog(out, require_tool)
+
+
+def test_verilog_to_stdout(tmp_path, require_tool):
+    """``lowbit verilog`` writes the top to stdout; Icarus parses it, and every ``always @*``
+    block in it reads a signal (test_cocotb.py's scan)."""
+    from test_cocotb import constant_only_processes
     r = lowbit("verilog")
     assert r.returncode == 0, r.stderr
     assert "module lowbit_top" in r.stdout
+    assert constant_only_processes(r.stdout) == []
+    out = tmp_path / "top.v"
+    out.write_text(r.stdout)
+    _parses_in_iverilog(out, require_tool)
 
 
 def _report(lcs_used):

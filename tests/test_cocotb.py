@@ -96,7 +96,11 @@ def top_job(params, seed, n, baud_error=0.0):
                 timeout_bits=component.timeout_bits, seed=seed, baud_error=baud_error)
 
 
+# Slow: the quick suite runs the same vectors through the top's Verilog at a fractional period
+# (test_top_uart_verilog_fast_rates[9/2-2%]) and a whole period through the top with the
+# sequencer (test_top_sequencer_uart_verilog).
 @needs_sim
+@pytest.mark.slow
 def test_top_uart_verilog(tmp_path):
     cr.run_bench("top", TOP_PARAMS, "tb_top", top_job(TOP_PARAMS, 0, 12), tmp_path)
 
@@ -137,9 +141,13 @@ def test_uart_ddr_verilog(tmp_path, clk_freq, baud, baud_error):
 
 
 # The boards' fast rates, the host 2 % off, requests back to back at full line rate (the next
-# request right after the reply), through the generated Verilog of the whole top.
+# request right after the reply), through the generated Verilog of the whole top. Slow: the quick
+# suite runs a fractional rate through the UART's Verilog (test_uart_verilog[25000000-...]),
+# the top's Verilog over UART with the sequencer (test_top_sequencer_uart_verilog), and frames
+# back to back at line rate through the top in Amaranth (test_top.py).
 FAST_TOPS = [
-    pytest.param(dict(TOP_PARAMS, clk_freq=18_000_000, baud=4_000_000), -0.02, id="9/2-2%"),
+    pytest.param(dict(TOP_PARAMS, clk_freq=18_000_000, baud=4_000_000), -0.02, id="9/2-2%",
+                 marks=pytest.mark.slow),
     pytest.param(dict(TOP_PARAMS, clk_freq=25_000_000, baud=3_000_000), 0.02, id="25/3+2%",
                  marks=pytest.mark.slow),
     pytest.param(dict(TOP_PARAMS, clk_freq=12_000_000, baud=4_000_000), 0.02, id="3+2%",
@@ -422,20 +430,18 @@ def _arith_in_amaranth(component, phases, *, seed=0):
     return results
 
 
+# Slow: the quick suite checks the column in Amaranth's simulator against the same model, on the
+# same configuration and the same kinds of cases, in tests/test_bfp_rtl.py (SMALL).
+@pytest.mark.slow
 @pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("name,every", [
-    ("bfp", 2),                              # the quick suite's case; the others -m slow
-    pytest.param("bfp-lite", 1, marks=pytest.mark.slow),
-    pytest.param("discrete", 1, marks=pytest.mark.slow),
-    pytest.param("quantiser", 4, marks=pytest.mark.slow),
-    pytest.param("bfp", 1, marks=pytest.mark.slow),
-    pytest.param("quantiser", 1, marks=[pytest.mark.slow, pytest.mark.heavy]),
-    pytest.param("quantiser-fixed", 1, marks=pytest.mark.slow),
+    ("bfp", 2), ("bfp-lite", 1), ("discrete", 1), ("quantiser", 4), ("bfp", 1),
+    pytest.param("quantiser", 1, marks=pytest.mark.heavy), ("quantiser-fixed", 1),
 ])
 def test_arith_vectors_in_amaranth(name, every):
     """The vectors of ``test_arith_verilog`` pass in Amaranth's simulator too, so a failure
     in Icarus points at the Verilog path, not at the vectors (the column's every second and the
-    quantiser's every fourth case by default, all of them in the slow run)."""
+    quantiser's every fourth case, and all of them)."""
     component, vec, _, _, _ = arith_job(name, 0)
     vec = dict(vec, cases=vec["cases"][::every])
     phases = ARITH[name][2](component, vec)
@@ -610,7 +616,7 @@ def icarus_warnings(tmp_path, text):
 
 
 @needs_sim
-@pytest.mark.parametrize("fmt", ["f16", "f32"])
+@pytest.mark.parametrize("fmt", [pytest.param("f16", marks=pytest.mark.slow), "f32"])
 def test_floatmac_verilog_icarus_triggers_every_process(tmp_path, fmt):
     """Icarus itself agrees: it warns about an ``always @*`` that can never trigger for the
     pattern FloatMAC had (negative control), and not for FloatMAC's Verilog."""
@@ -620,8 +626,10 @@ def test_floatmac_verilog_icarus_triggers_every_process(tmp_path, fmt):
     assert "found no sensitivities" not in icarus_warnings(tmp_path, text)
 
 
-@pytest.mark.parametrize("block", [b if b == "top" else pytest.param(b, marks=pytest.mark.slow)
-                                   for b in block_names()])
+# Slow: the quick suite scans the top's (most of the blocks inside) in
+# test_cli.py::test_verilog_to_stdout.
+@pytest.mark.slow
+@pytest.mark.parametrize("block", block_names())
 def test_registry_verilog_has_no_constant_only_process(block):
     """Every block as ``lowbit verilog BLOCK`` builds it on defaults."""
     _, text = cr.generate_verilog(block, {})
@@ -661,14 +669,13 @@ def test_floatmac_verilog(tmp_path, fmt):
     cr.run_bench("floatmac", params, "tb_floatmac", job, tmp_path)
 
 
-@pytest.mark.parametrize("fmt,every", [
-    pytest.param("f16", 2, marks=pytest.mark.slow), ("f32", 2),
-    pytest.param("f16", 1, marks=pytest.mark.slow),
-    pytest.param("f32", 1, marks=pytest.mark.slow),
-])
+# Slow: the quick suite checks FloatMAC in Amaranth's simulator against the same model on every
+# pair of edge values, random products and the adder's cases in tests/test_floatmac.py (f32).
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt,every", [("f16", 2), ("f32", 2), ("f16", 1), ("f32", 1)])
 def test_floatmac_vectors_in_amaranth(fmt, every):
     """The same FloatMAC vectors through Amaranth's simulator (the edge pairs and every second
-    random case by default, all of them in the slow run)."""
+    random case, and all of them)."""
     component, vec, _, _ = floatmac_job(fmt, 0)
     vec = dict(vec, cases=vec["cases"][::every])
     phases = floatmac_phases(vec)
@@ -679,17 +686,21 @@ def test_floatmac_vectors_in_amaranth(fmt, every):
 @needs_sim
 def test_floatmac_bench_catches_a_wrong_vector(tmp_path):
     """Negative control: one flipped expected bit of an edge-pair product fails the bench."""
-    _, _, job, params = floatmac_job("f16", 0)
+    _, _, job, params = floatmac_job("f32", 0)
     job["phases"][0]["outputs"]["o"][7] ^= 1 << 16
     with pytest.raises(AssertionError, match=r"phase 0 o: 1 of \d+ beats differ, first #7"):
         cr.run_bench("floatmac", params, "tb_floatmac", job, tmp_path)
 
 
-# The fastest UART, as TOP_PARAMS.
-TOP_SEQ_PARAMS = {"clk_freq": 8_000_000, "baud": 2_000_000, "scratch_bytes": 2048,
+# The fastest UART (divisor 3, uart.MIN_DIVISOR) and the engines the sequencer vectors use (the
+# BFP column, the LUT): Icarus runs this top about 1.4 times as fast as with the discrete unit,
+# the quantiser and the grand unit beside them (TOP_SEQ_EVERY_ENGINE, -m slow).
+TOP_SEQ_PARAMS = {"clk_freq": 6_000_000, "baud": 2_000_000, "scratch_bytes": 2048,
                   "frame_bytes": 256, "timeout_bits": 20, "simulation": True, "sequencer": True,
                   "matrix_lanes": 4, "block": 4, "max_blocks": 4, "weight_depth": 64,
-                  "lanes": 2, "lut_tables": 2}
+                  "lanes": 2, "lut_tables": 2, "discrete": False, "quantiser": False,
+                  "grand": False}
+TOP_SEQ_EVERY_ENGINE = dict(TOP_SEQ_PARAMS, discrete=True, quantiser=True, grand=True)
 
 
 def test_top_seq_vectors_cover_the_program():
@@ -713,7 +724,10 @@ def test_top_seq_vectors_cover_the_program():
 
 
 @needs_sim
-def test_top_sequencer_uart_verilog(tmp_path):
+@pytest.mark.parametrize("params", [
+    pytest.param(TOP_SEQ_PARAMS, id="bfp-lut"),
+    pytest.param(TOP_SEQ_EVERY_ENGINE, id="every-engine", marks=pytest.mark.slow)])
+def test_top_sequencer_uart_verilog(tmp_path, params):
     """The top with the sequencer, over UART frames: MEM_WRITE a layer and programs, RUN them
     (MATVEC with bias, LUT, CONFIG, HALT; stochastic rounding; LIMIT; BAD_ADDRESS) and
     MEM_READ the results, all replies equal to DeviceModel's (RUN: status, pc, executed; the
@@ -722,11 +736,11 @@ def test_top_sequencer_uart_verilog(tmp_path):
     import struct
 
     from lowbit.sim.link import decode_reply
-    component, _ = cr.generate_verilog("top", TOP_SEQ_PARAMS)
-    vec = vectors.top_seq_vectors(params=TOP_SEQ_PARAMS, seed=0)
+    component, _ = cr.generate_verilog("top", params)
+    vec = vectors.top_seq_vectors(params=params, seed=0)
     job = dict(vec, divisor=component.divisor, timeout_bits=component.timeout_bits,
                run_cycles=20_000)
-    cr.run_bench("top", TOP_SEQ_PARAMS, "tb_top_seq", job, tmp_path)
+    cr.run_bench("top", params, "tb_top_seq", job, tmp_path)
     replies = json.loads((tmp_path / "received.json").read_text())
     for event, got in zip(vec["events"], replies, strict=True):
         if event.get("run"):

@@ -9,6 +9,7 @@ import pytest
 from amaranth.back import rtlil
 from amaranth.hdl import Fragment
 from amaranth.lib import wiring
+from streams import cached, run_stream
 
 from lowbit.hw.discrete import CodeEntry, DiscreteOp, DiscreteUnit
 from lowbit.hw.registry import build_block
@@ -23,7 +24,6 @@ from lowbit.sim.discrete import (
     matvec_t,
     mul_cd,
 )
-from lowbit.sim.rtl.harness import run_stream
 
 
 def random_book(rng, n):
@@ -136,7 +136,7 @@ def test_no_multiplier_in_netlist():
 @pytest.mark.parametrize("op", [DiscreteOp.MUL, DiscreteOp.DIV])
 def test_shift_exhaustive_8bit(n, op):
     rng = np.random.default_rng(10 * n + op.value)
-    dut = DiscreteUnit(lanes=4, width=8, code_bits=n)
+    dut = cached(DiscreteUnit, lanes=4, width=8, code_bits=n)
     fmt = SMFormat(8, 0)
     model = mul_cd if op == DiscreteOp.MUL else div_cd
     x, c = all_pairs(8, n, dut.lanes)
@@ -152,7 +152,7 @@ def test_shift_exhaustive_narrow(width):
     # Shifts longer than the magnitude: right shifts give zero, left shifts saturate any
     # nonzero magnitude.
     rng = np.random.default_rng(width)
-    dut = DiscreteUnit(lanes=2, width=width, code_bits=3)
+    dut = cached(DiscreteUnit, lanes=2, width=width, code_bits=3)
     fmt = SMFormat(width, 1)
     x, c = all_pairs(width, 3, dut.lanes)
     book = CodeBook(3, [(0, 0, 7), (1, 1, 7), (0, 1, 5), (1, 0, 4), (0, 1, 3), (1, 0, 2),
@@ -164,7 +164,7 @@ def test_shift_exhaustive_narrow(width):
 
 def test_seed_examples_in_gateware():
     book = CodeBook(2, [(1, 0, 0), (1, 0, 1), (1, 1, 1), (0, 0, 0)])
-    dut = DiscreteUnit(lanes=1, width=8, code_bits=2)
+    dut = cached(DiscreteUnit, lanes=1, width=8, code_bits=2)
     y, _ = run_rtl(dut, DiscreteOp.MUL, [0b00010000], [0b01], book)
     assert y.tolist() == [[0b10001000]]
     y, _ = run_rtl(dut, DiscreteOp.DIV, [0b00010000], [0b10], book)
@@ -174,7 +174,7 @@ def test_seed_examples_in_gateware():
 @pytest.mark.parametrize("op", [DiscreteOp.MUL, DiscreteOp.DIV])
 def test_shift_random_16bit(op):
     rng = np.random.default_rng(20 + op.value)
-    dut = DiscreteUnit(lanes=3, width=16, code_bits=3)
+    dut = cached(DiscreteUnit, lanes=3, width=16, code_bits=3)
     fmt = SMFormat(16, 8)
     model = mul_cd if op == DiscreteOp.MUL else div_cd
     book = random_book(rng, 3)
@@ -191,7 +191,7 @@ def test_shift_random_16bit(op):
 @pytest.mark.parametrize("n", [1, 2, 3])
 def test_lut_exhaustive(n):
     rng = np.random.default_rng(30 + n)
-    dut = DiscreteUnit(lanes=4, width=8, code_bits=n)
+    dut = cached(DiscreteUnit, lanes=4, width=8, code_bits=n)
     fmt = SMFormat(8, 3)
     book = CodeBook.default(n) if n != 2 else random_book(rng, n)
     tables = {t: dd_table(book, name, fmt) for t, name in enumerate(DD_OPS)}
@@ -208,7 +208,7 @@ def test_lut_exhaustive(n):
 
 def test_without_tables_lut_mode_gives_zero():
     rng = np.random.default_rng(35)
-    dut = DiscreteUnit(lanes=2, width=8, code_bits=2, tables=False)
+    dut = cached(DiscreteUnit, lanes=2, width=8, code_bits=2, tables=False)
     x = rng.integers(0, 256, (20, 2))
     c = rng.integers(0, 4, (20, 2))
     y, acc = run_rtl(dut, DiscreteOp.LUT, x, c, CodeBook.default(2))
@@ -240,7 +240,7 @@ def dot_beats(dut, vectors):
 ])
 def test_dot_saturating(n, width, acc_width, lanes):
     rng = np.random.default_rng(40 + n + acc_width)
-    dut = DiscreteUnit(lanes=lanes, width=width, code_bits=n, acc_width=acc_width)
+    dut = cached(DiscreteUnit, lanes=lanes, width=width, code_bits=n, acc_width=acc_width)
     fmt = SMFormat(width, 4)
     book = random_book(rng, n)
     vectors = [(rng.integers(0, 1 << width, k), rng.integers(0, 1 << n, k))
@@ -268,7 +268,7 @@ def test_dot_saturating(n, width, acc_width, lanes):
 
 def test_matvec_and_transpose():
     rng = np.random.default_rng(50)
-    dut = DiscreteUnit(lanes=4, width=8, code_bits=2, acc_width=14)
+    dut = cached(DiscreteUnit, lanes=4, width=8, code_bits=2, acc_width=14)
     fmt = SMFormat(8, 4)
     book = CodeBook.default(2)
     w = rng.integers(0, 4, (5, 10))
@@ -292,7 +292,7 @@ def test_matvec_and_transpose():
 def test_full_throughput_without_backpressure():
     # With valid and ready always high, one beat per cycle: the stream finishes in time.
     rng = np.random.default_rng(60)
-    dut = DiscreteUnit(lanes=2, width=8, code_bits=1)
+    dut = cached(DiscreteUnit, lanes=2, width=8, code_bits=1)
     book = CodeBook.default(1)
     x = rng.integers(0, 256, (300, 2))
     c = rng.integers(0, 2, (300, 2))

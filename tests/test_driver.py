@@ -390,8 +390,10 @@ def test_reply_faults():
 
 
 def test_uart_level_driver():
-    """The same driver through the real UART of the simulated top (1 Mbaud, 12 MHz)."""
-    acc = Accelerator.simulated(level="uart", baud_error=0.02, **PARAMS)
+    """The same driver through the real UART of the simulated top (4 Mbaud at 12 MHz, the
+    UART's smallest divisor, 3: the fewest simulated cycles a byte; the host 2 % fast)."""
+    acc = Accelerator.simulated(level="uart", baud_error=0.02, baud=4_000_000, **PARAMS)
+    assert acc.port.top.divisor == 3
     assert acc.identity.scratch_bytes == 512
     acc.write_mem(100, np.array([1, -2, 3], dtype=np.int8))
     assert acc.read_mem(100, 3, dtype=np.int8).tolist() == [1, -2, 3]
@@ -927,7 +929,7 @@ def _random_program(rng):
 
 def _differential(hw, seed, trials):
     """Random programs on the real top and on the model: equal RUN outcomes (status, pc,
-    executed) and equal scratchpads after every program."""
+    executed, the matrix engine's busy cycles) and equal scratchpads after every program."""
     rng = np.random.default_rng(seed)
     model = Accelerator.model(**_DIFF)
     image = rng.integers(0, 256, _DIFF["scratch_bytes"], dtype=np.uint8)
@@ -951,7 +953,7 @@ def _differential(hw, seed, trials):
                 r = acc.run(0, 100)
             except RunError as e:
                 r = e.result
-            outcome.append((r.status, r.pc, r.executed))
+            outcome.append((r.status, r.pc, r.executed, r.busy))
         assert outcome[0] == outcome[1], (trial, [str(i) for i in prog])
         assert np.array_equal(hw.read_mem(0, _DIFF["scratch_bytes"]),
                               model.read_mem(0, _DIFF["scratch_bytes"])), \
@@ -963,7 +965,7 @@ def diff_acc():
     """The real top for the random programs; the 2 KB scratchpad image and its reads after
     every program take the simulator's backdoor (tests/backdoor.py), the programs, registers,
     tables, weights' LOADW and RUN the link. Whole scratchpads after random programs through
-    MEM_READ: ``test_sequencer.py::test_random_programs_vs_device_model``."""
+    MEM_READ: ``test_sequencer.py::test_random_programs_vs_device_model`` (slow)."""
     acc = Accelerator.simulated(**_DIFF)
     acc.port = FastMemoryPort(acc.port)
     assert acc.has_engine("sequencer"), "IDENTIFY's engine bit 5 (sequencer) is clear"

@@ -30,7 +30,8 @@ def exchange(port, model, opcode, payload=b""):
     return L.decode_reply(got)
 
 
-@pytest.mark.parametrize("lanes", [1, 3])
+# One lane with -m slow; test_cxxrtl.py's session loads and applies a table on a one-lane top.
+@pytest.mark.parametrize("lanes", [pytest.param(1, marks=pytest.mark.slow), 3])
 def test_lut_load_and_apply_every_code(lanes):
     port, model = make(lanes=lanes, lut_tables=2)
     qi = Quant(scale=0.05, zero_point=-3)

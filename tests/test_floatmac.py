@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from amaranth.back import rtlil
 from amaranth.sim import Simulator
+from streams import cached, run_stream
 
 from lowbit.hw.floatmac import FloatMAC
 from lowbit.sim.floatmac import FORMATS, fadd, float_mac, flush_inputs, fmul, from_bits, to_bits
-from lowbit.sim.rtl.harness import run_stream
 
 F16, F32 = FORMATS["f16"], FORMATS["f32"]
 
@@ -233,7 +233,7 @@ def test_rtl_random_and_edges(fmt, k):
     nprod, n = 300 // k, 4
     w = random_operands(rng, f, (nprod, k, n))
     x = random_operands(rng, f, (nprod, k))
-    got = run_rtl(FloatMAC(lanes=n, fmt=fmt, max_len=8), w, x, seed=k)
+    got = run_rtl(cached(FloatMAC, lanes=n, fmt=fmt, max_len=8), w, x, seed=k)
     np.testing.assert_array_equal(got, float_mac(w, x, fmt))
 
 
@@ -248,7 +248,7 @@ def test_rtl_products_of_corner_cases(fmt):
     x = np.resize(edges, len(w))
     w = np.concatenate([w, np.resize(pairs[:, 1], w.shape)])
     x = np.concatenate([x, np.resize(edges[::-1], len(x))])
-    got = run_rtl(FloatMAC(lanes=n, fmt=fmt), w[:, None, :], x[:, None], valid_prob=1,
+    got = run_rtl(cached(FloatMAC, lanes=n, fmt=fmt), w[:, None, :], x[:, None], valid_prob=1,
                   ready_prob=1)
     np.testing.assert_array_equal(got, float_mac(w[:, None, :], x[:, None], fmt))
 
@@ -272,7 +272,8 @@ def test_rtl_adder_alignment_and_cancellation(fmt):
     b = np.where(rng.random((nprod, n)) < 0.33, cancel, b)
     w = np.stack([a, b], axis=1)
     x = np.full((nprod, 2), f.bias << (p - 1))
-    got = run_rtl(FloatMAC(lanes=n, fmt=fmt), w, x, valid_prob=0.9, ready_prob=0.5, seed=3)
+    got = run_rtl(cached(FloatMAC, lanes=n, fmt=fmt), w, x, valid_prob=0.9, ready_prob=0.5,
+                  seed=3)
     np.testing.assert_array_equal(got, float_mac(w, x, fmt))
     np.testing.assert_array_equal(got, fadd(a, b, fmt))
 
@@ -280,7 +281,7 @@ def test_rtl_adder_alignment_and_cancellation(fmt):
 def test_rtl_length_change_between_runs_and_zero_length():
     f = F16
     rng = np.random.default_rng(7)
-    mac = FloatMAC(lanes=2, fmt="f16", max_len=3)
+    mac = cached(FloatMAC, lanes=2, fmt="f16", max_len=3)
     for k in (3, 1, 2):
         w = random_operands(rng, f, (6, k, 2))
         x = random_operands(rng, f, (6, k))
@@ -344,5 +345,5 @@ def test_rtl_long_run_16_lanes(fmt):
     rng = np.random.default_rng(11)
     w = random_operands(rng, f, (60, 32, 16))
     x = random_operands(rng, f, (60, 32))
-    got = run_rtl(FloatMAC(lanes=16, fmt=fmt, max_len=32), w, x, seed=11)
+    got = run_rtl(cached(FloatMAC, lanes=16, fmt=fmt, max_len=32), w, x, seed=11)
     np.testing.assert_array_equal(got, float_mac(w, x, fmt))

@@ -4,6 +4,7 @@ bit."""
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
+from streams import cached, run_stream
 
 from lowbit.hw.grand import GrandMode, GrandUnit
 from lowbit.hw.registry import build_block
@@ -16,7 +17,6 @@ from lowbit.sim.grand import (
     results_from_words,
 )
 from lowbit.sim.prng import Xoroshiro128aox, seed_lanes
-from lowbit.sim.rtl.harness import run_stream
 
 MODE_OF = dict(zip(MODES, [GrandMode.NORMAL, GrandMode.NORMAL_144, GrandMode.TRUNC_2SIGMA,
                            GrandMode.TRUNC_3SIGMA, GrandMode.UNIFORM, GrandMode.RAW],
@@ -69,7 +69,8 @@ def assert_model(got, seed, lanes, mode, n):
 ])
 def test_rtl_equals_model(mode, lanes, reset_seed, ready):
     n = (480 if mode == "normal144" else 2_000) // lanes
-    got = run_grand(GrandUnit(lanes=lanes, reset_seed=reset_seed), mode, n, ready_prob=ready)
+    got = run_grand(cached(GrandUnit, lanes=lanes, reset_seed=reset_seed), mode, n,
+                    ready_prob=ready)
     assert_model(got, reset_seed, lanes, mode, n)
 
 
@@ -81,8 +82,8 @@ def test_rtl_equals_model(mode, lanes, reset_seed, ready):
 def test_rtl_equals_model_10k_slow(mode, reset_seed):
     lanes = 8 if mode == "normal144" else 4
     n = 10_000 // lanes
-    got = run_grand(GrandUnit(lanes=lanes, reset_seed=reset_seed), mode, n, ready_prob=0.8,
-                    seed=reset_seed)
+    got = run_grand(cached(GrandUnit, lanes=lanes, reset_seed=reset_seed), mode, n,
+                    ready_prob=0.8, seed=reset_seed)
     assert_model(got, reset_seed, lanes, mode, n)
     if mode in ("trunc2", "trunc3"):
         # The uniform fallback was exercised (about 1 in 540 results: ~18 expected).
@@ -126,15 +127,15 @@ def test_rtl_truncated_fallback_paths():
 @pytest.mark.parametrize("lanes", [*(pytest.param(n, marks=pytest.mark.slow) for n in (1, 2, 4)),
                                    8])
 def test_rtl_lane_counts(lanes):
-    got = run_grand(GrandUnit(lanes=lanes, reset_seed=lanes), "normal", 150, ready_prob=0.5,
-                    seed=lanes)
+    got = run_grand(cached(GrandUnit, lanes=lanes, reset_seed=lanes), "normal", 150,
+                    ready_prob=0.5, seed=lanes)
     assert_model(got, lanes, lanes, "normal", 150)
 
 
 @pytest.mark.parametrize("mode", ["normal", *(pytest.param(m, marks=pytest.mark.slow)
                                               for m in ("trunc2", "normal144"))])
 def test_rtl_seed_load_at_run_time(mode):
-    dut = GrandUnit(lanes=2, reset_seed=0)
+    dut = cached(GrandUnit, lanes=2, reset_seed=0)
     n = 200 // WORDS_PER_RESULT[mode] + 5
     got = run_grand(dut, mode, n, load_seed=0xDEADBEEF, ready_prob=0.6, seed=3)
     assert_model(got, 0xDEADBEEF, 2, mode, n)
@@ -277,7 +278,7 @@ def test_rtl_mode_switch_takes_effect_at_a_result_boundary():
 
 def test_rtl_invalid_mode_codes_act_as_normal():
     for code in (6, 7):
-        got = run_grand(GrandUnit(lanes=2, reset_seed=8), code, 40)
+        got = run_grand(cached(GrandUnit, lanes=2, reset_seed=8), code, 40)
         assert_model(got, 8, 2, "normal", 40)
 
 

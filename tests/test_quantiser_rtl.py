@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 from amaranth.hdl import Fragment
 from amaranth.sim import Simulator
+from streams import cached, run_stream
 
 from lowbit.hw.common import Rounding
 from lowbit.hw.quantiser import Quantiser, QuantTarget
 from lowbit.sim import quantiser as mq
 from lowbit.sim.discrete import CodeBook
 from lowbit.sim.prng import Xoroshiro128aox
-from lowbit.sim.rtl.harness import run_stream
 
 ROUND = {"nearest": Rounding.NEAREST_EVEN, "zero": Rounding.TOWARD_ZERO,
          "stochastic": Rounding.STOCHASTIC}
@@ -180,7 +180,7 @@ INT8_CASES = [
     case if case == ("stochastic", 20, 4095, -128) else pytest.param(*case, marks=pytest.mark.slow)
     for case in INT8_CASES])
 def test_int8_f16_codes(rounding, shift, mult, zero):
-    check(Quantiser(lanes=8, mult_bits=12), SOME_F16, target="int8", rounding=rounding,
+    check(cached(Quantiser, lanes=8, mult_bits=12), SOME_F16, target="int8", rounding=rounding,
           shift=shift, mult=mult, zero=zero)
 
 
@@ -192,7 +192,7 @@ def test_int8_f16_codes(rounding, shift, mult, zero):
     case if case == ("zero", 9, 3001, -7) else pytest.param(*case, marks=pytest.mark.heavy)
     for case in INT8_CASES])
 def test_int8_every_f16_code(rounding, shift, mult, zero):
-    check(Quantiser(lanes=8, mult_bits=12), ALL_F16, target="int8", rounding=rounding,
+    check(cached(Quantiser, lanes=8, mult_bits=12), ALL_F16, target="int8", rounding=rounding,
           shift=shift, mult=mult, zero=zero)
 
 
@@ -218,7 +218,7 @@ def test_bfp_f16_codes(order, rounding, width, rule):
     """Sorted blocks include all-zero/subnormal-only blocks and NaN/Inf blocks; shuffled ones
     mix magnitudes."""
     codes = _order(np.sort(SOME_F16), order)
-    check(Quantiser(lanes=8, block=16, mult_bits=0), codes, rounding=rounding, width=width,
+    check(cached(Quantiser, lanes=8, block=16, mult_bits=0), codes, rounding=rounding, width=width,
           rule=rule)
 
 
@@ -228,8 +228,8 @@ def test_bfp_f16_codes(order, rounding, width, rule):
     case if case == BFP_CASES[0] else pytest.param(*case, marks=pytest.mark.heavy)
     for case in BFP_CASES])
 def test_bfp_every_f16_code(order, rounding, width, rule):
-    check(Quantiser(lanes=8, block=16, mult_bits=0), _order(ALL_F16, order), rounding=rounding,
-          width=width, rule=rule)
+    check(cached(Quantiser, lanes=8, block=16, mult_bits=0), _order(ALL_F16, order),
+          rounding=rounding, width=width, rule=rule)
 
 
 @pytest.mark.slow
@@ -240,7 +240,7 @@ def test_bfp_every_f16_code(order, rounding, width, rule):
 @pytest.mark.parametrize("width", [pytest.param(2, marks=pytest.mark.heavy), 7])
 def test_bfp_every_f16_code_all_modes(rounding, rule, width):
     codes = np.random.default_rng(width).permutation(ALL_F16)
-    check(Quantiser(lanes=8, block=16, mult_bits=0), codes, rounding=rounding, width=width,
+    check(cached(Quantiser, lanes=8, block=16, mult_bits=0), codes, rounding=rounding, width=width,
           rule=rule)
 
 
@@ -250,7 +250,7 @@ def test_bfp_ceil_boundaries(width):
     """Blocks whose maximum sits exactly on, just below and just above (2^(W-1)-1)·2^e for
     every W, including subnormal maxima, in both rules, at run-time width ``width`` (8 in the
     quick suite, 2, 3 and 5 with -m slow)."""
-    dut = Quantiser(lanes=2, block=4, mult_bits=0)
+    dut = cached(Quantiser, lanes=2, block=4, mult_bits=0)
     codes = []
     for w in range(2, 9):
         top = (1 << (w - 1)) - 1
@@ -285,8 +285,8 @@ def test_ceil_lop_every_block_maximum(width):
     """Exhaustive over the rule's input: 10-bit fixed point, one block per block maximum
     magnitude 0..512 (both signs, with smaller elements beside it), each of the three rules
     through one ``ceil_lop=True`` quantiser (nearest-even), bit for bit with the model."""
-    dut = Quantiser(fmt="fixed", width=10, frac_bits=3, lanes=4, block=4, exp_bits=6,
-                    mult_bits=0, code_bits=0, ceil_lop=True)
+    dut = cached(Quantiser, fmt="fixed", width=10, frac_bits=3, lanes=4, block=4, exp_bits=6,
+                 mult_bits=0, code_bits=0, ceil_lop=True)
     a = np.arange(513)
     sign = np.where(a % 2, -1, 1)
     blocks = np.stack([np.minimum(a, 511) * sign, -(a * 5 // 7), a // 3, -(a // 2)], axis=1)
@@ -304,8 +304,8 @@ def test_ceil_lop_f16_codes(order, rounding, width):
     """The f16 subset (zero, subnormal-only and NaN/Inf blocks when sorted), W up to 16 (the
     smallest exponent width that covers f16 at w_max = 16 is 7); code 3 acts as 2."""
     codes = _order(np.sort(SOME_F16), order)
-    dut = Quantiser(lanes=8, block=16, w_max=16, exp_bits=7, mult_bits=0, code_bits=0,
-                    ceil_lop=True)
+    dut = cached(Quantiser, lanes=8, block=16, w_max=16, exp_bits=7, mult_bits=0, code_bits=0,
+                 ceil_lop=True)
     check(dut, codes, rounding=rounding, width=width, rule="ceil_lop")
     if order == "sorted":
         check(dut, codes, rounding=rounding, width=width, rule="ceil_lop", rule_code=3)
@@ -318,8 +318,8 @@ def test_ceil_lop_power_of_two_boundaries(width):
     bit set beside the leading one) and one ulp below the next, for every exponent field,
     and subnormal maxima, both signs: the rule adds one exactly when the maximum is not a
     power of two."""
-    dut = Quantiser(lanes=4, block=4, w_max=16, exp_bits=7, mult_bits=0, code_bits=0,
-                    ceil_lop=True)
+    dut = cached(Quantiser, lanes=4, block=4, w_max=16, exp_bits=7, mult_bits=0, code_bits=0,
+                 ceil_lop=True)
     maxima = [(ex << 10) | frac for ex in range(1, 31) for frac in (0, 1, 0x3FF)]
     maxima += [1, 2, 3, 0x200, 0x201, 0x3FF]
     codes = [[c, 0x8000 | (c >> 1), c >> 3, 0] if k % 2 else [0x8000 | c, c >> 2, 1, 0x8001]
@@ -332,8 +332,8 @@ def test_ceil_lop_power_of_two_boundaries(width):
 def test_ceil_lop_seed_255():
     """Seed 002's 255 at W = 16: -6 / 0x3FC0 with ceil_lop, -7 / 0x7F80 with floor and ceil
     (16-bit fixed point, one fraction bit, the claim-29 5-bit exponent)."""
-    dut = Quantiser(fmt="fixed", width=16, frac_bits=1, lanes=2, block=2, w_max=16, exp_bits=5,
-                    mult_bits=0, code_bits=0, ceil_lop=True)
+    dut = cached(Quantiser, fmt="fixed", width=16, frac_bits=1, lanes=2, block=2, w_max=16,
+                 exp_bits=5, mult_bits=0, code_bits=0, ceil_lop=True)
     vals = np.array([255 << 1, 0])
     for rule, want in (("ceil_lop", (0x3FC0, -6)), ("floor", (0x7F80, -7)),
                        ("ceil", (0x7F80, -7))):
@@ -352,8 +352,8 @@ def test_claim29_w16_e5_fixed_point(rounding):
     the smallest magnitudes (a block of ±1 needs a left shift of 14, beyond the shifter's
     former fixed 8-bit headroom), zero blocks; runtime W = 16, 9 and 2, all three rules;
     exponents from -15 (the smallest finite one) to 14."""
-    dut = Quantiser(fmt="fixed", width=16, frac_bits=1, lanes=4, block=8, w_max=16,
-                    exp_bits=5, rand_bits=6, mult_bits=0, code_bits=0, ceil_lop=True)
+    dut = cached(Quantiser, fmt="fixed", width=16, frac_bits=1, lanes=4, block=8, w_max=16,
+                 exp_bits=5, rand_bits=6, mult_bits=0, code_bits=0, ceil_lop=True)
     rng = np.random.default_rng(290)
     mags = rng.integers(0, 16, 256)
     vals = (rng.integers(0, 1 << 15, 256) >> (15 - mags)) * rng.choice([-1, 1], 256)
@@ -381,7 +381,7 @@ def test_w16_f16_codes(rounding, rule):
     clamp): the f16 subset, sorted (zero, subnormal and NaN/Inf blocks). The 14-bit left
     shifts of blocks of tiny maxima are in ``test_ceil_lop_power_of_two_boundaries`` and
     ``test_claim29_w16_e5_fixed_point``."""
-    dut = Quantiser(lanes=8, block=16, w_max=16, exp_bits=7, mult_bits=0, code_bits=0)
+    dut = cached(Quantiser, lanes=8, block=16, w_max=16, exp_bits=7, mult_bits=0, code_bits=0)
     check(dut, np.sort(SOME_F16), rounding=rounding, width=16, rule=rule)
 
 
@@ -393,7 +393,7 @@ def test_w16_f16_codes(rounding, rule):
 def test_other_generics(target, rounding, width, rule):
     """One lane, MXINT8-sized 32-element blocks, w_max 12 (12-bit output lanes), the smallest
     exponent width for f16 at that w_max (7), 3 random bits, power-of-two scales only."""
-    dut = Quantiser(lanes=1, block=32, w_max=12, exp_bits=7, rand_bits=3, mult_bits=0)
+    dut = cached(Quantiser, lanes=1, block=32, w_max=12, exp_bits=7, rand_bits=3, mult_bits=0)
     codes = np.random.default_rng(21).integers(0, 1 << 16, 384)
     codes[:32] = np.arange(32)                # a subnormal-only block
     check(dut, codes, target=target, rounding=rounding, width=width, rule=rule, shift=-5,
@@ -411,8 +411,8 @@ def test_other_generics(target, rounding, width, rule):
     pytest.param("int8", "stochastic", 8, "floor", marks=pytest.mark.slow),
 ])
 def test_fixed_point_input(target, rounding, width, rule):
-    dut = Quantiser(fmt="fixed", width=24, frac_bits=12, lanes=4, block=16, exp_bits=6,
-                    rand_bits=6, mult_bits=8)
+    dut = cached(Quantiser, fmt="fixed", width=24, frac_bits=12, lanes=4, block=16, exp_bits=6,
+                 rand_bits=6, mult_bits=8)
     rng = np.random.default_rng(11)
     lim = 1 << 23
     mags = rng.integers(0, 24, 768)          # magnitudes spread over every bit position
@@ -427,7 +427,7 @@ def test_fixed_point_input(target, rounding, width, rule):
 
 @pytest.mark.parametrize("target", ["bfp", pytest.param("int8", marks=pytest.mark.slow)])
 def test_gaps_and_backpressure(target):
-    dut = Quantiser(lanes=2, block=8)
+    dut = cached(Quantiser, lanes=2, block=8)
     codes = np.random.default_rng(2).integers(0, 1 << 16, 512)
     check(dut, codes, target=target, rounding="stochastic", width=5, shift=-2, mult=1234,
           valid_prob=0.6, ready_prob=0.5, seed=4)
@@ -436,7 +436,7 @@ def test_gaps_and_backpressure(target):
 def test_block_of_one_beat():
     """One-beat blocks under heavy back-pressure: a bank is refilled (and its maximum
     overwritten) while the previous block still waits in the pipeline."""
-    dut = Quantiser(lanes=4, block=4, mult_bits=0)
+    dut = cached(Quantiser, lanes=4, block=4, mult_bits=0)
     codes = np.random.default_rng(8).integers(0, 1 << 16, 256)
     check(dut, codes, rounding="nearest", width=6, ready_prob=0.25, seed=1)
 
@@ -525,7 +525,7 @@ _DISCRETE_QUICK = (3, "default", "stochastic")
 def test_discrete_f16_codes(n, which, rounding):
     """The strided f16 subset plus codes on, next to and between the book's values."""
     book = _book(n, which)
-    dut = Quantiser(lanes=8, mult_bits=0, rand_bits=5)
+    dut = cached(Quantiser, lanes=8, mult_bits=0, rand_bits=5)
     codes = np.concatenate([SOME_F16, _near_book_values(book, dut.rand_bits)])
     codes = np.concatenate([codes, np.zeros(-codes.size % 8, dtype=np.int64)])
     check(dut, codes, target="discrete", rounding=rounding, book=book)
@@ -538,14 +538,14 @@ def test_discrete_f16_codes(n, which, rounding):
     *(pytest.param(*case, marks=pytest.mark.heavy) for case in [
         (2, "default", "stochastic"), (3, 6, "stochastic"), (1, "default", "nearest")])])
 def test_discrete_every_f16_code(n, which, rounding):
-    check(Quantiser(lanes=8, mult_bits=0), ALL_F16, target="discrete", rounding=rounding,
+    check(cached(Quantiser, lanes=8, mult_bits=0), ALL_F16, target="discrete", rounding=rounding,
           book=_book(n, which))
 
 
 def test_discrete_books_in_sequence():
     """One quantiser, several books and widths loaded in turn (the configuration registers
     follow the book; narrower books leave junk in the unused entries)."""
-    dut = Quantiser(lanes=4, mult_bits=0, code_bits=3, rand_bits=3)
+    dut = cached(Quantiser, lanes=4, mult_bits=0, code_bits=3, rand_bits=3)
     rng = np.random.default_rng(3)
     for k, n in enumerate((3, 1, 2)):
         book = random_book(n, 40 + k)
@@ -560,8 +560,8 @@ def test_discrete_books_in_sequence():
 def test_discrete_fixed_point(rounding):
     """Fixed-point input with resolution finer than the stochastic threshold's, values
     spread over every magnitude, and the 2-bit code port."""
-    dut = Quantiser(fmt="fixed", width=24, frac_bits=14, lanes=4, exp_bits=7, rand_bits=4,
-                    mult_bits=0, code_bits=2)
+    dut = cached(Quantiser, fmt="fixed", width=24, frac_bits=14, lanes=4, exp_bits=7, rand_bits=4,
+                 mult_bits=0, code_bits=2)
     rng = np.random.default_rng(12)
     lim = 1 << 23
     mags = rng.integers(0, 24, 1024)
@@ -582,7 +582,7 @@ def _near_to_fixed(book, frac_bits, rand_bits):
 
 
 def test_discrete_gaps_and_backpressure():
-    dut = Quantiser(lanes=2, block=8, code_bits=3)
+    dut = cached(Quantiser, lanes=2, block=8, code_bits=3)
     codes = np.random.default_rng(6).integers(0, 1 << 16, 400)
     codes[::3] = np.random.default_rng(7).integers(0x2000, 0x5000, 134)   # near the code values
     check(dut, codes, target="discrete", rounding="stochastic", book=CodeBook.default(3),

@@ -35,7 +35,7 @@ from lowbit.sim.rtl.transport import SimulatedSerial
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from backdoor import Scratchpad  # noqa: E402
+from backdoor import FastMemoryPort, Scratchpad  # noqa: E402
 
 N, B = 4, 4
 BASE = dict(scratch_bytes=2048, frame_bytes=512, timeout_bits=20, sequencer=True,
@@ -43,20 +43,6 @@ BASE = dict(scratch_bytes=2048, frame_bytes=512, timeout_bits=20, sequencer=True
 WORDS = BASE["scratch_bytes"] // 2
 REG = {r.name: r.index for r in L.REGISTERS}
 ROUND = {"nearest": 0, "zero": 1, "stochastic": 2}
-
-
-def read_soon(port, n, timeout_cycles, poll=4):
-    """``port.read(n, timeout_cycles)`` that returns within ``poll`` cycles of the ``n``-th byte.
-
-    ``SimulatedSerial.read`` simulates in chunks of 64 cycles and returns after the chunk in
-    which the bytes arrived; every idle cycle costs the simulator as much as a busy one. The
-    device sees the same requests and answers the same replies, only the host's idle time after
-    each reply shrinks."""
-    out = b""
-    deadline = port.cycles + timeout_cycles
-    while len(out) < n and port.cycles < deadline:
-        out += port.read(n - len(out), timeout_cycles=min(poll, deadline - port.cycles))
-    return out
 
 
 class Device:
@@ -75,10 +61,10 @@ class Device:
 
     def send(self, opcode, payload=b""):
         self.port.write(L.encode_request(opcode, payload))
-        head = read_soon(self.port, 4, 400_000)
+        head = self.port.read(4, timeout_cycles=400_000)
         assert len(head) == 4, "no reply"
         n = int.from_bytes(head[2:4], "little")
-        return L.decode_reply(head + read_soon(self.port, n + 2, 10_000))
+        return L.decode_reply(head + self.port.read(n + 2, timeout_cycles=10_000))
 
     def ok(self, opcode, payload=b""):
         status, body = self.send(opcode, payload)
@@ -134,13 +120,27 @@ def dev():
     return Device()
 
 
+@pytest.fixture(scope="module")
+def bfp_only():
+    """The BFP column without the discrete unit, the quantiser and the grand unit."""
+    return Device(discrete=False, quantiser=False, grand=False)
+
+
+@pytest.fixture(scope="module")
+def fixed_uncounted():
+    """``bfp_only`` with a fixed mantissa width of 8 and without the busy counter."""
+    return Device(bfp_mant_width=False, busy_count=False, discrete=False, quantiser=False,
+                  grand=False)
+
+
 def test_backdoor_equals_the_link(dev):
     """tests/backdoor.py, through which the other tests load their data and read their results,
     equals the link both ways: a random image stored through the backdoor comes back through
     MEM_READ (at each end of the scratchpad), and a MEM_WRITE across the middle shows through
     the backdoor, the rest of the image unchanged. Whole images through the link:
+    ``test_driver.py::test_sim_network_matches_golden``, ``test_top.py``; and (slow)
     ``test_random_programs_vs_device_model`` (MEM_READ of the scratchpad, also compared with
-    the backdoor's), ``test_driver.py``, ``test_top.py``."""
+    the backdoor's)."""
     rng = np.random.default_rng(31)
     size, frame = BASE["scratch_bytes"], 128
     image = bytearray(rng.integers(0, 256, size).astype(np.uint8).tobytes())
@@ -329,7 +329,9 @@ def test_lut_grand_move_config(dev):
     assert int.from_bytes(reg, "little") == 0x7F
 
 
-@pytest.mark.parametrize("write_addr", [True, False])
+# The one-address case with -m slow; its results: the SPRAM's single address,
+# test_spram_scratchpad_banks.
+@pytest.mark.parametrize("write_addr", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_reads_beside_writes_with_a_write_address(dev, write_addr):
     """A block-RAM scratchpad gives the sequencer a write address of its own
     (``Accelerator.scratch_write_addr``, by default): the reader issues in the cycles the write
@@ -479,7 +481,8 @@ def test_errors_change_nothing(dev):
         assert (status, pc, executed) == (expected, 2 * at + 16 * (len(prog) - 1),
                                           len(prog) - 1), prog
         assert busy == 0, prog                 # a failing instruction issues no beat
-        dev.reg("LUT_SELECT", 0)
+        if prog[0].op == Op.CONFIG:
+            dev.reg("LUT_SELECT", 0)
         assert dev.send(L.Opcode.PING, b"ok") == (L.Status.OK, b"ok")
     assert scratch_image(dev) == before
 
@@ -561,13 +564,12 @@ def test_range_boundaries(dev, pairs):
 
 
 @pytest.mark.parametrize("pairs", ["sample", pytest.param("all", marks=pytest.mark.slow)])
-def test_range_boundaries_bfp_only(pairs):
+def test_range_boundaries_bfp_only(bfp_only, pairs):
     """The same with the BFP column alone (no discrete unit, no quantiser: MATVEC's nb and T
     kept as narrow as the ranges need, the weight range by multiplication), where QUANT,
     DMATVEC and GRAND fail with BAD_OPCODE as the model says."""
-    from lowbit.sim.program import Op
-    _check_range_boundaries(Device(discrete=False, quantiser=False, grand=False),
-                            sample=pairs == "sample", lacks={Op.QUANT, Op.DMATVEC, Op.GRAND})
+    _check_range_boundaries(bfp_only, sample=pairs == "sample",
+                            lacks={Op.QUANT, Op.DMATVEC, Op.GRAND})
 
 
 def _both(dev, model):
@@ -590,15 +592,17 @@ def _check_range_boundaries(dev, sample=False, lacks=()):
 
     both = _both(dev, model)
 
-    # The random image: the model's through its MEM_WRITE, the top's through the backdoor
-    # (tests/backdoor.py); the programs below and every reply cross the link.
-    image = rng.integers(0, 256, BASE["scratch_bytes"]).astype(np.uint8).tobytes()
-    step = BASE["frame_bytes"] - 4
-    for k in range(0, len(image), step):
-        reply = model.feed(L.encode_request(L.Opcode.MEM_WRITE,
-                                            L.mem_write_payload(k, image[k:k + step])))
-        assert L.decode_reply(reply) == (L.Status.OK, b"")
-    dev.mem.write_bytes(0, image)
+    def store(byte_addr, data):
+        """The model's through its MEM_WRITE, the top's through the backdoor (tests/backdoor.py);
+        every other request and every reply crosses the link."""
+        step = BASE["frame_bytes"] - 4
+        for k in range(0, len(data), step):
+            reply = model.feed(L.encode_request(L.Opcode.MEM_WRITE, L.mem_write_payload(
+                byte_addr + k, data[k:k + step])))
+            assert L.decode_reply(reply) == (L.Status.OK, b"")
+        dev.mem.write_bytes(byte_addr, data)
+
+    store(0, rng.integers(0, 256, BASE["scratch_bytes"]).astype(np.uint8).tobytes())
     for t in range(BASE["lut_tables"]):
         both(L.Opcode.LUT_WRITE, bytes([t, 0]) + rng.integers(0, 256, 256).astype(np.uint8)
              .tobytes())
@@ -609,13 +613,12 @@ def _check_range_boundaries(dev, sample=False, lacks=()):
                         ("CODE_BOOK0", 0x12_0B_01_10), ("CODE_BOOK1", 0x03_14_0A_02)]:
         both(L.Opcode.REG_WRITE, L.reg_write_payload(REG[name], value))
     prog = 200
-    both(L.Opcode.MEM_WRITE, L.mem_write_payload(2 * prog, assemble(
-        [I.loadw(300, 0, BASE["weight_depth"]), I.halt()])))
+    store(2 * prog, assemble([I.loadw(300, 0, BASE["weight_depth"]), I.halt()]))
     assert both(L.Opcode.RUN, struct.pack("<II", 2 * prog, 10))[0] == L.Status.OK
     for program, status in _boundary_cases(sample=sample):
         if any(ins.op in lacks for ins in program):
             continue
-        both(L.Opcode.MEM_WRITE, L.mem_write_payload(2 * prog, assemble(program + [I.halt()])))
+        store(2 * prog, assemble(program + [I.halt()]))
         got = both(L.Opcode.RUN, struct.pack("<II", 2 * prog, 10))
         pc, executed = struct.unpack("<II", got[1][:8])
         # pc: the failing instruction (executed: those before it), or the HALT (counted).
@@ -764,16 +767,17 @@ def _random_instruction(rng, words, depth):
     return I.move(addr(n), addr(n), n)
 
 
+@pytest.mark.slow
 @pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("seed,trials", [
-    (2024, 1), pytest.param(1, 30, marks=[pytest.mark.slow, pytest.mark.heavy]),
-    pytest.param(2, 30, marks=pytest.mark.slow),
-])
+    (2024, 1), pytest.param(1, 30, marks=pytest.mark.heavy), (2, 30)])
 def test_random_programs_vs_device_model(seed, trials):
-    """Random programs on random data: status, pc, executed and the whole scratchpad equal
-    lowbit.sim.link.DeviceModel's (the host engineer's interpreter, lowbit.sim.program.Machine).
-    The quick suite runs one program (the data, tables and the scratchpad read back cost most
-    of its time); ``[2-30]`` (slow) and ``[1-30]`` (heavy, rotating) run 30."""
+    """Random programs on random data: status, pc, executed, busy and the whole scratchpad
+    equal lowbit.sim.link.DeviceModel's (the host engineer's interpreter,
+    lowbit.sim.program.Machine), the data, tables and the scratchpad read back through the
+    link. ``[2024-1]`` runs one program, ``[2-30]`` and ``[1-30]`` (heavy, rotating) 30. The
+    quick suite's random programs: ``test_driver.py::test_sim_random_programs_match_model``
+    (the same outcomes and scratchpads, the data through the simulator's backdoor)."""
     dev = Device()
     model = L.DeviceModel(**dev.params)
     rng = np.random.default_rng(seed)
@@ -845,7 +849,8 @@ def test_spram_scratchpad_banks():
 def test_matvec_predicted_selector_matches_model_across_tiles_and_runs():
     """EXP_SELECT 2: the column's predicted exponent selector, its history carried across the
     tiles of a RUN (a scale jump resets it) and cleared when the next RUN starts; the real top
-    equals the model on every output word."""
+    equals the model on every output word (its weights, input and outputs through the
+    simulator's backdoor, tests/backdoor.py)."""
     from lowbit.boards.driver import Accelerator as Driver
     from lowbit.sim.program import config
     params = dict(sequencer=True, scratch_bytes=2048, frame_bytes=256, matrix_lanes=4, block=4,
@@ -861,6 +866,7 @@ def test_matvec_predicted_selector_matches_model_across_tiles_and_runs():
             I.halt()]
     outs = []
     hw = Driver.simulated(**params)
+    hw.port = FastMemoryPort(hw.port)
     try:
         for acc in (hw, Driver.model(**params)):
             acc.load_weights(0, words)
@@ -1164,12 +1170,11 @@ def test_icebreaker_runs_the_digits_demo(tmp_path):
     assert r.busy_cycles is not None and 0 < r.busy_fraction <= 1
 
 
-def test_matvec_weight_range_by_multiplication():
+def test_matvec_weight_range_by_multiplication(bfp_only):
     """Without the discrete unit MATVEC checks ``entry + T·nb·B <= weight_depth`` with one
     multiplication: the boundary cases and huge tile counts answer as
     lowbit.sim.link.DeviceModel."""
-    params = {**BASE, "discrete": False, "quantiser": False}
-    dev, model = Device(discrete=False, quantiser=False), L.DeviceModel(**params)
+    dev, model = bfp_only, L.DeviceModel(**bfp_only.params)
     depth = BASE["weight_depth"]
     cases = [(60, 1, 1), (61, 1, 1), (0, 4, 4), (0, 4, 5), (0, 1, 16), (1, 1, 16), (0, 1, 17),
              (0, 2, 64), (0, 1, 0xFFFF), (48, 4, 1), (49, 4, 1), (depth, 1, 1), (0xFFFF, 1, 1)]
@@ -1192,33 +1197,33 @@ def test_matvec_weight_range_by_multiplication():
 @pytest.mark.parametrize("busy_count,matvecs", [
     (True, 1), (False, 1),
     pytest.param(True, 3, marks=pytest.mark.slow), pytest.param(False, 3, marks=pytest.mark.slow)])
-def test_run_reply_counters(busy_count, matvecs):
+def test_run_reply_counters(bfp_only, fixed_uncounted, busy_count, matvecs):
     """The RUN reply's counters shift out through ``executed``'s low byte: every byte of
     ``executed``, ``cycles`` and ``busy`` as the model predicts (``busy`` ``0xFFFFFFFF``, not
-    counted, without the busy counter), above 255 where the counters reach it. A loop of 64
-    iterations of ``matvecs`` MATVECs and ``3 - matvecs`` NOPs: the quick cases run one MATVEC
-    per iteration (``busy`` 256, ``cycles`` above 2**11), the slow ones three (``busy`` 768,
-    ``cycles`` above 2**13)."""
+    counted, without the busy counter), above 255 where the counters reach it. A loop of 16
+    iterations of ``matvecs`` MATVECs of 16 beats and ``15 - matvecs`` NOPs: the quick cases
+    run one MATVEC per iteration (``busy`` 256, ``cycles`` above 2**11), the slow ones three
+    (``busy`` 768, ``cycles`` above 2**12)."""
     from lowbit.sim.program import NOT_COUNTED
-    dev = Device(busy_count=busy_count, discrete=False, quantiser=False)
-    k, loops = B, 64                    # executed 259: its low byte wraps, as busy's does
+    dev = bfp_only if busy_count else fixed_uncounted
+    k, loops = BASE["max_blocks"] * B, 16    # executed 259: its low byte wraps, as busy's does
     dev.put(WSRC, np.zeros(k * N, dtype=np.int64))
     dev.put(XA, np.zeros(k, dtype=np.int64))
-    body = [I.matvec(XA, YA, 0, k // B, 1)] * matvecs + [I.nop()] * (3 - matvecs)
+    body = [I.matvec(XA, YA, 0, k // B, 1)] * matvecs + [I.nop()] * (15 - matvecs)
     status, pc, executed, cycles, busy = dev.run(
         [I.loadw(WSRC, 0, k), I.loop(loops), *body, I.djnz(16), I.halt()])
     assert status == L.Status.OK
-    assert (pc, executed) == (2 * 8 * 6, 2 + loops * 4 + 1)
+    assert (pc, executed) == (2 * 8 * 18, 2 + loops * 16 + 1)
     assert busy == (loops * matvecs * k if busy_count else NOT_COUNTED)
-    assert cycles > loops * matvecs * k and cycles > 1 << (11 if matvecs == 1 else 13)
+    assert cycles > loops * matvecs * k and cycles > 1 << (11 if matvecs == 1 else 12)
 
 
-def test_fixed_mant_width_refuses_what_the_model_refuses():
+def test_fixed_mant_width_refuses_what_the_model_refuses(fixed_uncounted):
     """Without the runtime mantissa width (``bfp_mant_width=False``) the column's width is 8: a
     MATVEC with ``MANT_WIDTH`` below 8 fails with BAD_OPCODE, one with 8 or more (clamped to 8)
     runs; the gateware answers every RUN as lowbit.sim.link.DeviceModel does, outputs
     included."""
-    dev = Device(bfp_mant_width=False, discrete=False, quantiser=False, grand=False)
+    dev = fixed_uncounted
     model = L.DeviceModel(**dev.params)
     assert not model.design.bfp_mant_width
 

@@ -32,6 +32,13 @@ def make(level="byte", **kw):
     return port, model
 
 
+@pytest.fixture(scope="module")
+def shared():
+    """One byte-level top and its model for the tests below that compare them: each test
+    goes on from the state the previous one left, in both."""
+    return make()
+
+
 def exchange(port, model, data):
     """Send ``data`` to both; the device's reply bytes must equal the model's."""
     expected = model.feed(data)
@@ -186,8 +193,8 @@ def test_scratchpad_port_contract(size, use_spram, write_addr):
 
 # -- every opcode -------------------------------------------------------------------------------
 
-def test_every_opcode_matches_model():
-    port, model = make()
+def test_every_opcode_matches_model(shared):
+    port, model = shared
     rq = L.encode_request
     exchange(port, model, rq(L.Opcode.PING))
     exchange(port, model, rq(L.Opcode.PING, bytes(range(FRAME))))
@@ -310,11 +317,11 @@ def _boundary_requests(model):
     ]
 
 
-def test_boundaries_match_model():
+def test_boundaries_match_model(shared):
     """Every length and range the link checks, at its last valid value and one past it: the
     documented status, the model's reply byte for byte, and afterwards the model's whole
     scratchpad (the failures wrote nothing)."""
-    port, model = make()
+    port, model = shared
     for request, status in _boundary_requests(model):
         got = exchange(port, model, request)
         if model.in_frame:                      # not expected: every request is whole
@@ -394,12 +401,12 @@ def _bad_frames(rng):
     *[pytest.param(seed, "byte", marks=pytest.mark.slow) for seed in range(2, 11)],
     pytest.param(11, "uart", marks=pytest.mark.slow),
 ])
-def test_robustness_against_model(seed, level):
+def test_robustness_against_model(shared, seed, level):
     """Garbage, bad CRCs, bad opcodes, bad addresses and lengths, truncated frames: each gets
     the model's reply or is skipped, the next good command works, and the scratchpad equals
     the model's, i.e. nothing outside the addressed regions of good writes changed."""
     rng = random.Random(seed)
-    port, model = make(level)
+    port, model = shared if level == "byte" else make(level)
     init = bytes(rng.randrange(256) for _ in range(SCRATCH))
     for addr in range(0, SCRATCH, FRAME - 4):
         exchange(port, model, L.encode_request(
@@ -430,8 +437,8 @@ def test_robustness_against_model(seed, level):
     assert port.in_waiting == 0
 
 
-def test_truncated_and_drained_frames():
-    port, model = make()
+def test_truncated_and_drained_frames(shared):
+    port, model = shared
     rq = L.encode_request
     frame = rq(L.Opcode.MEM_WRITE, L.mem_write_payload(10, b"0123456789"))
     for cut in (1, 2, 3, 4, 9, len(frame) - 1):
@@ -448,8 +455,8 @@ def test_truncated_and_drained_frames():
     assert model.scratch[10:20] == b"0123456789"
 
 
-def test_leds():
-    port, _ = make()
+def test_leds(shared):
+    port, _ = shared
     port.write(L.encode_request(0x99))
     port.read(6, timeout_cycles=2000)
     assert port.leds == 0b11          # activity and error
@@ -473,8 +480,10 @@ def test_spram_scratchpad_across_banks():
 
 @pytest.mark.parametrize("baud_error", [pytest.param(-0.02, marks=pytest.mark.slow), 0.02])
 def test_uart_level_commands(baud_error):
-    """1 Mbaud at 12 MHz (divisor 12) with the host's clock 2 % off either way."""
-    port = SimulatedSerial(level="uart", baud_error=baud_error, **PARAMS)
+    """4 Mbaud at 12 MHz (divisor 3, the UART's smallest: the fewest simulated cycles a byte)
+    with the host's clock 2 % off either way."""
+    port = SimulatedSerial(level="uart", baud_error=baud_error, baud=4_000_000, **PARAMS)
+    assert port.top.divisor == 3
     model = L.DeviceModel(scratch_bytes=SCRATCH, frame_bytes=FRAME)
     rq = L.encode_request
     exchange(port, model, rq(L.Opcode.PING, b"\x00\xff\x55\xaa" + bytes([L.SOF_REQUEST])))
@@ -682,3 +691,28 @@ def test_registers_keep_their_values_across_a_reset():
     magic = int.from_bytes(b"LOWB", "little")
     assert log == [(ok, mant.reset), (0x3, 0xDEADBEEF), (ok, 0x3), (ok, 0xDEADBEEF), (ok, magic),
                    (ok, 5)]
+
+
+@pytest.mark.parametrize("level", ["byte", "uart"])
+def test_read_stops_at_the_cycle_of_the_last_byte(level):
+    """``SimulatedSerial.read(n)`` simulates up to the cycle in which the ``n``-th byte came out
+    of the top and no further (as pyserial's read returns once it has ``n`` bytes): the reply's
+    next byte is not there yet, and a reply read a byte at a time ends on the same cycle as one
+    read whole. A read that times out has simulated exactly its ``timeout_cycles``."""
+    request = L.encode_request(L.Opcode.PING, bytes(range(20)))
+    reply = L.DeviceModel(**PARAMS).feed(request)
+    extra = {"baud": 4_000_000} if level == "uart" else {}
+    ends = []
+    for step in (len(reply), 1):
+        port = SimulatedSerial(level=level, **PARAMS, **extra)
+        port.write(request)
+        got = b""
+        while len(got) < len(reply):
+            got += port.read(min(step, len(reply) - len(got)), timeout_cycles=5000)
+            if len(got) < len(reply):
+                assert port.in_waiting == 0
+        assert got == reply
+        ends.append(port.cycles)
+        before = port.cycles
+        assert port.read(1, timeout_cycles=37) == b"" and port.cycles == before + 37
+    assert ends[0] == ends[1]

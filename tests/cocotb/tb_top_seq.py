@@ -33,7 +33,10 @@ async def sequencer_programs(dut):
             await uart_send(dut, byte, bit_ns)
         expected = event["reply"]
         try:
+            # The reply's bytes and the inter-byte timeout, the device's handling of the
+            # request (it stores a MEM_WRITE's payload at up to 3 cycles a byte), a RUN's cycles.
             limit_ns = ((len(expected) + 4) * 12 * bit_ns + timeout_ns
+                        + 4 * len(event["send"]) * PERIOD_NS
                         + job["run_cycles"] * PERIOD_NS * event.get("run", False))
             await with_timeout(until_count(received, len(expected), bit_ns), limit_ns, "ns")
         except TimeoutError:

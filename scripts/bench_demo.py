@@ -234,6 +234,8 @@ def main(argv=None):
         with open(args.render) as f:
             result = json.load(f)
         result["projections"] = _projections(result, args.build_dir)
+        result["commands"] = commands_of(result["rows"], result.get("boards", {})) or \
+            [result["command"]]
         with open(args.render, "w") as f:
             json.dump(result, f, indent=2)
             f.write("\n")
@@ -248,22 +250,24 @@ def main(argv=None):
         parser.error("the demo benchmark has no placement seeds; leave --seeds out")
     split = mlp.load_split()
     log = print
+    command = ("python scripts/bench_demo.py " + " ".join(argv if argv is not None
+                                                            else sys.argv[1:])).strip()
     rows = []
     for device in args.devices:
         images = IMAGES[device][1 if args.quick else 0]
         for variant in args.variants:
-            rows.append(bench_one(device, variant, images=images, runs=args.runs, split=split,
-                                  build_dir=args.build_dir, log=log))
+            rows.append(dict(bench_one(device, variant, images=images, runs=args.runs,
+                                       split=split, build_dir=args.build_dir, log=log),
+                             command=command))
     boards = {}
     if args.boards:
         for variant in args.variants:
-            boards[variant] = bench_boards(variant, boards=args.boards,
-                                           images=BOARD_IMAGES[1 if args.quick else 0],
-                                           split=split, build_dir=args.build_dir, log=log)
-    command = "python scripts/bench_demo.py " + " ".join(argv if argv is not None
-                                                           else sys.argv[1:])
+            boards[variant] = [dict(m, command=command) for m in bench_boards(
+                variant, boards=args.boards, images=BOARD_IMAGES[1 if args.quick else 0],
+                split=split, build_dir=args.build_dir, log=log)]
     rows, boards = _merge_earlier(args.output, rows, boards)
-    result = {"command": command.strip(), "rows": rows, "boards": boards,
+    result = {"command": command, "commands": commands_of(rows, boards), "rows": rows,
+              "boards": boards,
               "sim_top": demo.SIM_TOP,
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count()}}
     projections = result["projections"] = _projections(result, args.build_dir)
@@ -279,14 +283,25 @@ def main(argv=None):
     return 0
 
 
+def commands_of(rows, boards):
+    """The distinct commands that measured ``rows`` and ``boards``' entries, in their order."""
+    entries = [*rows, *(m for variant in boards for m in boards[variant])]
+    return list(dict.fromkeys(e["command"] for e in entries if e.get("command")))
+
+
 def _merge_earlier(path, rows, boards):
     """``rows`` and ``boards`` with the entries of an earlier run in ``path`` that this run did
     not measure (other devices and variants, other boards' tops), so that a run over some
-    boards keeps the others' figures."""
+    boards keeps the others' figures. A kept entry without a command of its own (written before
+    entries carried one) gets the earlier run's."""
     if not os.path.exists(path):
         return rows, boards
     with open(path) as f:
         old = json.load(f)
+    for entry in [*old.get("rows", []),
+                  *(m for ms in old.get("boards", {}).values() for m in ms)]:
+        if not entry.get("command") and old.get("command"):
+            entry["command"] = old["command"]
     done = {(r["device"], r["variant"]) for r in rows}
     rows = [r for r in old.get("rows", []) if (r["device"], r["variant"]) not in done] + rows
     merged = {}
@@ -318,7 +333,8 @@ def _write_doc(path, result, text):
     if MARK_BEGIN in doc and MARK_END in doc:
         head, rest = doc.split(MARK_BEGIN, 1)
         _, tail = rest.split(MARK_END, 1)
-        body = f"\n`{result['command']}`\n\n{text}\n"
+        commands = result.get("commands") or [result["command"]]
+        body = "\n" + "".join(f"`{c}`\n" for c in commands) + f"\n{text}\n"
         with open(path, "w") as f:
             f.write(head + MARK_BEGIN + body + MARK_END + tail)
 

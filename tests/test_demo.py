@@ -337,6 +337,34 @@ def test_bench_keeps_what_a_run_did_not_measure(tmp_path):
                                                                     "discrete": [5]}
 
 
+def test_bench_names_the_command_of_every_entry(tmp_path):
+    """Each entry of scripts/bench_demo.py's JSON carries the command that measured it (entries
+    kept from a run before that get the run's command), and docs/demo.md's section lists every
+    command behind its table, not only the last run's."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import bench_demo
+    path = tmp_path / "demo.json"
+    path.write_text(json.dumps({
+        "command": "bench A",
+        "rows": [{"device": "cxxrtl", "variant": "bfp"},
+                 {"device": "model", "variant": "discrete", "command": "bench B"}],
+        "boards": {"bfp": [{"boards": ["ulx3s"]}]}}))
+    rows, boards = bench_demo._merge_earlier(
+        str(path), [{"device": "model", "variant": "bfp", "command": "bench C"}],
+        {"bfp": [{"boards": ["orangecrab"], "command": "bench C"}]})
+    assert [r["command"] for r in rows] == ["bench A", "bench B", "bench C"]
+    assert [m["command"] for m in boards["bfp"]] == ["bench A", "bench C"]
+    commands = bench_demo.commands_of(rows, boards)
+    assert commands == ["bench A", "bench B", "bench C"]
+    doc = tmp_path / "demo.md"
+    doc.write_text(f"intro\n{bench_demo.MARK_BEGIN}\nold\n{bench_demo.MARK_END}\nrest\n")
+    bench_demo._write_doc(str(doc), {"command": "bench C", "commands": commands}, "TABLE")
+    text = doc.read_text()
+    assert "old" not in text and text.startswith("intro\n") and text.endswith("rest\n")
+    assert text.index("`bench A`") < text.index("`bench B`") < text.index("`bench C`") < \
+        text.index("TABLE")
+
+
 def test_run_digits_projections_from_cycles_file(build_dir, tmp_path, monkeypatch):
     """`lowbit demo digits`: boards whose top is the device's use the run's cycles, the
     others the stored per-board counts, else nothing."""

@@ -43,7 +43,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-from benchcommon import accelerator_section, replace_section  # noqa: E402
+from benchcommon import accelerator_section, board_digest, replace_section  # noqa: E402
 
 from lowbit.boards import demo  # noqa: E402
 from lowbit.boards.driver import Accelerator  # noqa: E402
@@ -140,7 +140,10 @@ def bench_boards(variant, *, boards, images, split, build_dir, log):
             "(the first compile takes 2-6 min)")
         row = bench_one("cxxrtl", variant, images=images, runs=1, split=split,
                         build_dir=build_dir, log=log, params=params)
-        out.append({"boards": fit, "params": params, **row})
+        # The gateware each board's count was measured on: whole_accelerator_rows marks a
+        # count of an earlier netlist of the same parameters.
+        out.append({"boards": fit, "params": params,
+                    "digests": {name: board_digest(name) for name in fit}, **row})
     return out
 
 

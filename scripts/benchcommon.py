@@ -395,7 +395,9 @@ def whole_accelerator_rows(board_builds, demo_bench, bench_rows=(), digests=None
         fallback for a board without a board build, marked as such.
     digests : callable(board) -> str, optional
         The netlist digest of a board's current top: a board build of another netlist (the
-        gateware changed, the parameters did not) is marked ``"earlier netlist"``.
+        gateware changed, the parameters did not) is marked ``"earlier netlist"``, and so is a
+        cycle count measured on one (``cycles_source``; counts recorded before measurements
+        carried their digests are not marked).
     """
     from lowbit.boards import demo
     from lowbit.boards.profiles import BOARDS
@@ -428,6 +430,11 @@ def whole_accelerator_rows(board_builds, demo_bench, bench_rows=(), digests=None
         row["lcs_total"], row["dsps_total"] = dev["lcs"], dev["dsps"]
         cpi = cycles[variant].get(name)
         row["cycles_per_image"] = cpi
+        row["cycles_source"] = None
+        if cpi and digests is not None:
+            measured = _demo_digest(demo_bench, variant, name, own)
+            if measured is not None and measured != digests(name):
+                row["cycles_source"] = "earlier netlist"
         if cpi:
             row["mac_per_cycle"] = DIGITS_MACS / cpi
             row["mmacs"] = row["mac_per_cycle"] * row["clock_mhz"]
@@ -459,6 +466,22 @@ def accelerator_section(command="python scripts/bench_boards.py --resume"):
     return whole_accelerator_markdown(rows, [command, "python scripts/bench_demo.py"])
 
 
+def _demo_digest(demo_bench, variant, board, params):
+    """The netlist digest recorded with ``board``'s cycle count in ``docs/bench/demo.json``
+    (``None`` if the measurement did not record one)."""
+    for m in (demo_bench.get("boards") or {}).get(variant) or []:
+        if isinstance(m, dict) and board in (m.get("boards") or []) and \
+                isinstance(m.get("params"), dict) and \
+                _same_top_cycles(m["params"], params):
+            return (m.get("digests") or {}).get(board)
+    return None
+
+
+def _same_top_cycles(a, b):
+    from lowbit.boards import demo
+    return demo.same_top(a, b, cycles=True)
+
+
 def whole_accelerator_markdown(rows, commands=()):
     """The "whole accelerator" table (docs/PERFORMANCE.md, docs/demo.md), the peer beside it."""
     def num(v, fmt="{:g}"):
@@ -488,7 +511,8 @@ def whole_accelerator_markdown(rows, commands=()):
         lines.append(
             f"| {r['board']} | {r['device']} | {num(r['lanes'])} | {lcs} | {dsps} | "
             f"{num(r.get('rams'))} | {num(r.get('spram'))} | {r['clock_mhz']:g} | {fmax} | "
-            f"{r['variant']} | {num(r.get('cycles_per_image'), '{:.1f}')} | "
+            f"{r['variant']} | {num(r.get('cycles_per_image'), '{:.1f}')}"
+            f"{' earlier netlist' if r.get('cycles_source') else ''} | "
             f"{num(r.get('mac_per_cycle'), '{:.2f}')} | {num(r.get('mmacs'), '{:.0f}')} | "
             f"{num(r.get('mmacs_at_fmax'), '{:.0f}')} | {num(r.get('images_per_s'), '{:.0f}')} |")
     p = PEER
@@ -500,7 +524,8 @@ def whole_accelerator_markdown(rows, commands=()):
               "are the out-of-context build of the same top (`scripts/bench.py`, no pins and no "
               "PLL). \"earlier netlist\": the board build is of the same top parameters but "
               "of earlier gateware (a rebuild is due: `python scripts/bench_boards.py "
-              "--resume`). Cycles "
+              "--resume`); beside a cycle count, a count measured on earlier gateware (due: "
+              "`python scripts/bench_demo.py --boards B`). Cycles "
               "per image: CXXRTL simulation of the board's own top "
               "(`scripts/bench_demo.py`, every output bit-exact) of the BFP network, or of the "
               "3-bit discrete one on a board without a BFP column; \"—\" where it is not "

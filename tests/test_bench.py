@@ -191,6 +191,15 @@ def test_whole_accelerator_table():
                                       demo_bench, [], digests=digests)[0]
     assert (stale["source"], fresh["source"]) == ("earlier netlist", "board build")
     assert "40 (41 / 40 / 39) earlier netlist" in bc.whole_accelerator_markdown([stale])
+    # So is a cycle count measured on another netlist; one recorded without a digest is not.
+    assert fresh["cycles_source"] is None
+    for recorded, mark in (("old", "earlier netlist"), ("new", None)):
+        tagged = {"boards": {"bfp": [dict(demo_bench["boards"]["bfp"][0],
+                                          digests={"icebreaker": recorded})]}}
+        row = bc.whole_accelerator_rows({"boards": {"icebreaker": dict(build, digest="new")}},
+                                        tagged, [], digests=digests)[0]
+        assert row["cycles_source"] == mark and row["cycles_per_image"] == 236.8
+        assert ("236.8 earlier netlist" in bc.whole_accelerator_markdown([row])) == bool(mark)
 
 
 def test_replace_section_inserts_then_replaces():

@@ -356,6 +356,14 @@ def stored_cycles(variant, *, path=None, data=None):
     board's :func:`board_top` today (a changed profile makes it stale). Returns a dict
     ``{board: cycles_per_image}`` (empty if the file is missing or has no such measurement).
     """
+    return {name: float(m["cycles_per_image"])
+            for name, m in stored_measurements(variant, path=path, data=data).items()}
+
+
+def stored_measurements(variant, *, path=None, data=None):
+    """The measurement entries behind :func:`stored_cycles`: ``{board: entry}`` of
+    ``docs/bench/demo.json`` (the entry's ``digests``, where recorded, name the netlist each
+    board's count was measured on)."""
     if data is None:
         try:
             data = json.loads((DEMO_BENCH if path is None else Path(path)).read_text())
@@ -371,7 +379,7 @@ def stored_cycles(variant, *, path=None, data=None):
             continue                  # QUANT on the device runs other cycles than host input
         for name in m.get("boards") or []:
             if name in BOARDS and same_top(m["params"], board_top(name), cycles=True):
-                out[name] = float(m["cycles_per_image"])
+                out[name] = m
     return out
 
 

@@ -237,8 +237,7 @@ def main(argv=None):
         with open(args.render) as f:
             result = json.load(f)
         result["projections"] = _projections(result, args.build_dir)
-        result["commands"] = commands_of(result["rows"], result.get("boards", {})) or \
-            [result["command"]]
+        result["commands"] = commands_of(result["rows"], result.get("boards", {}))
         with open(args.render, "w") as f:
             json.dump(result, f, indent=2)
             f.write("\n")

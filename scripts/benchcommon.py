@@ -403,7 +403,7 @@ def whole_accelerator_rows(board_builds, demo_bench, bench_rows=(), digests=None
     from lowbit.boards.profiles import BOARDS
     from lowbit.boards.toolchain import DEVICES
 
-    cycles = {v: demo.stored_cycles(v, data=demo_bench) for v in demo.VARIANTS}
+    measured = {v: demo.stored_measurements(v, data=demo_bench) for v in demo.VARIANTS}
     rows = []
     for name, profile in BOARDS.items():
         own = demo.board_top(name)
@@ -428,13 +428,13 @@ def whole_accelerator_rows(board_builds, demo_bench, bench_rows=(), digests=None
                            spram=r["spram"], fmax_mhz=r["fmax_mhz_median"],
                            fmax_all=r["fmax_mhz_all"], source="out of context")
         row["lcs_total"], row["dsps_total"] = dev["lcs"], dev["dsps"]
-        cpi = cycles[variant].get(name)
+        m = measured[variant].get(name)
+        cpi = float(m["cycles_per_image"]) if m else None
         row["cycles_per_image"] = cpi
         row["cycles_source"] = None
-        if cpi and digests is not None:
-            measured = _demo_digest(demo_bench, variant, name, own)
-            if measured is not None and measured != digests(name):
-                row["cycles_source"] = "earlier netlist"
+        recorded = (m.get("digests") or {}).get(name) if m else None
+        if digests is not None and recorded is not None and recorded != digests(name):
+            row["cycles_source"] = "earlier netlist"
         if cpi:
             row["mac_per_cycle"] = DIGITS_MACS / cpi
             row["mmacs"] = row["mac_per_cycle"] * row["clock_mhz"]
@@ -464,22 +464,6 @@ def accelerator_section(command="python scripts/bench_boards.py --resume"):
     rows = whole_accelerator_rows(load("boards.json"), load("demo.json"),
                                   load("all.json").get("rows", []), digests=board_digest)
     return whole_accelerator_markdown(rows, [command, "python scripts/bench_demo.py"])
-
-
-def _demo_digest(demo_bench, variant, board, params):
-    """The netlist digest recorded with ``board``'s cycle count in ``docs/bench/demo.json``
-    (``None`` if the measurement did not record one)."""
-    for m in (demo_bench.get("boards") or {}).get(variant) or []:
-        if isinstance(m, dict) and board in (m.get("boards") or []) and \
-                isinstance(m.get("params"), dict) and \
-                _same_top_cycles(m["params"], params):
-            return (m.get("digests") or {}).get(board)
-    return None
-
-
-def _same_top_cycles(a, b):
-    from lowbit.boards import demo
-    return demo.same_top(a, b, cycles=True)
 
 
 def whole_accelerator_markdown(rows, commands=()):

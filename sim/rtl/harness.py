@@ -46,6 +46,11 @@ def payload_value(value):
     return int(value)
 
 
+def _check_probabilities(valid_prob, ready_prob):
+    if not (0 < valid_prob <= 1 and 0 < ready_prob <= 1):
+        raise ValueError("valid_prob and ready_prob must be in (0, 1]")
+
+
 def _port(component, name):
     port = getattr(component, name, None)
     if port is None:
@@ -118,8 +123,7 @@ class StreamBench:
         TimeoutError
             If the expected outputs do not arrive within ``max_cycles``.
         """
-        if not (0 < valid_prob <= 1 and 0 < ready_prob <= 1):
-            raise ValueError("valid_prob and ready_prob must be in (0, 1]")
+        _check_probabilities(valid_prob, ready_prob)
         for name in (*inputs, *outputs):
             _port(self._component, name)
         total = sum(len(v) for v in inputs.values()) + sum(outputs.values())
@@ -255,8 +259,7 @@ def run_stream(component, inputs, outputs, *, setup=None, valid_prob=1.0, ready_
     """Simulate ``component``, feed ``inputs`` and collect ``outputs``: one job on a
     :class:`StreamBench` of its own (see :meth:`StreamBench.run` for the arguments, the result
     and the errors)."""
-    if not (0 < valid_prob <= 1 and 0 < ready_prob <= 1):
-        raise ValueError("valid_prob and ready_prob must be in (0, 1]")
+    _check_probabilities(valid_prob, ready_prob)       # before building the simulator
     return StreamBench(component, domain=domain).run(
         inputs, outputs, setup=setup, valid_prob=valid_prob, ready_prob=ready_prob, seed=seed,
         max_cycles=max_cycles, vcd=vcd)

@@ -81,7 +81,8 @@ BOARDS = {
                  matrix_lanes=16, block=16, max_blocks=4, weight_depth=256, bfp=True,
                  bfp_stochastic=False, bfp_predictor=False, bfp_acc_block_ram=True,
                  bfp_pipelined=False, bfp_pipelined_combiner=True, busy_count=True,
-                 quantiser=False, discrete=False, code_bits=3, bfp_mant_width=False),
+                 quantiser=False, discrete=False, code_bits=3, bfp_mant_width=False,
+                 matvec_bias_fifo=True),
         notes="8 SB_MAC16 DSPs, 4 SPRAM; 36 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
               "oscillator); UART over the FT2232H's second channel at 12 Mbaud, its fastest "
               "(3 cycles per bit; the rx pin's DDR input register samples the line at both "
@@ -91,7 +92,8 @@ BOARDS = {
               "K <= 64, nearest / toward-zero rounding, max or fixed output exponent, output "
               "mantissas of 8 bits: a MATVEC with ROUNDING 2, EXP_SELECT 2 or MANT_WIDTH below "
               "8 fails with BAD_OPCODE); the input is quantised "
-              "on the host; RUN replies count the column's busy cycles. The "
+              "on the host; MATVEC's bias words pass through a FIFO (matvec_bias_fifo); RUN "
+              "replies count the column's busy cycles. The "
               "discrete unit is on icebreaker-discrete (docs/sequencer.md)",
     ),
     "icebreaker-discrete": BoardProfile(
@@ -124,10 +126,11 @@ BOARDS = {
         top=dict(lanes=8, multiplier="mult18x18d", use_spram=False, scratch_bytes=65536,
                  baud=3_000_000, sequencer=True, matrix_lanes=64, block=16, max_blocks=16,
                  weight_depth=1024, bfp=True, quantiser=True, discrete=True, code_bits=3,
-                 scratch_write_addr=False),
+                 scratch_write_addr=False, seq_pipelined=True),
         programmer="openFPGALoader", programmer_env="OPENFPGALOADER", bitstream="bit",
         notes="156 MULT18X18D, 208 DP16KD: a 64-lane BFP column (its drain four lanes a "
-              "cycle, drain_lanes) and MATVEC's x buffer; UART over the FT231X at 3 Mbaud, "
+              "cycle, drain_lanes), MATVEC's x buffer and the sequencer's register stages "
+              "(seq_pipelined); UART over the FT231X at 3 Mbaud, "
               "its fastest (25/3 cycles per bit at 25 MHz). The scratchpad keeps one address "
               "(scratch_write_addr=False): with the sequencer's write address Yosys 0.70's "
               "abc9 stops on this top; and with a PLL clock of 40 or 50 MHz nextpnr-ecp5 did "

@@ -143,6 +143,28 @@ class Sequencer(wiring.Component):
         is left to the bias words and the results, and a tile's beats overlap the previous
         tile's bias. (MATVEC's results with a destination overlapping ``x`` are unspecified;
         with the buffer they are the reference Machine's, which reads all sources first.)
+    bias_fifo : bool
+        Without the x buffer: MATVEC's bias words go from the reader into a FIFO of ``lanes``
+        words (one block RAM) in front of the column, so the reader moves on to the next
+        tile's ``x`` as soon as it has read them, while the column still drains the tile's last
+        block before it takes them; ``x_buffer`` must be off. The same results in fewer cycles.
+    pipelined : bool
+        Register stages for fast clocks (the ULX3S's profile), where block RAM outputs (about
+        5.7 ns clock-to-out on ECP5) met logic and long routes:
+
+        * LOADW's writes reach the weight banks through a register of the data, the entry and
+          one enable per bank (each write lands a cycle later; no instruction reads the
+          weights within a fetch of LOADW's end);
+        * the discrete unit takes its weight codes from a register after the banks' outputs
+          (a beat waits until it holds its entry, two cycles after the entry changes);
+        * DMATVEC's x words reach the gather register a cycle after they are taken, through a
+          register of the raw byte beside the scratchpad (the sign-magnitude conversion
+          after it), so each group of ``N`` words takes a cycle more;
+        * DMATVEC's rounded and saturated result is written a cycle later from a register (a
+          cycle more per row).
+
+        The same results; ``lanes · (1 + code_bits) + 38 + log2(weight_depth)`` flip-flops
+        more.
     simulation : bool
         Behavioural multiplier models (for Amaranth's simulator).
     write_addr : bool
@@ -178,7 +200,8 @@ class Sequencer(wiring.Component):
                  simulation=True, bfp_stochastic=True, bfp_predictor=True,
                  bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True,
                  bfp_pipelined_combiner=False, bfp_mant_width=True, hard_lanes=None,
-                 write_addr=False, drain_lanes=1, x_buffer=False):
+                 write_addr=False, drain_lanes=1, x_buffer=False, pipelined=False,
+                 bias_fifo=False):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
@@ -212,6 +235,11 @@ class Sequencer(wiring.Component):
         self._hard_lanes = check_hard_lanes(hard_lanes, self._lanes)
         self._drain_lanes = check_drain_lanes(drain_lanes, self._lanes, self._bfp_pipelined)
         self._x_buffer = _check_bool("x_buffer", x_buffer)
+        self._pipelined = _check_bool("pipelined", pipelined)
+        self._bias_fifo = _check_bool("bias_fifo", bias_fifo)
+        if self._bias_fifo and self._x_buffer:
+            raise ValueError("bias_fifo needs x_buffer off (with the x buffer the bias words "
+                             "already overlap the later tiles)")
         self._simulation = _check_bool("simulation", simulation)
         self._write_addr = _check_bool("write_addr", write_addr)
         members = {
@@ -237,6 +265,8 @@ class Sequencer(wiring.Component):
     hard_lanes = property(lambda self: self._hard_lanes)
     drain_lanes = property(lambda self: self._drain_lanes)
     x_buffer = property(lambda self: self._x_buffer)
+    pipelined = property(lambda self: self._pipelined)
+    bias_fifo = property(lambda self: self._bias_fifo)
     write_addr = property(lambda self: self._write_addr)
 
     def column_params(self):
@@ -273,6 +303,14 @@ class Sequencer(wiring.Component):
         w_wr_en = Signal()
         w_rd_addr = Signal(range(depth))
         w_rd_en = Signal()
+        if self._pipelined:
+            # LOADW's write, registered with its bank decoded: the scratchpad's output reaches
+            # a flip-flop beside it, not every bank across the die.
+            wq_addr = Signal.like(w_wr_addr)
+            wq_data = Signal(16)
+            wq_en = Signal(N)
+            m.d.sync += [wq_addr.eq(w_wr_addr), wq_data.eq(w_wr_data),
+                         wq_en.eq(Cat((w_wr_en & (w_wr_lane == k)) for k in range(N)))]
         for k in range(N):
             # LOADW writes and the engines read at different times, so read-write collisions
             # never happen: ``no_rw_check`` spares synthesis the collision logic (on iCE40 about
@@ -283,8 +321,12 @@ class Sequencer(wiring.Component):
             wp = mem.write_port()
             rp = mem.read_port(domain="comb")
             rdata_k = Signal(16, name=f"bank{k}")
-            m.d.comb += [wp.addr.eq(w_wr_addr), wp.data.eq(w_wr_data),
-                         wp.en.eq(w_wr_en & (w_wr_lane == k)), rp.addr.eq(w_rd_addr)]
+            if self._pipelined:
+                m.d.comb += [wp.addr.eq(wq_addr), wp.data.eq(wq_data), wp.en.eq(wq_en[k])]
+            else:
+                m.d.comb += [wp.addr.eq(w_wr_addr), wp.data.eq(w_wr_data),
+                             wp.en.eq(w_wr_en & (w_wr_lane == k))]
+            m.d.comb += rp.addr.eq(w_rd_addr)
             with m.If(w_rd_en):
                 m.d.sync += rdata_k.eq(rp.data)
             banks.append(rdata_k)
@@ -635,9 +677,35 @@ class Sequencer(wiring.Component):
         lw_entry = Signal(range(depth + 1))
         nb_d = Signal(16)             # DMATVEC entries per row
         gather = Signal(8 * N)
+        # The discrete unit's weight codes: the banks' outputs, or with ``pipelined``
+        # a register of them, valid (dm_codes_ok) two cycles after the entry changes
+        # (``dm_chg``: DM_ROW's load of w_ptr, a beat's step): the banks hold the entry's codes
+        # a cycle after a read at it (``bank_ok``), the register a cycle after that.
+        dm_chg = Signal()
+        dm_codes_ok = Signal()
+        if self._pipelined:
+            dm_codes = [Signal(self._code_bits, name=f"dm_code{k}") for k in range(N)]
+            bank_ok = Signal()
+            m.d.sync += [dm_codes[k].eq(banks[k][:self._code_bits]) for k in range(N)]
+            m.d.sync += [bank_ok.eq(~dm_chg & (w_rd_en | bank_ok)),
+                         dm_codes_ok.eq(~dm_chg & bank_ok)]
+        else:
+            dm_codes = [banks[k][:self._code_bits] for k in range(N)]
+        # With ``pipelined``, a word DM_RUN takes reaches the gather a cycle later through
+        # registers of the raw byte (beside the scratchpad) and of its lane and flags; the
+        # reader stops while the registered word completes a group (``dm_hold``).
+        dm_t = Signal()               # a word is in the registers
+        dm_x = Signal(8)
+        dm_lane = Signal(range(N))
+        dm_full = Signal()            # it completes its group
+        dm_last = Signal()            # it is the row's last
+        dm_hold = dm_t & dm_full
         g_lane = Signal(range(N))
         g_full = Signal()
         g_last = Signal()
+        if self._pipelined:
+            m.d.sync += [dm_t.eq(take & st_dm), dm_x.eq(rdata[:8]), dm_lane.eq(g_lane),
+                         dm_full.eq((g_lane == N - 1) | ~rd_more), dm_last.eq(~rd_more)]
         bias_q = Signal(signed(16))
         acc_q = Signal(signed(DISCRETE_ACC_WIDTH + 1))
         v_q = Signal(signed(DISCRETE_ACC_WIDTH + 2))
@@ -646,10 +714,12 @@ class Sequencer(wiring.Component):
         jump = Signal()               # JUMP, or DJNZ with cnt > 1: NEXT loads w1 into pc
         nb_dec = Signal(17)
         m.d.comb += nb_dec.eq((w[4] + (N - 1)) >> lgN)
+        # DMATVEC's x element in sign-magnitude form (the discrete unit's input), saturated.
+        x_in = dm_x if self._pipelined else rdata[:8]
         x_sm = Signal(8)
         mag = Signal(8)
-        m.d.comb += [mag.eq(Mux(rdata[7], -rdata[:8].as_signed(), rdata[:8])),
-                     x_sm.eq(Cat(Mux(mag[7], 127, mag[:7]), rdata[7]))]
+        m.d.comb += [mag.eq(Mux(x_in[7], -x_in.as_signed(), x_in)),
+                     x_sm.eq(Cat(Mux(mag[7], 127, mag[:7]), x_in[7]))]
 
         # DECODE's outcome (stage B of the decode pipeline): the opcode and the counts, checked
         # in the order of lowbit.sim.program.Machine (data instructions: counts here,
@@ -725,6 +795,11 @@ class Sequencer(wiring.Component):
         # The reader's consumers, from the flags. Engines' outputs are always taken (the write
         # register), so their input readiness does not wait for the state.
         ready = st_loadw | st_dm & ~g_full
+        # The reader's bias words are taken: by the column, or by the bias FIFO.
+        b_ready = Signal() if self._bfp and self._bias_fifo else (
+            col.i_bias.ready if self._bfp else Const(0))
+        if self._pipelined:
+            ready = st_loadw | st_dm & ~g_full & ~dm_hold
         # ---- x buffer (MATVEC's later tiles) -----------------------------------------------
         if self._bfp and self._x_buffer:
             kmax = self._max_blocks * B
@@ -793,6 +868,48 @@ class Sequencer(wiring.Component):
                     col.i_bias.valid.eq(rd_valid & mv_b), beat.eq(x_valid & col.i_x.ready),
                     col.o.ready.eq(1),
                 ]
+            elif self._bias_fifo:
+                # The bias FIFO: the reader writes a tile's N words (``bf_wp``), the column
+                # reads them (``bf_rp``) through the memory's read register (``bf_valid``).
+                # ``bf_full``: N words were written since the reads last caught up, so the
+                # writer waits until the column has read them all; a read never meets a write
+                # to its entry, so no collision logic (``no_rw_check``, as the weight banks:
+                # the read register after a combinational port is the RAM's).
+                m.submodules.bias_fifo = bmem = Memory(
+                    shape=16, depth=N, init=[], attrs={"ram_style": "block", "no_rw_check": 1})
+                bf_w = bmem.write_port()
+                bf_rc = bmem.read_port(domain="comb")
+                bf_data = Signal(16)
+                bf_wp = Signal(lgN)
+                bf_rp = Signal(lgN)
+                bf_full = Signal()
+                bf_valid = Signal()
+                bf_we = Signal()
+                bf_re = Signal()
+                m.d.comb += [
+                    b_ready.eq(~bf_full),
+                    bf_we.eq(rd_valid & mv_b & ~bf_full),
+                    bf_re.eq((bf_full | (bf_rp != bf_wp)) & (~bf_valid | col.i_bias.ready)),
+                    bf_w.en.eq(bf_we), bf_w.addr.eq(bf_wp), bf_w.data.eq(rdata),
+                    bf_rc.addr.eq(bf_rp),
+                ]
+                m.d.sync += bf_valid.eq(bf_re | bf_valid & ~col.i_bias.ready)
+                with m.If(bf_we):
+                    m.d.sync += bf_wp.eq(bf_wp + 1)
+                    with m.If(bf_wp == N - 1):
+                        m.d.sync += bf_full.eq(1)
+                with m.If(bf_re):
+                    m.d.sync += [bf_rp.eq(bf_rp + 1), bf_data.eq(bf_rc.data)]
+                    with m.If(bf_rp == N - 1):
+                        m.d.sync += bf_full.eq(0)
+                m.d.comb += [
+                    col.cfg_blocks.eq(w[4]), col.cfg_bias_en.eq(bias_en),
+                    col.i_x.payload.eq(rdata), col.i_bias.payload.eq(bf_data),
+                    col.i_x.valid.eq(rd_valid & mv_x), col.i_w.valid.eq(rd_valid & mv_x),
+                    col.i_bias.valid.eq(bf_valid),
+                    beat.eq(rd_valid & mv_x & col.i_x.ready),
+                    col.o.ready.eq(1),
+                ]
             else:
                 m.d.comb += [
                     col.cfg_blocks.eq(w[4]), col.cfg_bias_en.eq(bias_en),
@@ -805,7 +922,7 @@ class Sequencer(wiring.Component):
             for k in range(N):
                 m.d.comb += [col.i_w.payload.m[k].eq(banks[k][:8]),
                              col.i_w.payload.e[k].eq(banks[k][8:])]
-            ready = ready | mv_x & col.i_x.ready | mv_b & col.i_bias.ready
+            ready = ready | mv_x & col.i_x.ready | mv_b & b_ready
         m.d.comb += [reading.eq(st_loadw | st_lut | st_quant | mv_x | mv_b | st_dm),
                      take.eq(rd_valid & ready)]
 
@@ -1089,6 +1206,8 @@ class Sequencer(wiring.Component):
                 with m.State("DM_ROW"):
                     # Per row: the bias word (if any), then the beats, then the requantiser.
                     m.d.comb += rp_src.eq(1)
+                    if self._pipelined:
+                        m.d.comb += dm_chg.eq(1)
                     m.d.sync += [g_lane.eq(0), g_full.eq(0), gather.eq(0),
                                  rd_more.eq(1),
                                  w_ptr.eq(w_base),
@@ -1110,20 +1229,31 @@ class Sequencer(wiring.Component):
                     # The stage holds one word at a time, so with nothing left to issue the word
                     # taken is the row's last.
                     last_take = ~rd_more
-                    m.d.comb += [du.i.valid.eq(g_full), du.i.payload.last.eq(g_last)]
+                    m.d.comb += [du.i.valid.eq(g_full & dm_codes_ok if self._pipelined
+                                               else g_full),
+                                 du.i.payload.last.eq(g_last)]
                     code_mask = Signal(self._code_bits)
                     m.d.comb += code_mask.eq((Const(1, 4) << self.code_width) - 1)
                     for k in range(N):
                         m.d.comb += [du.i.payload.x[k].eq(gather.word_select(k, 8)),
-                                     du.i.payload.w[k].eq(banks[k][:self._code_bits]
-                                                          & code_mask)]
-                    with m.If(take):
-                        m.d.sync += [gather.word_select(g_lane, 8).eq(x_sm),
-                                     g_lane.eq(g_lane + 1)]
-                        with m.If((g_lane == N - 1) | last_take):
-                            m.d.sync += [g_full.eq(1), g_last.eq(last_take)]
+                                     du.i.payload.w[k].eq(dm_codes[k] & code_mask)]
+                    if self._pipelined:
+                        with m.If(take):
+                            m.d.sync += g_lane.eq(g_lane + 1)
+                        with m.If(dm_t):
+                            m.d.sync += gather.word_select(dm_lane, 8).eq(x_sm)
+                            with m.If(dm_full):
+                                m.d.sync += [g_full.eq(1), g_last.eq(dm_last)]
+                    else:
+                        with m.If(take):
+                            m.d.sync += [gather.word_select(g_lane, 8).eq(x_sm),
+                                         g_lane.eq(g_lane + 1)]
+                            with m.If((g_lane == N - 1) | last_take):
+                                m.d.sync += [g_full.eq(1), g_last.eq(last_take)]
                     m.d.comb += beat.eq(du.i.valid & du.i.ready)
                     with m.If(du.i.valid & du.i.ready):
+                        if self._pipelined:
+                            m.d.comb += dm_chg.eq(1)
                         m.d.sync += [g_full.eq(0), gather.eq(0), g_lane.eq(0),
                                      w_ptr.eq(w_ptr + 1)]
                         with m.If(g_last):
@@ -1147,13 +1277,27 @@ class Sequencer(wiring.Component):
                     rnd = (Const(1, 17) << sh)[1:]
                     y = (v_q + rnd.as_signed()) >> sh
                     yc = Mux(self.disc_shift[4], 0, Mux(y > 127, 127, Mux(y < -127, -127, y)))
-                    m.d.comb += [w_addr.eq(wr_ptr), p.we.eq(1),
-                                 p.wdata.eq(Cat(yc[:8], self.fixed_exp))]
-                    m.d.comb += wp_step.eq(1)
-                    m.d.sync += [tiles_left.eq(tiles_left - 1),
-                                 tl_more.eq(tiles_left != 1),
-                                 w_base.eq(w_base + nb_d)]
-                    m.next = "DM_ROW"
+
+                    def dm_write(code):
+                        m.d.comb += [w_addr.eq(wr_ptr), p.we.eq(1),
+                                     p.wdata.eq(Cat(code, self.fixed_exp))]
+                        m.d.comb += wp_step.eq(1)
+                        m.d.sync += [tiles_left.eq(tiles_left - 1),
+                                     tl_more.eq(tiles_left != 1),
+                                     w_base.eq(w_base + nb_d)]
+                        m.next = "DM_ROW"
+
+                    if self._pipelined:
+                        # The rounding shift and the saturation into a register, written from
+                        # there: no carry chain in front of the scratchpad's data input.
+                        dm_y = Signal(8)
+                        m.d.sync += dm_y.eq(yc[:8])
+                        m.next = "DM_WRITE"
+                    else:
+                        dm_write(yc[:8])
+                if self._pipelined:
+                    with m.State("DM_WRITE"):
+                        dm_write(dm_y)
 
             # -- end of instruction ---------------------------------------------------------
             with m.State("NEXT"):
@@ -1233,7 +1377,7 @@ class Sequencer(wiring.Component):
                     with m.If(bias_en):
                         m.d.comb += rp_bias.eq(1)
                         m.d.sync += [rd_more.eq(1), mv_b.eq(1)]
-            with m.If(mv_b & ~rd_more & (~rd_valid | col.i_bias.ready)):
+            with m.If(mv_b & ~rd_more & (~rd_valid | b_ready)):
                 # The next tile's bias follows this one's: one past the last read (rd_ptr),
                 # which the reader's increment already forms.
                 m.d.sync += [bias_ptr.eq(rd_inc), mv_b.eq(0)]

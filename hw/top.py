@@ -793,6 +793,15 @@ class Accelerator(wiring.Component):
         reads it and feeds the later tiles from there (:class:`lowbit.hw.sequencer.Sequencer`
         ``x_buffer``). Default ``None``: with the BFP column and a block-RAM scratchpad (one
         more block RAM of ``max_blocks · block`` words).
+    matvec_bias_fifo : bool
+        MATVEC's bias words go into a FIFO of ``matrix_lanes`` words in front of the column, so
+        the sequencer reads the next tile's ``x`` while the column still drains the tile's
+        last block (:class:`lowbit.hw.sequencer.Sequencer` ``bias_fifo``; one block RAM; not
+        with ``matvec_x_buffer``, whose default it turns off). Default ``False``.
+    seq_pipelined : bool
+        Register stages around the weight memory for fast clocks: LOADW's writes and the
+        discrete unit's weight codes go through registers (:class:`lowbit.hw.sequencer.Sequencer`
+        ``pipelined``; the same results). Default ``False``.
     scratch_write_addr : bool or None
         The sequencer writes the block-RAM scratchpad at an address of its own while it reads
         (:attr:`scratch_write_addr`); ``None`` (default): wherever the scratchpad is block RAM
@@ -835,7 +844,8 @@ class Accelerator(wiring.Component):
                  bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
                  busy_count=True, uart_ddr=False, bfp_pipelined_combiner=False,
                  bfp_mant_width=True, dsp_lanes=None, scratch_write_addr=None,
-                 drain_lanes=None, matvec_x_buffer=None):
+                 drain_lanes=None, matvec_x_buffer=None, seq_pipelined=False,
+                 matvec_bias_fifo=False):
         p = check_top_params(
             clk_freq=clk_freq, baud=baud, lanes=lanes, scratch_bytes=scratch_bytes,
             use_spram=use_spram, frame_bytes=frame_bytes, timeout_bits=timeout_bits,
@@ -848,7 +858,8 @@ class Accelerator(wiring.Component):
             uart_ddr=uart_ddr, bfp_pipelined_combiner=bfp_pipelined_combiner,
             bfp_mant_width=bfp_mant_width, dsp_lanes=dsp_lanes,
             scratch_write_addr=scratch_write_addr, drain_lanes=drain_lanes,
-            matvec_x_buffer=matvec_x_buffer)
+            matvec_x_buffer=matvec_x_buffer, seq_pipelined=seq_pipelined,
+            matvec_bias_fifo=matvec_bias_fifo)
         self._uart_ddr = uart_ddr
         self._divisor = p["divisor"]
         self._period = p["bit_period"]
@@ -874,7 +885,8 @@ class Accelerator(wiring.Component):
             bfp_acc_block_ram=bfp_acc_block_ram, bfp_pipelined=bfp_pipelined,
             bfp_pipelined_combiner=bfp_pipelined_combiner, bfp_mant_width=bfp_mant_width,
             busy_count=_check_bool("busy_count", busy_count), hard_lanes=dsp_lanes,
-            drain_lanes=p["drain_lanes"], x_buffer=p["matvec_x_buffer"])
+            drain_lanes=p["drain_lanes"], x_buffer=p["matvec_x_buffer"],
+            pipelined=p["seq_pipelined"], bias_fifo=p["matvec_bias_fifo"])
         self._engines = (((1 << ENGINE_BITS["lut"]) if lut_tables else 0)
                          | ((1 << ENGINE_BITS["grand"]) if grand else 0))
         if sequencer:
@@ -920,6 +932,8 @@ class Accelerator(wiring.Component):
     dsp_lanes = property(lambda self: self._seq_params["hard_lanes"])
     drain_lanes = property(lambda self: self._seq_params["drain_lanes"])
     matvec_x_buffer = property(lambda self: self._seq_params["x_buffer"])
+    seq_pipelined = property(lambda self: self._seq_params["pipelined"])
+    matvec_bias_fifo = property(lambda self: self._seq_params["bias_fifo"])
 
     def design_params(self):
         """Generator parameters reported by the ``ID_MATRIX`` / ``ID_ENGINE`` registers

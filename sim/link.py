@@ -465,7 +465,7 @@ class DeviceModel:
     #: Top parameters without effect on the protocol.
     HARDWARE_ONLY = frozenset({"timeout_bits", "uart", "simulation", "multiplier", "dsp_lanes",
                                "scratch_write_addr", "drain_lanes",
-                               "matvec_x_buffer",
+                               "matvec_x_buffer", "seq_pipelined", "matvec_bias_fifo",
                                "bfp_acc_block_ram", "bfp_pipelined", "uart_ddr",
                                "bfp_pipelined_combiner"})
 

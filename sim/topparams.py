@@ -47,7 +47,7 @@ TOP_DEFAULTS = dict(clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None, 
                     bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
                     uart_ddr=False, bfp_pipelined_combiner=False, bfp_mant_width=True,
                     dsp_lanes=None, scratch_write_addr=None, drain_lanes=None,
-                    matvec_x_buffer=None)
+                    matvec_x_buffer=None, seq_pipelined=False, matvec_bias_fifo=False)
 
 
 def check_int(name, value, lo, hi):
@@ -215,7 +215,8 @@ def check_top_params(**params):
     ``bfp_mant_width``, ``drain_lanes`` (``None`` is resolved: ``matrix_lanes / block``, at
     least 1 and at most ``matrix_lanes / 4``, with ``bfp_pipelined``; else 1),
     ``matvec_x_buffer`` (``None`` is resolved: with the sequencer, the BFP column and a
-    block-RAM scratchpad);
+    block-RAM scratchpad, and not with ``matvec_bias_fifo``), ``seq_pipelined``,
+    ``matvec_bias_fifo`` (not with ``matvec_x_buffer``);
     then an odd ``matrix_lanes`` with the ``sb_mac16`` multiplier.
 
     Raises
@@ -270,9 +271,15 @@ def check_top_params(**params):
         p["drain_lanes"] = (min(max(1, p["matrix_lanes"] // p["block"]), p["matrix_lanes"] // 4)
                             if p["bfp_pipelined"] else 1)
     check_drain_lanes(p["drain_lanes"], p["matrix_lanes"], p["bfp_pipelined"])
+    check_bool("matvec_bias_fifo", p["matvec_bias_fifo"])
     if p["matvec_x_buffer"] is None:
-        p["matvec_x_buffer"] = p["sequencer"] and p["bfp"] and not p["use_spram"]
+        p["matvec_x_buffer"] = (p["sequencer"] and p["bfp"] and not p["use_spram"]
+                                and not p["matvec_bias_fifo"])
     check_bool("matvec_x_buffer", p["matvec_x_buffer"])
+    if p["matvec_x_buffer"] and p["matvec_bias_fifo"]:
+        raise ValueError("matvec_bias_fifo needs matvec_x_buffer off: with the x buffer the "
+                         "bias words already overlap the later tiles")
+    check_bool("seq_pipelined", p["seq_pipelined"])
     if p["sequencer"] and p["bfp"] and p["multiplier"] == "sb_mac16" and p["matrix_lanes"] % 2:
         raise ValueError("Matrix lane count must be even with sb_mac16")
     return p

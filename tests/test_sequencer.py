@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+from lowbit.boards.profiles import BOARDS
 from lowbit.hw.ports import DISCRETE_ACC_WIDTH, RAND_BITS
 from lowbit.hw.sequencer import Sequencer
 from lowbit.hw.top import Accelerator
@@ -393,8 +394,13 @@ def test_batch_loop(dev):
         assert dev.get(YA + 4 * b, 4).tolist() == pack_elements(m, e).tolist()
 
 
-def test_dmatvec():
-    dev = Device(bfp=False, quantiser=False)
+@pytest.mark.parametrize("seq_pipelined", [False, True])
+def test_dmatvec(seq_pipelined):
+    """LOADW then three DMATVECs equal lowbit.sim.network.discrete_dense; with
+    ``seq_pipelined`` (LOADW's writes, the discrete unit's codes and its gathered x through
+    registers) too, a cycle slower per group of N words and per row."""
+    dev = Device(bfp=False, quantiser=False, seq_pipelined=seq_pipelined)
+    assert dev.top.seq_pipelined is seq_pipelined
     rng = np.random.default_rng(9)
     book = CodeBook(2, [(0, 0, 0), (1, 0, 0), (0, 1, 1), (1, 0, 2)])
     rows, cols = 5, 10
@@ -419,9 +425,13 @@ def test_dmatvec():
         I.loadw(WSRC, 1, rows * nbd), I.dmatvec(XA, YA, 1, cols, rows, bias=BA),
         I.config(REG["DISC_SHIFT"], 0), I.dmatvec(XA, ZA, 1, cols, rows),
         I.config(REG["DISC_SHIFT"], 15), I.dmatvec(XA, ZA + 8, 1, cols, rows, bias=BA),
+        I.config(REG["DISC_SHIFT"], 3), I.dmatvec(XA, ZA + 16, 1, cols - 1, rows, bias=BA),
         I.halt()])
     assert status == L.Status.OK
-    assert busy == 3 * rows * nbd < cycles     # busy cycles: ceil(K / N) beats per row
+    assert busy == 4 * rows * nbd < cycles     # busy cycles: ceil(K / N) beats per row
+    # Pipelined, a cycle more per group of N words (the gather's register; the registered
+    # codes are always in before the group is) and per row (the result's register).
+    assert cycles == 652 + (4 * rows * (nbd + 1) if seq_pipelined else 0)
     m, e = discrete_dense(layer, x, lanes=N)
     assert dev.get(YA, rows).tolist() == pack_elements(m, e).tolist()
     nobias = DiscreteDense(w_codes=layer.w_codes, book=book, shift=0, out_exp=-2)
@@ -430,6 +440,11 @@ def test_dmatvec():
     big = DiscreteDense(w_codes=layer.w_codes, book=book, bias=layer.bias, shift=15, out_exp=-2)
     m, e = discrete_dense(big, x, lanes=N)
     assert dev.get(ZA + 8, rows).tolist() == pack_elements(m, e).tolist()
+    # K = 9: each row's last group is one word, whose beat waits for the registered codes.
+    short = DiscreteDense(w_codes=layer.w_codes[:, :cols - 1], book=book, bias=layer.bias,
+                          shift=3, acc_width=DISCRETE_ACC_WIDTH, out_exp=-2)
+    m, e = discrete_dense(short, x[:cols - 1], lanes=N)
+    assert dev.get(ZA + 16, rows).tolist() == pack_elements(m, e).tolist()
     # MATVEC and QUANT are not built: BAD_OPCODE, and IDENTIFY says what is present.
     assert dev.run([I.quant(XA, YA, 4)])[:3] == (L.Status.BAD_OPCODE, 0, 0)
     ident = L.Identity.from_bytes(dev.ok(L.Opcode.IDENTIFY))
@@ -670,10 +685,21 @@ def test_limit_and_run_payload(dev):
     ("dsp_lanes", True, TypeError), ("grand_modes", "normal", TypeError),
     ("grand_modes", ["gauss"], ValueError),
     ("grand_modes", [1], TypeError), ("scratch_write_addr", 1, TypeError),
+    ("seq_pipelined", 1, TypeError), ("seq_pipelined", None, TypeError),
 ])
 def test_parameter_validation(name, value, exc):
     with pytest.raises(exc):
         Accelerator(**{name: value})
+
+
+def test_seq_pipelined_message_and_profiles():
+    """``seq_pipelined`` is a bool, named in the error; the ULX3S's profile carries the
+    registers (its 100 MHz target), the others do not (their netlists stay as they were)."""
+    with pytest.raises(TypeError, match="seq_pipelined must be a bool, not 'yes'"):
+        Accelerator(seq_pipelined="yes")
+    with pytest.raises(TypeError, match="pipelined must be a bool, not 1"):
+        Sequencer(pipelined=1)
+    assert {name for name, b in BOARDS.items() if b.top.get("seq_pipelined")} == {"ulx3s"}
 
 
 def test_dsp_lanes_reach_the_column():
@@ -769,16 +795,20 @@ def _random_instruction(rng, words, depth):
 
 @pytest.mark.slow
 @pytest.mark.rotate  # one heavy case a day runs in CI's slow run (tests/conftest.py)
-@pytest.mark.parametrize("seed,trials", [
-    (2024, 1), pytest.param(1, 30, marks=pytest.mark.heavy), (2, 30)])
-def test_random_programs_vs_device_model(seed, trials):
+@pytest.mark.parametrize("seed,trials,top", [
+    (2024, 1, {}), pytest.param(1, 30, {}, marks=pytest.mark.heavy), (2, 30, {}),
+    (3, 10, {"seq_pipelined": True}), (4, 10, {"matvec_bias_fifo": True})],
+    ids=["2024-1", "1-30", "2-30", "3-10-seq_pipelined", "4-10-matvec_bias_fifo"])
+def test_random_programs_vs_device_model(seed, trials, top):
     """Random programs on random data: status, pc, executed, busy and the whole scratchpad
     equal lowbit.sim.link.DeviceModel's (the host engineer's interpreter,
     lowbit.sim.program.Machine), the data, tables and the scratchpad read back through the
-    link. ``[2024-1]`` runs one program, ``[2-30]`` and ``[1-30]`` (heavy, rotating) 30. The
-    quick suite's random programs: ``test_driver.py::test_sim_random_programs_match_model``
-    (the same outcomes and scratchpads, the data through the simulator's backdoor)."""
-    dev = Device()
+    link. ``[2024-1]`` runs one program, ``[2-30]`` and ``[1-30]`` (heavy, rotating) 30,
+    ``[3-10-seq_pipelined]`` and ``[4-10-matvec_bias_fifo]`` 10 each on a top with that
+    option. The quick suite's random programs:
+    ``test_driver.py::test_sim_random_programs_match_model`` (the same outcomes and
+    scratchpads, the data through the simulator's backdoor)."""
+    dev = Device(**top)
     model = L.DeviceModel(**dev.params)
     rng = np.random.default_rng(seed)
 
@@ -918,14 +948,16 @@ def icebreaker():
 
 
 def test_icebreaker_profile_options():
-    """The profile carries the BFP column with every area option, no discrete unit and no
-    rounding PRNG; the Design the model runs knows the two it must (stochastic, predictor)."""
+    """The profile carries the BFP column with every area option, the bias FIFO, no discrete
+    unit and no rounding PRNG; the Design the model runs knows the two it must (stochastic,
+    predictor)."""
     from lowbit.boards.profiles import get_board
     t = get_board("icebreaker").top
     assert t["bfp"] and not t["discrete"] and not t["quantiser"] and t["matrix_lanes"] == 16
     seq = Sequencer(**Accelerator(**t).sequencer_params())
     seq._MustUse__silence = True
     assert (seq.bfp_stochastic, seq.bfp_predictor) == (False, False)
+    assert (seq.bias_fifo, seq.x_buffer) == (True, False)     # one port: the FIFO, no buffer
     assert seq.column_params()["predictor"] is False
     assert _icebreaker_design().column().has_predictor is False
     for name in ("bfp_stochastic", "bfp_predictor", "bfp_acc_block_ram", "bfp_pipelined"):

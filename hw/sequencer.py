@@ -682,9 +682,9 @@ class Sequencer(wiring.Component):
         # (``dm_chg``: DM_ROW's load of w_ptr, a beat's step): the banks hold the entry's codes
         # a cycle after a read at it (``bank_ok``), the register a cycle after that.
         dm_chg = Signal()
-        dm_codes_ok = Signal()
         if self._pipelined:
             dm_codes = [Signal(self._code_bits, name=f"dm_code{k}") for k in range(N)]
+            dm_codes_ok = Signal()
             bank_ok = Signal()
             m.d.sync += [dm_codes[k].eq(banks[k][:self._code_bits]) for k in range(N)]
             m.d.sync += [bank_ok.eq(~dm_chg & (w_rd_en | bank_ok)),
@@ -694,16 +694,16 @@ class Sequencer(wiring.Component):
         # With ``pipelined``, a word DM_RUN takes reaches the gather a cycle later through
         # registers of the raw byte (beside the scratchpad) and of its lane and flags; the
         # reader stops while the registered word completes a group (``dm_hold``).
-        dm_t = Signal()               # a word is in the registers
-        dm_x = Signal(8)
-        dm_lane = Signal(range(N))
-        dm_full = Signal()            # it completes its group
-        dm_last = Signal()            # it is the row's last
-        dm_hold = dm_t & dm_full
         g_lane = Signal(range(N))
         g_full = Signal()
         g_last = Signal()
         if self._pipelined:
+            dm_t = Signal()           # a word is in the registers
+            dm_x = Signal(8)
+            dm_lane = Signal(range(N))
+            dm_full = Signal()        # it completes its group
+            dm_last = Signal()        # it is the row's last
+            dm_hold = dm_t & dm_full
             m.d.sync += [dm_t.eq(take & st_dm), dm_x.eq(rdata[:8]), dm_lane.eq(g_lane),
                          dm_full.eq((g_lane == N - 1) | ~rd_more), dm_last.eq(~rd_more)]
         bias_q = Signal(signed(16))
@@ -794,12 +794,11 @@ class Sequencer(wiring.Component):
 
         # The reader's consumers, from the flags. Engines' outputs are always taken (the write
         # register), so their input readiness does not wait for the state.
-        ready = st_loadw | st_dm & ~g_full
+        ready = st_loadw | st_dm & ~g_full & ~dm_hold if self._pipelined else \
+            st_loadw | st_dm & ~g_full
         # The reader's bias words are taken: by the column, or by the bias FIFO.
         b_ready = Signal() if self._bfp and self._bias_fifo else (
             col.i_bias.ready if self._bfp else Const(0))
-        if self._pipelined:
-            ready = st_loadw | st_dm & ~g_full & ~dm_hold
         # ---- x buffer (MATVEC's later tiles) -----------------------------------------------
         if self._bfp and self._x_buffer:
             kmax = self._max_blocks * B
@@ -868,54 +867,49 @@ class Sequencer(wiring.Component):
                     col.i_bias.valid.eq(rd_valid & mv_b), beat.eq(x_valid & col.i_x.ready),
                     col.o.ready.eq(1),
                 ]
-            elif self._bias_fifo:
-                # The bias FIFO: the reader writes a tile's N words (``bf_wp``), the column
-                # reads them (``bf_rp``) through the memory's read register (``bf_valid``).
-                # ``bf_full``: N words were written since the reads last caught up, so the
-                # writer waits until the column has read them all; a read never meets a write
-                # to its entry, so no collision logic (``no_rw_check``, as the weight banks:
-                # the read register after a combinational port is the RAM's).
-                m.submodules.bias_fifo = bmem = Memory(
-                    shape=16, depth=N, init=[], attrs={"ram_style": "block", "no_rw_check": 1})
-                bf_w = bmem.write_port()
-                bf_rc = bmem.read_port(domain="comb")
-                bf_data = Signal(16)
-                bf_wp = Signal(lgN)
-                bf_rp = Signal(lgN)
-                bf_full = Signal()
-                bf_valid = Signal()
-                bf_we = Signal()
-                bf_re = Signal()
-                m.d.comb += [
-                    b_ready.eq(~bf_full),
-                    bf_we.eq(rd_valid & mv_b & ~bf_full),
-                    bf_re.eq((bf_full | (bf_rp != bf_wp)) & (~bf_valid | col.i_bias.ready)),
-                    bf_w.en.eq(bf_we), bf_w.addr.eq(bf_wp), bf_w.data.eq(rdata),
-                    bf_rc.addr.eq(bf_rp),
-                ]
-                m.d.sync += bf_valid.eq(bf_re | bf_valid & ~col.i_bias.ready)
-                with m.If(bf_we):
-                    m.d.sync += bf_wp.eq(bf_wp + 1)
-                    with m.If(bf_wp == N - 1):
-                        m.d.sync += bf_full.eq(1)
-                with m.If(bf_re):
-                    m.d.sync += [bf_rp.eq(bf_rp + 1), bf_data.eq(bf_rc.data)]
-                    with m.If(bf_rp == N - 1):
-                        m.d.sync += bf_full.eq(0)
-                m.d.comb += [
-                    col.cfg_blocks.eq(w[4]), col.cfg_bias_en.eq(bias_en),
-                    col.i_x.payload.eq(rdata), col.i_bias.payload.eq(bf_data),
-                    col.i_x.valid.eq(rd_valid & mv_x), col.i_w.valid.eq(rd_valid & mv_x),
-                    col.i_bias.valid.eq(bf_valid),
-                    beat.eq(rd_valid & mv_x & col.i_x.ready),
-                    col.o.ready.eq(1),
-                ]
             else:
+                # The bias words from the reader, or through the bias FIFO.
+                bias_data, bias_valid = rdata, rd_valid & mv_b
+                if self._bias_fifo:
+                    # The bias FIFO: the reader writes a tile's N words (``bf_wp``), the column
+                    # reads them (``bf_rp``) through the memory's read register (``bf_valid``).
+                    # ``bf_full``: N words were written since the reads last caught up, so the
+                    # writer waits until the column has read them all; a read never meets a write
+                    # to its entry, so no collision logic (``no_rw_check``, as the weight banks:
+                    # the read register after a combinational port is the RAM's).
+                    m.submodules.bias_fifo = bmem = Memory(
+                        shape=16, depth=N, init=[], attrs={"ram_style": "block", "no_rw_check": 1})
+                    bf_w = bmem.write_port()
+                    bf_rc = bmem.read_port(domain="comb")
+                    bf_data = Signal(16)
+                    bf_wp = Signal(lgN)
+                    bf_rp = Signal(lgN)
+                    bf_full = Signal()
+                    bf_valid = Signal()
+                    bf_we = Signal()
+                    bf_re = Signal()
+                    m.d.comb += [
+                        b_ready.eq(~bf_full),
+                        bf_we.eq(rd_valid & mv_b & ~bf_full),
+                        bf_re.eq((bf_full | (bf_rp != bf_wp)) & (~bf_valid | col.i_bias.ready)),
+                        bf_w.en.eq(bf_we), bf_w.addr.eq(bf_wp), bf_w.data.eq(rdata),
+                        bf_rc.addr.eq(bf_rp),
+                    ]
+                    m.d.sync += bf_valid.eq(bf_re | bf_valid & ~col.i_bias.ready)
+                    with m.If(bf_we):
+                        m.d.sync += bf_wp.eq(bf_wp + 1)
+                        with m.If(bf_wp == N - 1):
+                            m.d.sync += bf_full.eq(1)
+                    with m.If(bf_re):
+                        m.d.sync += [bf_rp.eq(bf_rp + 1), bf_data.eq(bf_rc.data)]
+                        with m.If(bf_rp == N - 1):
+                            m.d.sync += bf_full.eq(0)
+                    bias_data, bias_valid = bf_data, bf_valid
                 m.d.comb += [
                     col.cfg_blocks.eq(w[4]), col.cfg_bias_en.eq(bias_en),
-                    col.i_x.payload.eq(rdata), col.i_bias.payload.eq(rdata),
+                    col.i_x.payload.eq(rdata), col.i_bias.payload.eq(bias_data),
                     col.i_x.valid.eq(rd_valid & mv_x), col.i_w.valid.eq(rd_valid & mv_x),
-                    col.i_bias.valid.eq(rd_valid & mv_b),
+                    col.i_bias.valid.eq(bias_valid),
                     beat.eq(rd_valid & mv_x & col.i_x.ready),
                     col.o.ready.eq(1),
                 ]

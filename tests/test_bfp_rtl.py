@@ -670,6 +670,40 @@ def test_area_options_match_model(options, rounding, exp_mode, bias, stable_seed
           bias=bias, valid_prob=0.7, ready_prob=0.6, seed=2)
 
 
+@pytest.mark.parametrize("params, budget", [
+    ({"lanes": 16, "block": 16, "max_blocks": 4, **LITE}, None),
+    ({"lanes": 16, "block": 4, "max_blocks": 4}, 119),
+    ({"lanes": 8, "block": 4, "max_blocks": 4, "drain_lanes": 2}, None),
+], ids=["lite", "pipelined", "drain2"])
+def test_fixed_mode_skips_the_scan(params, budget, monkeypatch):
+    """The pipelined column's fixed mode needs no scan of the bank: NaN blocks (from a weight,
+    a vector block, a bias element) still come out NaN with the banks' NaN flags, in either
+    bank and not in the products after them; and two products of one block with bias finish
+    ``N + 6`` or more cycles sooner than with the max rule's scan (budget measured at full
+    rate). The unpipelined ("lite") column scans in every mode: the same results."""
+    import test_bfp_rtl
+
+    rng = np.random.default_rng(41)
+    n, b = params["lanes"], params["block"]
+    nan = nan_exponent(8)
+    jobs = [make_job(rng, n, 2, b, bias=True) for _ in range(6)]
+    jobs[0]["w_e"][n - 1, 1] = nan       # bank 0
+    jobs[2]["x_e"][0] = nan              # bank 0 again, after a clean product in bank 1
+    jobs[3]["b_e"][1] = nan              # bank 1
+    got = check(params, jobs, bias=True, exp_mode="fixed", fixed_exp=-3, valid_prob=0.8,
+                ready_prob=0.6, seed=4)
+    assert [e == nan for _, e in got] == [True, False, True, True, False, False]
+    if budget is None:
+        return
+    run_stream = test_bfp_rtl.run_stream
+    monkeypatch.setattr(test_bfp_rtl, "run_stream",
+                        lambda *args, **kwargs: run_stream(*args, **kwargs, max_cycles=budget))
+    jobs = [make_job(rng, n, 1, b, bias=True) for _ in range(2)]
+    check(params, jobs, bias=True, exp_mode="fixed", fixed_exp=-3)
+    with pytest.raises(TimeoutError):
+        check(params, jobs, bias=True, exp_mode="max")
+
+
 def test_unpipelined_full_rate_and_edge_cases():
     """The merged pipelines at full rate (no stalls), with zero, NaN, saturating and
     full-scale products and a runtime width; the stochastic build unpipelined too."""

@@ -18,7 +18,7 @@ from lowbit.hw.bfp.output import OutputUnit
 from lowbit.hw.bfp.pe import BFPLanes
 from lowbit.hw.bfp.shared import _clog2, _elem_layout, _groups, column_widths, no_init
 from lowbit.hw.bfp.window import check_window
-from lowbit.hw.common import Rounding
+from lowbit.hw.common import Rounding, any_of
 from lowbit.hw.common import check_int as _check_int
 from lowbit.hw.mult import MULT_STYLES, check_hard_lanes
 from lowbit.sim.topparams import check_drain_lanes
@@ -532,15 +532,38 @@ class BFPColumn(wiring.Component):
         # is busy from the cycle after it reacts).
         start_dom = m.d.sync if self._pipelined else m.d.comb
         start_dom += start.eq(~out.busy & ~out.finish & ~fin & bank_done.bit_select(obank, 1))
-        m.d.comb += [out.start.eq(start), out.bank.eq(obank)]
+        if self._pipelined:
+            # Whether any lane of a bank is NaN, for the output unit's fixed mode (no scan): a
+            # lane's NaN flag only ever rises within a product (it is sticky from the lane's
+            # first contribution on), so the OR of every write's flag since the bank was
+            # released is the OR of the bank's final flags.
+            bank_nan = Signal(2)
+            nan_set = Signal(2)
+            m.d.comb += nan_set.eq(Cat(*(any_of(cb.wr_en & cb.wr_data.nan
+                                                & (cb.wr_addr[-1] == b) for cb in combs)
+                                         for b in (0, 1))))
+            m.d.comb += [out.start.eq(start), out.bank.eq(obank),
+                         out.bank_nan.eq(bank_nan.bit_select(obank, 1))]
+        else:
+            m.d.comb += [out.start.eq(start), out.bank.eq(obank)]
         done_next = Signal(2)
         # The last lane's combiner finishes a bank last (its last item is the last bias beat).
         m.d.comb += [done_next.eq(bank_done | combs[-1].done), busy_next.eq(bank_busy)]
         with m.If(claim):
             m.d.comb += busy_next.bit_select(cbank, 1).eq(1)
-        with m.If(fin):
-            m.d.comb += [done_next.bit_select(obank, 1).eq(0),
-                         busy_next.bit_select(obank, 1).eq(0)]
-            m.d.sync += obank.eq(~obank)
+        if self._pipelined:
+            nan_next = Signal(2)
+            m.d.comb += nan_next.eq(bank_nan | nan_set)
+            with m.If(fin):
+                m.d.comb += [done_next.bit_select(obank, 1).eq(0),
+                             busy_next.bit_select(obank, 1).eq(0),
+                             nan_next.bit_select(obank, 1).eq(0)]
+                m.d.sync += obank.eq(~obank)
+            m.d.sync += bank_nan.eq(nan_next)
+        else:
+            with m.If(fin):
+                m.d.comb += [done_next.bit_select(obank, 1).eq(0),
+                             busy_next.bit_select(obank, 1).eq(0)]
+                m.d.sync += obank.eq(~obank)
         m.d.sync += [bank_done.eq(done_next), bank_busy.eq(busy_next)]
         return m

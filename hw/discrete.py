@@ -7,6 +7,8 @@ stream of beats into dot products (matrix–vector products, ``Wᵀ·g``); discr
 model is :mod:`lowbit.sim.discrete`; this gateware matches it bit for bit.
 """
 
+import math
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
@@ -62,6 +64,11 @@ class DiscreteUnit(wiring.Component):
     tables : bool
         Build the discrete ⊗ discrete lookup tables (``LUT`` mode, one block-RAM read port per
         lane) and their write port (default True). Without them ``LUT`` mode outputs zeros.
+    split_sum : bool
+        Sum a ``DOT`` beat's lane terms in two register stages, groups of
+        ``ceil(sqrt(lanes))`` lanes and then the groups' sums, instead of one (default False):
+        one cycle more of ``DOT`` latency and a shorter adder tree between registers, for the
+        clock of wide units. The results are the same.
 
     Members
     -------
@@ -87,19 +94,21 @@ class DiscreteUnit(wiring.Component):
         an ``acc_width``-bit sign-magnitude word, ``y`` all zero.
 
     Latency from an accepted input beat to its output beat is 2 cycles (``MUL``, ``DIV``,
-    ``LUT``) or 4 cycles (``DOT``); one beat per cycle when ``o.ready`` stays high. ``i.ready``
-    is high whenever the output register is empty or being taken (it follows ``o.ready``
-    combinationally; ``o.valid`` never depends on ``o.ready``).
+    ``LUT``) or 4 cycles (``DOT``; 5 with ``split_sum``); one beat per cycle when ``o.ready``
+    stays high. ``i.ready`` is high whenever the output register is empty or being taken (it
+    follows ``o.ready`` combinationally; ``o.valid`` never depends on ``o.ready``).
 
     Raises
     ------
     TypeError
-        If a parameter is not an integer (bools rejected), or ``tables`` is not a bool.
+        If a parameter is not an integer (bools rejected), or ``tables`` or ``split_sum`` is not
+        a bool.
     ValueError
         If a parameter is out of range.
     """
 
-    def __init__(self, *, lanes=4, width=8, code_bits=2, acc_width=None, tables=True):
+    def __init__(self, *, lanes=4, width=8, code_bits=2, acc_width=None, tables=True,
+                 split_sum=False):
         self._lanes = _check_int("Lane count", lanes, 1, 64)
         self._width = _check_int("Operand width", width, 3, 24)
         self._code_bits = _check_int("Code width", code_bits, 1, 3)
@@ -109,6 +118,9 @@ class DiscreteUnit(wiring.Component):
         if not isinstance(tables, bool):
             raise TypeError(f"Tables must be a bool, not {tables!r}")
         self._tables = tables
+        if not isinstance(split_sum, bool):
+            raise TypeError(f"Split sum must be a bool, not {split_sum!r}")
+        self._split_sum = split_sum
         n = self._code_bits
         members = {
             "book": In(data.ArrayLayout(CodeEntry, 1 << n)),
@@ -149,6 +161,10 @@ class DiscreteUnit(wiring.Component):
     @property
     def tables(self):
         return self._tables
+
+    @property
+    def split_sum(self):
+        return self._split_sum
 
     def elaborate(self, platform):
         m = Module()
@@ -209,20 +225,38 @@ class DiscreteUnit(wiring.Component):
             else:
                 lut_data.append(Const(0, W))
 
-        # Stages 2 and 3 (DOT): two's complement terms, then their exact sum.
+        # Stages 2 and 3 (DOT): two's complement terms, then their exact sum (with
+        # ``split_sum``, stage 3 is the groups' sums and a stage 3b adds them).
         sum_w = W + max(L - 1, 0).bit_length()
         v2, last2, v3, last3 = Signal(), Signal(), Signal(), Signal()
         t2 = [Signal(signed(W), name=f"t2_{k}") for k in range(L)]
         sum3 = Signal(signed(sum_w))
-        with m.If(adv):
-            m.d.sync += [v2.eq(v1 & dot1), last2.eq(last1), v3.eq(v2), last3.eq(last2)]
-            for k in range(L):
-                mag = y1[k][:mw]
-                m.d.sync += t2[k].eq(Mux(y1[k][mw], -mag, mag))
-            total = t2[0]
-            for t in t2[1:]:
-                total = total + t
-            m.d.sync += sum3.eq(total)
+        if self._split_sum:
+            with m.If(adv):
+                for k in range(L):
+                    mag = y1[k][:mw]
+                    m.d.sync += t2[k].eq(Mux(y1[k][mw], -mag, mag))
+            g = math.isqrt(L - 1) + 1 if L > 1 else 1
+            groups = [t2[k:k + g] for k in range(0, L, g)]
+            part = [Signal(signed(W + max(len(grp) - 1, 0).bit_length()), name=f"part{j}")
+                    for j, grp in enumerate(groups)]
+            v2b, last2b = Signal(), Signal()
+            with m.If(adv):
+                m.d.sync += [v2.eq(v1 & dot1), last2.eq(last1), v2b.eq(v2), last2b.eq(last2),
+                             v3.eq(v2b), last3.eq(last2b)]
+                for p, grp in zip(part, groups, strict=True):
+                    m.d.sync += p.eq(sum(grp[1:], grp[0]))
+                m.d.sync += sum3.eq(sum(part[1:], part[0]))
+        else:
+            with m.If(adv):
+                m.d.sync += [v2.eq(v1 & dot1), last2.eq(last1), v3.eq(v2), last3.eq(last2)]
+                for k in range(L):
+                    mag = y1[k][:mw]
+                    m.d.sync += t2[k].eq(Mux(y1[k][mw], -mag, mag))
+                total = t2[0]
+                for t in t2[1:]:
+                    total = total + t
+                m.d.sync += sum3.eq(total)
 
         # Stage 4 (DOT): saturating accumulation. Overflow is read from the top bits of two
         # parallel sums rather than by comparators chained after the adder.

@@ -161,10 +161,14 @@ class Sequencer(wiring.Component):
           register of the raw byte beside the scratchpad (the sign-magnitude conversion
           after it), so each group of ``N`` words takes a cycle more;
         * DMATVEC's rounded and saturated result is written a cycle later from a register (a
-          cycle more per row).
+          cycle more per row);
+        * the discrete unit sums a beat's lane terms in two stages
+          (:class:`lowbit.hw.discrete.DiscreteUnit` ``split_sum``, a cycle more per row);
+        * the discrete unit's code book is a copy of the registers in flip-flops beside it (a
+          cycle behind them).
 
         The same results; ``lanes · (1 + code_bits) + 38 + log2(weight_depth)`` flip-flops
-        more.
+        more, and the discrete unit's group sums.
     simulation : bool
         Behavioural multiplier models (for Amaranth's simulator).
     write_addr : bool
@@ -384,11 +388,16 @@ class Sequencer(wiring.Component):
             rand_ready.append(qu.i_rand.ready)
         if self._discrete:
             du = DiscreteUnit(lanes=N, width=8, code_bits=self._code_bits,
-                              acc_width=DISCRETE_ACC_WIDTH, tables=False)
+                              acc_width=DISCRETE_ACC_WIDTH, tables=False,
+                              split_sum=self._pipelined)
             m.submodules.discrete = du
             m.d.comb += du.op.eq(DiscreteOp.DOT)
+            # With ``pipelined``, the unit's code book is a copy in flip-flops beside it, a
+            # cycle behind the registers (written by CONFIG or REG_WRITE, never within a fetch
+            # of a DMATVEC's beats): the register file is across the die from the 64 lanes.
+            book_dom = m.d.sync if self._pipelined else m.d.comb
             for k in range(1 << self._code_bits):
-                m.d.comb += du.book[k].eq(code_book.word_select(k, 8)[:CodeEntry.size])
+                book_dom += du.book[k].eq(code_book.word_select(k, 8)[:CodeEntry.size])
         if rand_ready:
             m.d.comb += prng.o.ready.eq(Cat(*rand_ready).any())
 

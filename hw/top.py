@@ -799,9 +799,10 @@ class Accelerator(wiring.Component):
         last block (:class:`lowbit.hw.sequencer.Sequencer` ``bias_fifo``; one block RAM; not
         with ``matvec_x_buffer``, whose default it turns off). Default ``False``.
     seq_pipelined : bool
-        Register stages around the weight memory for fast clocks: LOADW's writes and the
-        discrete unit's weight codes go through registers (:class:`lowbit.hw.sequencer.Sequencer`
-        ``pipelined``; the same results). Default ``False``.
+        Register stages for fast clocks: LOADW's writes, the discrete unit's weight codes,
+        DMATVEC's x words and results go through registers and the discrete unit sums its lanes
+        in two stages (:class:`lowbit.hw.sequencer.Sequencer` ``pipelined``; the same results).
+        Default ``False``.
     scratch_write_addr : bool or None
         The sequencer writes the block-RAM scratchpad at an address of its own while it reads
         (:attr:`scratch_write_addr`); ``None`` (default): wherever the scratchpad is block RAM

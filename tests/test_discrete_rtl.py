@@ -92,6 +92,7 @@ def all_pairs(width, n, lanes):
     ({"acc_width": 49}, ValueError, "Accumulator width must be an integer between 8 and 48"),
     ({"acc_width": 16.0}, TypeError, "Accumulator width must be an integer"),
     ({"tables": 1}, TypeError, "Tables must be a bool, not 1"),
+    ({"split_sum": 0}, TypeError, "Split sum must be a bool, not 0"),
 ])
 def test_parameter_validation(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
@@ -100,10 +101,12 @@ def test_parameter_validation(kwargs, exc, msg):
 
 def test_defaults_properties_and_signature():
     dut = DiscreteUnit()
-    assert (dut.lanes, dut.width, dut.code_bits, dut.acc_width, dut.tables) == (4, 8, 2, 16, True)
+    assert ((dut.lanes, dut.width, dut.code_bits, dut.acc_width, dut.tables, dut.split_sum)
+            == (4, 8, 2, 16, True, False))
+    assert DiscreteUnit(split_sum=True).split_sum
     assert DiscreteUnit(width=12).acc_width == 20
     assert "tbl_en" not in DiscreteUnit(tables=False).signature.members
-    for attr in ("lanes", "width", "code_bits", "acc_width", "tables"):
+    for attr in ("lanes", "width", "code_bits", "acc_width", "tables", "split_sum"):
         with pytest.raises(AttributeError):
             setattr(dut, attr, 1)
     members = dut.signature.members
@@ -264,6 +267,56 @@ def test_dot_saturating(n, width, acc_width, lanes):
                  for e, u in zip(expect[-2:], exact, strict=True)]
     if acc_width < width + 6:
         assert all(saturated)
+
+
+@pytest.mark.parametrize("lanes, acc_width", [(64, 16), (5, 10), (2, 16), (1, 12)])
+def test_split_sum_equals_model_one_cycle_later(lanes, acc_width):
+    """``split_sum``: the lane terms summed in two stages (groups, then the groups' sums) give
+    the model's dot products, saturating ones among them, one cycle later than one stage."""
+    from amaranth.sim import Simulator
+
+    rng = np.random.default_rng(70 + lanes)
+    dut = cached(DiscreteUnit, lanes=lanes, code_bits=3, acc_width=acc_width, tables=False,
+                 split_sum=True)
+    book = random_book(rng, 3)
+    fmt = SMFormat(8, 4)
+    big = int(np.argmax(book.exponents()))
+    top = 127 | book.entries[big][0] << 7
+    vectors = [(rng.integers(0, 256, k), rng.integers(0, 8, k))
+               for k in (1, lanes, 2 * lanes + 1, 3 * lanes)]
+    vectors.append((np.full(2 * lanes + 3, top), np.full(2 * lanes + 3, big)))
+    x, c, last = dot_beats(dut, vectors)
+    _, acc = run_rtl(dut, DiscreteOp.DOT, x, c, book, last=last, n_out=len(vectors), seed=lanes)
+    assert acc.tolist() == [int(dot(vx, vc, book, fmt, acc_width=acc_width, lanes=lanes))
+                            for vx, vc in vectors]
+
+    def latency(unit):
+        seen = []
+
+        async def bench(ctx):
+            for k, word in enumerate(book.words()):
+                ctx.set(unit.book[k].as_value(), word)
+            ctx.set(unit.op, DiscreteOp.DOT)
+            ctx.set(unit.o.ready, 1)
+            ctx.set(unit.i.valid, 1)
+            ctx.set(unit.i.payload, {"x": [1] * lanes, "w": [0] * lanes, "last": 1})
+            await ctx.tick()
+            ctx.set(unit.i.valid, 0)
+            for cycle in range(1, 10):
+                if ctx.get(unit.o.valid):
+                    seen.append(cycle)
+                    return
+                await ctx.tick()
+
+        sim = Simulator(unit)
+        sim.add_clock(1e-6)
+        sim.add_testbench(bench)
+        sim.run()
+        return seen
+
+    one = DiscreteUnit(lanes=lanes, code_bits=3, acc_width=acc_width, tables=False)
+    assert latency(one) == [4]
+    assert latency(dut) == [5]
 
 
 def test_matvec_and_transpose():

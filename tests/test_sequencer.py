@@ -398,7 +398,8 @@ def test_batch_loop(dev):
 def test_dmatvec(seq_pipelined):
     """LOADW then three DMATVECs equal lowbit.sim.network.discrete_dense; with
     ``seq_pipelined`` (LOADW's writes, the discrete unit's codes and its gathered x through
-    registers) too, a cycle slower per group of N words and per row."""
+    registers, its sum in two stages) too, a cycle slower per group of N words and two per
+    row."""
     dev = Device(bfp=False, quantiser=False, seq_pipelined=seq_pipelined)
     assert dev.top.seq_pipelined is seq_pipelined
     rng = np.random.default_rng(9)
@@ -430,8 +431,9 @@ def test_dmatvec(seq_pipelined):
     assert status == L.Status.OK
     assert busy == 4 * rows * nbd < cycles     # busy cycles: ceil(K / N) beats per row
     # Pipelined, a cycle more per group of N words (the gather's register; the registered
-    # codes are always in before the group is) and per row (the result's register).
-    assert cycles == 652 + (4 * rows * (nbd + 1) if seq_pipelined else 0)
+    # codes are always in before the group is) and two per row (the discrete unit's split sum
+    # and the result's register).
+    assert cycles == 652 + (4 * rows * (nbd + 2) if seq_pipelined else 0)
     m, e = discrete_dense(layer, x, lanes=N)
     assert dev.get(YA, rows).tolist() == pack_elements(m, e).tolist()
     nobias = DiscreteDense(w_codes=layer.w_codes, book=book, shift=0, out_exp=-2)

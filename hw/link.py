@@ -289,9 +289,13 @@ class HostLink(wiring.Component):
         def send(payload, counted):
             m.d.comb += [osend.eq(1), own.eq(payload), own_crc.eq(counted)]
 
-        def reply(code):
+        def reply(code, *, loading=True):
+            # ``loading``: rem_load may be set (LEN_HI); elsewhere it is clear already, and
+            # leaving it alone keeps CHECK's CRC test out of its enable.
             m.d.comb += rem_clear.eq(1)
-            m.d.sync += [status.eq(code), step.eq(0), rx_ready.eq(0), rem_load.eq(0)]
+            m.d.sync += [status.eq(code), step.eq(0), rx_ready.eq(0)]
+            if loading:
+                m.d.sync += rem_load.eq(0)
             m.next = "HEADER"
 
         with m.FSM():
@@ -366,11 +370,11 @@ class HostLink(wiring.Component):
 
             with m.State("CHECK"):
                 with m.If(drain):
-                    reply(Status.BAD_LENGTH)
+                    reply(Status.BAD_LENGTH, loading=False)
                 with m.Elif(lo_match & (crc_lo == 0)):
                     m.next = "DISPATCH"
                 with m.Else():
-                    reply(Status.BAD_CRC)
+                    reply(Status.BAD_CRC, loading=False)
 
             with m.State("DISPATCH"):
                 m.d.comb += cmd.valid.eq(1)

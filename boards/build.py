@@ -193,11 +193,20 @@ YOSYS_AFTER_READ = ('setattr -set fsm_encoding "one-hot" '
                     f"{BITSTREAM_NAME}.accel.sequencer/fsm_state")
 
 
-def _nextpnr_opts(seed, routed_netlist):
+def _nextpnr_opts(seed, routed_netlist, extra=()):
     opts = f"--seed {seed} --report {BITSTREAM_NAME}.report.json --timing-allow-fail"
     if routed_netlist:
         opts += f" --write {BITSTREAM_NAME}.routed.json"
-    return opts
+    return " ".join([opts, *extra])
+
+
+#: ``lut_mapping="abc"`` (ECP5): ``synth_ecp5`` up to its ``map_luts`` step, the classic ABC's
+#: LUT mapping, then ``synth_ecp5`` from ``map_cells`` on (what
+#: :func:`lowbit.boards.toolchain.implement` falls back to where abc9 stops).
+CLASSIC_ABC = dict(synth_opts="-run :map_luts",
+                   script_after_synth=("techmap -map +/lattice/latches_map.v; "
+                                       "abc -dress -lut 4:7; clean; "
+                                       f"synth_ecp5 -top {BITSTREAM_NAME} -run map_cells:"))
 
 
 def board_plan(board, *, seed=1, top=None, routed_netlist=False):
@@ -212,12 +221,14 @@ def board_plan(board, *, seed=1, top=None, routed_netlist=False):
     amaranth.build.run.BuildPlan
     """
     profile = board_profile(board, top)
-    return _prepare(_platform(profile), BoardTop(profile), seed, routed_netlist)
+    return _prepare(_platform(profile), BoardTop(profile), seed, routed_netlist, profile)
 
 
-def _prepare(platform, top, seed, routed_netlist):
+def _prepare(platform, top, seed, routed_netlist, profile):
+    synth = CLASSIC_ABC if profile.lut_mapping == "abc" else {}
     return platform.prepare(top, name=BITSTREAM_NAME, script_after_read=YOSYS_AFTER_READ,
-                            nextpnr_opts=_nextpnr_opts(seed, routed_netlist))
+                            nextpnr_opts=_nextpnr_opts(seed, routed_netlist,
+                                                       profile.nextpnr_opts), **synth)
 
 
 def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, progress=None,
@@ -271,7 +282,7 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
               "profile_not_used_yet": top.unused}
     say(f"lowbit: elaborating the accelerator for {profile.title}")
     t0 = time.monotonic()
-    plan = _prepare(platform, top, seed, routed_netlist)
+    plan = _prepare(platform, top, seed, routed_netlist, profile)
     if not do_build:
         report["files"] = sorted(plan.files)
         return report

@@ -47,6 +47,12 @@ class BoardProfile:
     uart : tuple, optional
         ``(rx_pin, tx_pin, connector)`` when the board has no UART resource of its own and one is
         added on header pins; ``None`` to use the board's ``uart`` resource.
+    nextpnr_opts : tuple of str
+        Extra nextpnr options of the board build (e.g. ``("--router", "router2")``).
+    lut_mapping : ``"abc9"`` or ``"abc"``
+        ECP5: how Yosys maps the LUTs, ``synth_ecp5``'s own abc9 (default) or the classic ABC
+        in its ``map_luts`` step (as :func:`lowbit.boards.toolchain.implement`'s fallback), for
+        netlists on which abc9 stops.
     """
     name: str
     title: str
@@ -60,8 +66,12 @@ class BoardProfile:
     uart: tuple | None = None
     pll_pad: bool = False
     notes: str = ""
+    nextpnr_opts: tuple = ()
+    lut_mapping: str = "abc9"
 
     def __post_init__(self):
+        if self.lut_mapping not in ("abc9", "abc"):
+            raise ValueError(f"LUT mapping must be 'abc9' or 'abc', not {self.lut_mapping!r}")
         object.__setattr__(self, "top", {**self.top, "clk_freq": self.clk_freq})
 
     def platform_class(self):
@@ -122,7 +132,7 @@ BOARDS = {
     ),
     "ulx3s": BoardProfile(
         name="ulx3s", title="Radiona ULX3S (ECP5 LFE5U-85F)",
-        platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", device="ecp5-85f", clk_freq=25e6,
+        platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", device="ecp5-85f", clk_freq=40e6,
         top=dict(lanes=8, multiplier="mult18x18d", use_spram=False, scratch_bytes=65536,
                  baud=3_000_000, sequencer=True, matrix_lanes=64, block=16, max_blocks=16,
                  weight_depth=1024, bfp=True, quantiser=True, discrete=True, code_bits=3,
@@ -130,11 +140,13 @@ BOARDS = {
         programmer="openFPGALoader", programmer_env="OPENFPGALOADER", bitstream="bit",
         notes="156 MULT18X18D, 208 DP16KD: a 64-lane BFP column (its drain four lanes a "
               "cycle, drain_lanes), MATVEC's x buffer and the sequencer's register stages "
-              "(seq_pipelined); UART over the FT231X at 3 Mbaud, "
-              "its fastest (25/3 cycles per bit at 25 MHz). The scratchpad keeps one address "
-              "(scratch_write_addr=False): with the sequencer's write address Yosys 0.70's "
-              "abc9 stops on this top; and with a PLL clock of 40 or 50 MHz nextpnr-ecp5 did "
-              "not finish routing it (docs/sequencer.md)",
+              "(seq_pipelined); 40 MHz from the PLL (EHXPLLL on the 25 MHz oscillator); UART "
+              "over the FT231X at 3 Mbaud, its fastest (40/3 cycles per bit). The scratchpad "
+              "keeps one address (scratch_write_addr=False). Yosys 0.70's abc9 stops on this "
+              "top, so its LUTs are mapped by the classic ABC (lut_mapping); nextpnr-ecp5 "
+              "routes it with router2, where router1 did not converge with the PLL's clock "
+              "(docs/sequencer.md)",
+        nextpnr_opts=("--router", "router2"), lut_mapping="abc",
     ),
     "orangecrab": BoardProfile(
         name="orangecrab", title="Good Stuff Department OrangeCrab r0.2 (ECP5 LFE5U-25F)",

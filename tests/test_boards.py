@@ -85,6 +85,37 @@ def _check_sequencer_fsm_is_recoded_one_hot(script, il):
     assert f" \\{wire}\n" in body
 
 
+def test_build_plan_options_of_the_profiles():
+    """A profile's nextpnr options and LUT mapping reach its build plan: the ULX3S (40 MHz
+    from the EHXPLLL) maps LUTs with the classic ABC, since Yosys 0.70's abc9 stops on its top,
+    and is routed by router2, where router1 did not converge with the PLL's clock; the other
+    boards keep Yosys's and nextpnr's defaults."""
+    import dataclasses
+
+    from lowbit.boards.build import board_plan
+    from lowbit.boards.profiles import BoardProfile
+
+    def plan(board):
+        files = board_plan(board).files
+        nextpnr = [ln for ln in files["build_lowbit.sh"].splitlines() if "--seed" in ln]
+        return files["lowbit.ys"], nextpnr[0]
+
+    ys, pnr = plan("ulx3s")
+    assert BOARDS["ulx3s"].lut_mapping == "abc" and BOARDS["ulx3s"].clk_freq == 40e6
+    lines = [ln.strip() for ln in ys.splitlines()]
+    synth = lines.index("synth_ecp5 -run :map_luts -top lowbit")
+    assert lines[synth + 1] == ("techmap -map +/lattice/latches_map.v; abc -dress -lut 4:7; "
+                                "clean; synth_ecp5 -top lowbit -run map_cells:")
+    assert " --router router2 " in pnr and "--seed 1 " in pnr
+    for board in ("icebreaker", "orangecrab"):
+        ys, pnr = plan(board)
+        assert "abc -dress" not in ys and "-run" not in ys and "--router" not in pnr
+    with pytest.raises(ValueError, match="LUT mapping must be 'abc9' or 'abc', not 'abc10'"):
+        dataclasses.replace(BOARDS["ulx3s"], lut_mapping="abc10")
+    assert BoardProfile(name="x", title="x", platform="m:C", device="up5k",
+                        clk_freq=12e6).nextpnr_opts == ()
+
+
 def test_bad_seed():
     with pytest.raises(ValueError, match="Seed must be a non-negative integer, not -1"):
         build_board("icebreaker", seed=-1, do_build=False)

@@ -674,13 +674,8 @@ class OutputUnit(wiring.Component):
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += [accepted.eq(accepted + 1), acc_last.eq(accepted == n - 2)]
 
-        if self._pipelined:
-            tail_busy = pred.busy | wpred.busy if self._window else pred.busy
-            tail_done = ~rv & scan_empty & ~tail_busy
-        else:
-            tail_done = ~rv & scan_empty & ~pred.busy
-            if self._window:
-                tail_done = tail_done & ~wpred.busy
+        tail_busy = pred.busy | wpred.busy if self._window else pred.busy
+        tail_done = ~rv & scan_empty & ~tail_busy
         emit_done = acc_last & self.o.valid & self.o.ready
         raw_max = top_max - fw
         if self._pipelined:
@@ -722,7 +717,6 @@ class OutputUnit(wiring.Component):
                     m.d.sync += [bank.eq(self.bank), idx.eq(0), any_nz.eq(0), any_nan.eq(0)]
                     if self._pipelined:
                         m.d.sync += top_max.eq(-1 << (len(top_max) - 1))
-                    if self._pipelined:
                         # The fixed mode needs no scan: the exponent is the register, and the
                         # NaN flag comes with the bank. (An earlier product's predictor update
                         # still running waits in SCAN_TAIL as before.)

@@ -86,7 +86,7 @@ def netlist_key(component, device, seed, dsp, freq_mhz=None, pnr_args=(), *, dig
     return key
 
 
-def board_digest(board, top=None):
+def board_digest(board, top=None, *, routed_netlist=False):
     """SHA-256 (32 hex digits) of a board build's plan, as :func:`lowbit.boards.build.build_board`
     would run it, without ``src`` attributes and without the placement seed.
 
@@ -99,22 +99,46 @@ def board_digest(board, top=None):
         A board of :data:`lowbit.boards.profiles.BOARDS`.
     top : dict, optional
         Top parameters that replace the profile's (as ``build_board(top=...)``).
+    routed_netlist : bool
+        The plan of a build that also writes nextpnr's routed netlist (the same bitstream; a
+        different nextpnr command line, so another digest).
 
     Returns
     -------
     str
     """
-    from .build import BITSTREAM_NAME, board_plan
-    plan = board_plan(board, seed=0, top=top)
+    from .build import board_plan
+    return _plan_digest(board_plan(board, seed=0, top=top, routed_netlist=routed_netlist).files)
+
+
+def _plan_digest(files):
+    from .build import BITSTREAM_NAME
     h = hashlib.sha256()
-    for name in sorted(plan.files):
+    for name in sorted(files):
         if name.endswith((".bat", ".debug.v")) or name == f"build_{BITSTREAM_NAME}.json":
             continue                         # another OS's script, a debug aid, the file list
-        text = plan.files[name]
+        text = files[name]
         text = text if isinstance(text, str) else text.decode("latin-1")
         text = re.sub(r"--seed \d+", "--seed N", _SRC.sub("", text))
         h.update(f"{name}\0{text}\0".encode())
     return h.hexdigest()[:32]
+
+
+def build_dir_digest(board, build_dir, top=None):
+    """:func:`board_digest` of the plan files a finished build directory of ``board`` holds
+    (its ``lowbit build`` inputs, read back), or None where one is missing: equal to
+    :func:`board_digest` exactly when the directory was built from the same design, pins,
+    constraints and tool options."""
+    from pathlib import Path
+
+    from .build import board_plan
+    files = {}
+    for name in board_plan(board, seed=0, top=top).files:
+        path = Path(build_dir) / name
+        if not path.is_file():
+            return None
+        files[name] = path.read_bytes()
+    return _plan_digest(files)
 
 
 def board_key(board, seed, *, digest):

@@ -13,6 +13,7 @@ already recorded for the same digest and builds only the rest.
     python scripts/bench_boards.py --boards icebreaker            # seeds 1-3, ~3-7 min each
     python scripts/bench_boards.py --boards icebreaker --resume   # only what is missing
     python scripts/bench_boards.py --render-only                  # the table from the JSONs
+    python scripts/bench_boards.py --boards icebreaker --reports b1 b2 b3   # finished builds
 """
 
 import argparse
@@ -79,6 +80,31 @@ def bench_board(board, seeds, *, known=None, build_dir, say):
     return board_entry(board, digest, rows)
 
 
+def recorded_board(board, build_dirs, *, say):
+    """The ``boards.json`` entry of ``board`` from finished ``lowbit build`` directories (their
+    ``report.json``), each checked to be a build of the current plan (the same design, pins,
+    constraints and tool options: :func:`lowbit.boards.buildcache.build_dir_digest`; a build
+    that also wrote the routed netlist, e.g. the gate-level test's, makes the same
+    bitstream and counts too)."""
+    from lowbit.boards.buildcache import board_digest as plan_digest
+    from lowbit.boards.buildcache import build_dir_digest
+    want = {plan_digest(board), plan_digest(board, routed_netlist=True)}
+    rows = []
+    for d in build_dirs:
+        report = _load(Path(d) / "report.json")
+        if report.get("board") != board:
+            raise SystemExit(f"bench_boards: {d} holds no build of {board}")
+        if build_dir_digest(board, d) not in want:
+            raise SystemExit(f"bench_boards: {d} was built from another plan of {board} "
+                             f"(another design, constraint or option): build it again")
+        rows.append(seed_row(report))
+        say(f"{board} seed {rows[-1]['seed']}: {rows[-1]['lcs']} LC, Fmax "
+            f"{rows[-1]['fmax_mhz']} MHz (recorded from {d})")
+    if len({r["seed"] for r in rows}) != len(rows):
+        raise SystemExit("bench_boards: two of the directories are builds of the same seed")
+    return board_entry(board, board_digest(board), sorted(rows, key=lambda r: r["seed"]))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--boards", nargs="+", choices=list(BOARDS), default=list(BOARDS))
@@ -90,13 +116,22 @@ def main(argv=None):
     ap.add_argument("--build-dir", default=str(ROOT / "build" / "bench_boards"))
     ap.add_argument("--json", default=str(BOARDS_JSON))
     ap.add_argument("--markdown", default=str(PERFORMANCE))
+    ap.add_argument("--reports", nargs="+", metavar="DIR",
+                    help="record these finished `lowbit build` directories of the one board of "
+                         "--boards (one per seed, each checked against the current plan) "
+                         "instead of building")
     args = ap.parse_args(argv)
 
     def say(msg):
         print(f"bench_boards: {msg}", file=sys.stderr, flush=True)
 
     data = _load(args.json) or {"boards": {}}
-    if not args.render_only:
+    if args.reports:
+        if len(args.boards) != 1:
+            ap.error("--reports records the builds of one board: give it with --boards")
+        data["boards"][args.boards[0]] = recorded_board(args.boards[0], args.reports, say=say)
+        Path(args.json).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    elif not args.render_only:
         for board in args.boards:
             known = data["boards"].get(board) if args.resume else None
             data["boards"][board] = bench_board(board, args.seeds, known=known,

@@ -225,3 +225,52 @@ def test_bench_grand_times_the_golden_models(capsys):
     bench_grand.main(["--model", "--words", "120", "--runs", "1"])
     out = capsys.readouterr().out
     assert out.startswith("prng ") and "grand-normal144" in out and " M/s" in out
+
+
+def test_bench_boards_records_finished_builds_of_the_current_plan(tmp_path, monkeypatch):
+    """``bench_boards.py --reports`` records a finished build directory only if its plan files
+    (design, pins, constraints, tool options; the seed aside) are the current plan's: a
+    directory of another plan, of another board, or two of one seed are refused."""
+    import json
+    from types import SimpleNamespace
+
+    import bench_boards
+
+    from lowbit.boards import build
+
+    plan = {"lowbit.il": "module \\top\n  attribute \\src \"a.py:1\"\nend\n",
+            "lowbit.ys": "read_rtlil lowbit.il\n", "build_lowbit.sh": "nextpnr --seed 1\n"}
+    monkeypatch.setattr(build, "board_plan", lambda board, seed=1, top=None,
+                        routed_netlist=False: SimpleNamespace(files={
+                            k: v.replace("--seed 1", f"--seed {seed}" + " --write r.json"
+                                         * routed_netlist) for k, v in plan.items()}))
+    monkeypatch.setattr(bench_boards, "board_digest", lambda board: "D" * 32)
+
+    def build_dir(seed, files=plan, board="icebreaker"):
+        d = tmp_path / f"s{seed}"
+        d.mkdir()
+        for name, text in files.items():
+            (d / name).write_text(text.replace("--seed 1", f"--seed {seed}"))
+        (d / "report.json").write_text(json.dumps({
+            "board": board, "seed": seed, "timing_met": True, "seconds": 1.0,
+            "fmax": {"clk": {"achieved": 36.0 + seed}},
+            "resources": {k: {"used": v} for k, v in
+                          dict(lcs=5000, dsps=8, rams=29, spram=1).items()}}))
+        return str(d)
+
+    entry = bench_boards.recorded_board("icebreaker", [build_dir(2), build_dir(1)],
+                                        say=lambda msg: None)
+    assert entry["digest"] == "D" * 32 and [s["seed"] for s in entry["seeds"]] == [1, 2]
+    assert entry["fmax_mhz_all"] == [37.0, 38.0] and entry["lcs"] == 5000
+    moved = dict(plan, **{"lowbit.il": plan["lowbit.il"].replace("a.py:1", "b.py:9")})
+    assert bench_boards.recorded_board("icebreaker", [build_dir(3, moved)],
+                                       say=lambda msg: None)["seeds"][0]["seed"] == 3
+    routed = dict(plan, **{"build_lowbit.sh": "nextpnr --seed 1 --write r.json\n"})
+    assert bench_boards.recorded_board("icebreaker", [build_dir(7, routed)],
+                                       say=lambda msg: None)["seeds"][0]["seed"] == 7
+    other = dict(plan, **{"lowbit.ys": "read_rtlil lowbit.il\nsynth\n"})
+    for dirs, match in (([build_dir(4, other)], "another plan"),
+                        ([build_dir(5, board="hx8k")], "no build of icebreaker"),
+                        ([build_dir(6), str(tmp_path / "s6")], "same seed")):
+        with pytest.raises(SystemExit, match=match):
+            bench_boards.recorded_board("icebreaker", dirs, say=lambda msg: None)

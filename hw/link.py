@@ -166,7 +166,10 @@ class HostLink(wiring.Component):
         # being written and its CRC bytes are taken and not checked, so the drain needs no
         # states and no ``length + 2`` adder of its own.
         drain = Signal()
-        step = Signal(2)         # byte index within the reply header / CRC
+        # Byte index within the reply header / CRC: 0 from the end of a reply (the CRC's high
+        # byte) to the next reply's header, so the request's states and their decisions (CHECK's
+        # CRC test among them) never reach its enable.
+        step = Signal(2)
         crc_lo = Signal(8)
         status = Signal(8)
         timer = Signal(range(self._timeout_cycles))
@@ -293,7 +296,7 @@ class HostLink(wiring.Component):
             # ``loading``: rem_load may be set (LEN_HI); elsewhere it is clear already, and
             # leaving it alone keeps CHECK's CRC test out of its enable.
             m.d.comb += rem_clear.eq(1)
-            m.d.sync += [status.eq(code), step.eq(0), rx_ready.eq(0)]
+            m.d.sync += [status.eq(code), rx_ready.eq(0)]
             if loading:
                 m.d.sync += rem_load.eq(0)
             m.next = "HEADER"
@@ -393,7 +396,7 @@ class HostLink(wiring.Component):
                 with m.If(resp.valid & ~answered):
                     m.d.sync += [answered.eq(1), rem_load.eq(0)]
                 with m.If(answered):
-                    m.d.sync += [step.eq(0), answered.eq(0)]
+                    m.d.sync += answered.eq(0)
                     m.next = "HEADER"
 
             # Reply: SOF, status, len_lo, len_hi, payload, crc_lo, crc_hi.
@@ -431,7 +434,7 @@ class HostLink(wiring.Component):
                 # ``step`` wrapped to 0 after the header. The low byte waits for the register
                 # to be empty (the last counted byte in the CRC), the high byte only for room.
                 with m.If(Mux(step[0], oload, ~ofull)):
-                    m.d.sync += step.eq(step + 1)
+                    m.d.sync += step.eq(~step[0])
                     send(Mux(step[0], crc.crc[8:], crc.crc[:8]), 0)
                     with m.If(step[0]):
                         m.d.sync += rx_ready.eq(1)

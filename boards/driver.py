@@ -186,7 +186,8 @@ ID_REGISTERS = ("ID_MATRIX", "ID_ENGINE")
 #: defaults (those of :class:`lowbit.hw.top.Accelerator` and :class:`lowbit.sim.link.DeviceModel`;
 #: ``scratch_bytes=None``: 131072 with SPRAM, else 4096).
 _TOP_DEFAULTS = dict(lanes=2, scratch_bytes=None, frame_bytes=512, use_spram=False, grand=True,
-                     sequencer=False, bfp=True, quantiser=True, discrete=True, **DESIGN_PARAMS)
+                     sequencer=False, bfp=True, quantiser=True, discrete=True, seq_control=True,
+                     **DESIGN_PARAMS)
 
 
 def _grand_modes(modes):
@@ -204,6 +205,7 @@ def device_params(identity, registers):
                 frame_bytes=identity.frame_bytes, use_spram=identity.use_spram,
                 grand=bits["grand"], sequencer=bits["sequencer"], bfp=bits["bfp"],
                 quantiser=bits["quantiser"], discrete=bits["discrete"],
+                seq_control=identity.seq_control,
                 **decode_design_registers(registers["ID_MATRIX"], registers["ID_ENGINE"]))
 
 
@@ -225,7 +227,8 @@ def design_of(identity, registers):
     if "lut" not in engines:
         kw["lut_tables"] = 0
     return Design(scratch_bytes=identity.scratch_bytes, lanes=identity.lanes,
-                  engines=engines - {"lut"}, **kw)
+                  engines=engines - {"lut"}, matvec_samples=identity.design >= (0, 3),
+                  seq_control=identity.seq_control, **kw)
 
 
 def _expected_params(params):
@@ -1433,7 +1436,9 @@ class Accelerator:
                 self._program_count = count
             self._write_inputs(part)
             limit = lay.instructions(count)
-            res = self.run(0, limit, cycles_per_instruction=4096 + 64 * lay.in_words)
+            # A budget per instruction and per layer of a sample (one MATVEC may run them all).
+            budget = (4096 + 64 * lay.in_words) * (limit + count * len(lay.layers))
+            res = self.run(0, limit, cycles_per_instruction=-(-budget // limit))
             if res.executed != limit:
                 raise ReplyError(f"The network program ran {res.executed} instructions, "
                                  f"expected {limit}")

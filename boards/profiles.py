@@ -92,7 +92,7 @@ BOARDS = {
                  bfp_stochastic=False, bfp_predictor=False, bfp_acc_block_ram=True,
                  bfp_pipelined=False, bfp_pipelined_combiner=True, busy_count=True,
                  quantiser=False, discrete=False, code_bits=3, bfp_mant_width=False,
-                 matvec_bias_fifo=True),
+                 matvec_bias_fifo=True, seq_control=False),
         notes="8 SB_MAC16 DSPs, 4 SPRAM; 36 MHz from the PLL (SB_PLL40_PAD on the 12 MHz "
               "oscillator); UART over the FT2232H's second channel at 12 Mbaud, its fastest "
               "(3 cycles per bit; the rx pin's DDR input register samples the line at both "
@@ -102,8 +102,11 @@ BOARDS = {
               "K <= 64, nearest / toward-zero rounding, max or fixed output exponent, output "
               "mantissas of 8 bits: a MATVEC with ROUNDING 2, EXP_SELECT 2 or MANT_WIDTH below "
               "8 fails with BAD_OPCODE); the input is quantised "
-              "on the host; MATVEC's bias words pass through a FIFO (matvec_bias_fifo); RUN "
-              "replies count the column's busy cycles. The "
+              "on the host; MATVEC's bias words pass through a bias memory that serves a "
+              "MATVEC's later samples too (matvec_bias_fifo); RUN replies count the column's "
+              "busy cycles. The sequencer runs straight-line programs (seq_control=False: no "
+              "JUMP, LOOP, DJNZ, SETOFS, ADDOFS, MOVE or LUT instruction; a layer is one MATVEC "
+              "of every sample, activations through F_LUT or LUT_APPLY). The "
               "discrete unit is on icebreaker-discrete (docs/sequencer.md)",
     ),
     "icebreaker-discrete": BoardProfile(

@@ -30,7 +30,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from lowbit.sim.link import REGISTERS, Status
-from lowbit.sim.program import F_BIAS, F_LUT, F_OFS_DST, F_OFS_SRC, Op
+from lowbit.sim.program import CONTROL_OPS, F_BIAS, F_LUT, F_OFS_DST, F_OFS_SRC, Op
 from lowbit.sim.topparams import check_drain_lanes
 
 from .bfp import BFPColumn, ExpMode
@@ -144,10 +144,19 @@ class Sequencer(wiring.Component):
         tile's bias. (MATVEC's results with a destination overlapping ``x`` are unspecified;
         with the buffer they are the reference Machine's, which reads all sources first.)
     bias_fifo : bool
-        Without the x buffer: MATVEC's bias words go from the reader into a FIFO of ``lanes``
-        words (one block RAM) in front of the column, so the reader moves on to the next
-        tile's ``x`` as soon as it has read them, while the column still drains the tile's last
-        block before it takes them; ``x_buffer`` must be off. The same results in fewer cycles.
+        Without the x buffer: MATVEC's bias words go from the reader into a bias memory of
+        ``weight_depth / block · lanes`` words (the most a MATVEC's ``T · N`` bias words can be;
+        one block RAM on the iCEBreaker) in front of the column, so the reader moves on to the
+        next tile's ``x`` as soon as it has read them, while the column still drains the tile's
+        last block before it takes them; the instruction's later samples (w7) take their bias
+        from there, so only its first sample reads the bias from the scratchpad. ``x_buffer``
+        must be off. The same results in fewer cycles.
+    control : bool
+        The control and data-movement instructions (:data:`lowbit.sim.program.CONTROL_OPS`:
+        JUMP, LOOP, DJNZ, SETOFS, ADDOFS, MOVE, LUT). Without them they decode as unknown
+        opcodes (``BAD_OPCODE``), the offsets are 0 (the ``F_OFS`` flags add nothing) and
+        their logic is left out: straight-line programs, whose layers are MATVECs of many
+        samples (the iCEBreaker's profile).
     pipelined : bool
         Register stages for fast clocks (the ULX3S's profile), where block RAM outputs (about
         5.7 ns clock-to-out on ECP5) met logic and long routes:
@@ -205,7 +214,7 @@ class Sequencer(wiring.Component):
                  bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True,
                  bfp_pipelined_combiner=False, bfp_mant_width=True, hard_lanes=None,
                  write_addr=False, drain_lanes=1, x_buffer=False, pipelined=False,
-                 bias_fifo=False):
+                 bias_fifo=False, control=True):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
@@ -241,6 +250,7 @@ class Sequencer(wiring.Component):
         self._x_buffer = _check_bool("x_buffer", x_buffer)
         self._pipelined = _check_bool("pipelined", pipelined)
         self._bias_fifo = _check_bool("bias_fifo", bias_fifo)
+        self._control = _check_bool("control", control)
         if self._bias_fifo and self._x_buffer:
             raise ValueError("bias_fifo needs x_buffer off (with the x buffer the bias words "
                              "already overlap the later tiles)")
@@ -271,6 +281,7 @@ class Sequencer(wiring.Component):
     x_buffer = property(lambda self: self._x_buffer)
     pipelined = property(lambda self: self._pipelined)
     bias_fifo = property(lambda self: self._bias_fifo)
+    control = property(lambda self: self._control)
     write_addr = property(lambda self: self._write_addr)
 
     def column_params(self):
@@ -471,6 +482,20 @@ class Sequencer(wiring.Component):
         # F_OFS_SRC, F_OFS_DST, F_BIAS and, with the column, MATVEC's F_LUT.
         flags = Signal(4 if self._bfp else 3)
         is_data = Signal()            # w0's opcode is 0x10 or above
+        # MATVEC's w7, its samples after the first (S - 1): ``sm_left`` takes the count as it
+        # arrives (SAMP counts it down, the range additions still to make; ``s_more``:
+        # ``sm_left != 0`` as a register), ``w7_nz`` whether it is 0 and ``w7_big`` whether it
+        # is too big for any range to fit (S · N > words, a failure in RANGE as the ranges').
+        # While the MATVEC runs, ``sm_more`` says a sample is still to start: the current
+        # sample's input does not end where the last one's does (x_acc, below).
+        sm_bits = max(1, (words // N - 1).bit_length())
+        w7_nz = Signal()
+        w7_big = Signal()
+        sm_left = Signal(sm_bits)
+        s_more = Signal()
+        sm_more = Signal()
+        sm_first = Signal()           # the MATVEC's first sample (its bias from the scratchpad)
+        st_range = Signal()           # RANGE
         running = Signal()
         m.d.comb += self.busy.eq(running)
         count_or_shift(cycles, running, busy_cycles[:8])
@@ -539,16 +564,24 @@ class Sequencer(wiring.Component):
         dst_sum = Signal(16)
         # (The word with or without the sum, not the word plus an offset or 0: the choice then
         # merges into the adder's own LUT.)
-        m.d.comb += [
-            src_sum.eq(Mux(flags[0] & is_data | is_op["ADDOFS"], p.rdata + ofs_a, p.rdata)),
-            dst_sum.eq(Mux(flags[1] & is_data | is_op["ADDOFS"], p.rdata + ofs_b, p.rdata)),
-        ]
+        if self._control:
+            m.d.comb += [
+                src_sum.eq(Mux(flags[0] & is_data | is_op["ADDOFS"], p.rdata + ofs_a, p.rdata)),
+                dst_sum.eq(Mux(flags[1] & is_data | is_op["ADDOFS"], p.rdata + ofs_b, p.rdata)),
+            ]
+        else:
+            m.d.comb += [src_sum.eq(p.rdata), dst_sum.eq(p.rdata)]
         m.d.sync += [
-            len_src.eq(len_s), len_dst.eq(len_d),
-            src_big.eq(len_s[lw:] != 0), dst_big.eq(len_d[lw:] != 0),
+            len_src.eq(len_s),
+            src_big.eq(len_s[lw:] != 0),
             cnt_z.eq(count == 0),
             cnt_big.eq(cnt > 1),
         ]
+        # (A MATVEC of several samples holds its summed destination length from SAMP until
+        # the next fetch.)
+        len_hold = Signal()
+        with m.If(~len_hold):
+            m.d.sync += [len_dst.eq(len_d), dst_big.eq(len_d[lw:] != 0)]
         if self._lut:
             m.d.sync += lut_bad.eq(self.lut_select >= self._lut_tables)
         # Stage B: the ends of the ranges.
@@ -567,6 +600,28 @@ class Sequencer(wiring.Component):
         m.d.sync += [bad_src.eq(src_big | (end_src > words)),
                      bad_dst.eq(dst_big | (end_dst > Mux(op_loadw, depth, words))),
                      bad_bias.eq(dst_big | (end_bias > words))]
+        # A MATVEC of S samples (w7 = S - 1): its input range ends at x + (S-1)·X + K, its
+        # destination range at dst + S·T·N. SAMP adds X to ``x_acc`` (loaded in DECODE with
+        # stage B's x + K) and T·N to ``len_dst`` (the destination length, so the write
+        # register's count covers every sample) S - 1 times, one addition a cycle, stopping
+        # as soon as either passes the scratchpad; ``s_over`` (the input's end past it) is
+        # cleared in DECODE and a register behind ``x_acc``, so RANGE (after SAMP_WAIT, when
+        # stage C has the destination's end) reads both. X = ceil(K / N) · N, the stride of
+        # a MATVEC's outputs per sample; with N <= B it is K.
+        x_acc = Signal(lw + 2)
+        s_over = Signal()
+        # The bias range's check, taken in SAMP's first cycle (when RANGE would have come),
+        # before the destination length grows.
+        bias_l = Signal()
+        if self._bfp:
+            if N <= B:
+                xs = w[4][:nb_bits] << lgB
+            else:
+                xs = Signal(nb_bits + lgB + 1)
+                m.d.sync += xs.eq(((w[4][:nb_bits] + (N // B - 1)) >> (lgN - lgB)) << lgN)
+            # (stage B's x + K, a cycle behind src, against the last sample's end: valid two
+            # cycles after a sample starts, and the next one starts K cycles later at least)
+            m.d.sync += [s_over.eq(x_acc > words), sm_more.eq(end_src != x_acc)]
         # The weight range of MATVEC without the discrete unit, in the same stages: entry +
         # T·nb·B by one small multiplication. T >= 2·depth/B always ends past the weights
         # (nb >= 1); below, T and nb <= max_blocks are narrow.
@@ -681,6 +736,7 @@ class Sequencer(wiring.Component):
         # t·K), where w_ptr ends, so it is loaded once, in RANGE.
         w_ptr = Signal(range(depth + 1))
         bias_ptr = w[6][:self._addr_width]  # the bias range fits: no carry past the address
+        bias_base = Signal(self._addr_width)    # MATVEC: each sample's bias starts here
         lw_valid = Signal()
         lw_lane = Signal(range(N))
         lw_entry = Signal(range(depth + 1))
@@ -880,39 +936,44 @@ class Sequencer(wiring.Component):
                 # The bias words from the reader, or through the bias FIFO.
                 bias_data, bias_valid = rdata, rd_valid & mv_b
                 if self._bias_fifo:
-                    # The bias FIFO: the reader writes a tile's N words (``bf_wp``), the column
-                    # reads them (``bf_rp``) through the memory's read register (``bf_valid``).
-                    # ``bf_full``: N words were written since the reads last caught up, so the
-                    # writer waits until the column has read them all; a read never meets a write
-                    # to its entry, so no collision logic (``no_rw_check``, as the weight banks:
-                    # the read register after a combinational port is the RAM's).
+                    # The bias memory: the first sample's reader writes the tiles' T·N words in
+                    # order (``bf_wp``), the column reads them (``bf_rp``, back to 0 after the
+                    # last) through the memory's read register (``bf_valid``), in the first
+                    # sample only those written, in the later ones all of them. A read never
+                    # meets a write to its entry, so no collision logic (``no_rw_check``, as the
+                    # weight banks: the read register after a combinational port is the RAM's).
+                    bdepth = max(N, depth // B * N)
                     m.submodules.bias_fifo = bmem = Memory(
-                        shape=16, depth=N, init=[], attrs={"ram_style": "block", "no_rw_check": 1})
+                        shape=16, depth=bdepth, init=[],
+                        attrs={"ram_style": "block", "no_rw_check": 1})
                     bf_w = bmem.write_port()
                     bf_rc = bmem.read_port(domain="comb")
                     bf_data = Signal(16)
-                    bf_wp = Signal(lgN)
-                    bf_rp = Signal(lgN)
-                    bf_full = Signal()
+                    bf_wp = Signal(range(bdepth))
+                    bf_rp = Signal(range(bdepth))
+                    bf_rp_inc = Signal(len(bf_rp) + 1)
                     bf_valid = Signal()
                     bf_we = Signal()
                     bf_re = Signal()
                     m.d.comb += [
-                        b_ready.eq(~bf_full),
-                        bf_we.eq(rd_valid & mv_b & ~bf_full),
-                        bf_re.eq((bf_full | (bf_rp != bf_wp)) & (~bf_valid | col.i_bias.ready)),
+                        b_ready.eq(1), bf_rp_inc.eq(bf_rp + 1),
+                        bf_we.eq(rd_valid & mv_b),
+                        bf_re.eq(bias_en & (~sm_first | (bf_rp != bf_wp))
+                                 & (~bf_valid | col.i_bias.ready)),
                         bf_w.en.eq(bf_we), bf_w.addr.eq(bf_wp), bf_w.data.eq(rdata),
                         bf_rc.addr.eq(bf_rp),
                     ]
                     m.d.sync += bf_valid.eq(bf_re | bf_valid & ~col.i_bias.ready)
                     with m.If(bf_we):
                         m.d.sync += bf_wp.eq(bf_wp + 1)
-                        with m.If(bf_wp == N - 1):
-                            m.d.sync += bf_full.eq(1)
                     with m.If(bf_re):
-                        m.d.sync += [bf_rp.eq(bf_rp + 1), bf_data.eq(bf_rc.data)]
-                        with m.If(bf_rp == N - 1):
-                            m.d.sync += bf_full.eq(0)
+                        # Back to the first word for a later sample (a MATVEC of one sample
+                        # ends its reads where the writes ended).
+                        last = (bf_rp_inc == (w[5][:t_bits] << lgN)) & (~sm_first | sm_more)
+                        m.d.sync += [bf_rp.eq(Mux(last, 0, bf_rp_inc)), bf_data.eq(bf_rc.data)]
+                    with m.If(st_range):
+                        # (A word the last sample read past its bias is dropped here.)
+                        m.d.sync += [bf_wp.eq(0), bf_rp.eq(0), bf_valid.eq(0)]
                     bias_data, bias_valid = bf_data, bf_valid
                 m.d.comb += [
                     col.cfg_blocks.eq(w[4]), col.cfg_bias_en.eq(bias_en),
@@ -1021,7 +1082,7 @@ class Sequencer(wiring.Component):
                 # rd_ptr is the fetch address (no adder in front of the scratchpad's address
                 # but rd_inc's increment).
                 m.d.comb += rp_pc.eq(1)
-                m.d.sync += [fidx.eq(0), fetching.eq(1)]
+                m.d.sync += [fidx.eq(0), fetching.eq(1), len_hold.eq(0)]
                 m.next = "FETCH_WORDS"
             with m.State("FETCH_WORDS"):
                 # Reads as the reader issues (the address's default): the pc first (fresh from
@@ -1029,14 +1090,16 @@ class Sequencer(wiring.Component):
                 m.d.sync += [fidx.eq(fidx + 1), fresh.eq(0)]
                 with m.Switch(fidx):
                     with m.Case(1):
+                        # (An instruction the sequencer lacks stays 0: an unknown opcode.)
                         m.d.sync += [is_op[name].eq(rdata[:8] == code)
-                                     for code, name in Op.NAMES.items()]
+                                     for code, name in Op.NAMES.items()
+                                     if self._control or code not in CONTROL_OPS]
                         m.d.sync += [flags.eq(rdata[8:]), is_data.eq(rdata[4:8] != 0)]
                     with m.Case(2):
                         m.d.sync += src.eq(src_sum)
                     with m.Case(3):
                         m.d.sync += dst.eq(dst_sum)
-                    for k in range(4, 8):          # w7 is unused by every instruction
+                    for k in range(4, 8):          # w7: MATVEC's samples (below)
                         with m.Case(k):
                             m.d.sync += w[k - 1].eq(rdata)
                             # w4's and w5's tests (stage A), from the word as it arrives.
@@ -1045,6 +1108,11 @@ class Sequencer(wiring.Component):
                                              nb_big.eq(rdata > self._max_blocks)]
                             if k == 6:
                                 m.d.sync += [w5_z.eq(rdata == 0), t_big.eq(rdata[t_bits:] != 0)]
+                    if self._bfp:
+                        with m.Case(8):
+                            m.d.sync += [sm_left.eq(rdata), w7_nz.eq(rdata != 0),
+                                         s_more.eq(rdata != 0),
+                                         w7_big.eq(rdata[sm_bits:] != 0)]
                 with m.If(fidx == 8):
                     m.d.sync += fetching.eq(0)
                     m.next = "DECODE"
@@ -1069,12 +1137,17 @@ class Sequencer(wiring.Component):
                     with m.If(is_op["DMATVEC"]):
                         m.d.sync += [mul_acc.eq(w[3]), mul_cnt.eq(w[5]),
                                      mul_step.eq(nb_dec), nb_d.eq(nb_dec)]
+                if self._bfp:
+                    m.d.sync += [x_acc.eq(end_src), s_over.eq(0)]
                 with m.If(at_limit):
                     fail(Status.LIMIT)
                 with m.Elif(pc_bad):
                     fail(Status.BAD_ADDRESS)
                 with m.Elif(dec_fail):
                     fail(Mux(dec_len, Status.BAD_LENGTH, Status.BAD_OPCODE))
+                if self._bfp:
+                    with m.Elif(is_op["MATVEC"] & w7_nz):
+                        m.next = "SAMP"
                 with m.Elif(dec_range):
                     m.next = "RANGE"
                 if self._discrete:
@@ -1090,12 +1163,35 @@ class Sequencer(wiring.Component):
                         m.next = "RANGE"
                     with m.Else():
                         m.d.sync += [mul_acc.eq(mul_acc + mul_step), mul_cnt.eq(mul_cnt - 1)]
+            if self._bfp:
+                with m.State("SAMP"):
+                    with m.If(~len_hold):
+                        m.d.sync += bias_l.eq(bad_bias)
+                    with m.If(~s_more | s_over | dst_big | w7_big):
+                        m.next = "SAMP_WAIT"
+                    with m.Else():
+                        ld_sum = Signal(lw + 1)
+                        m.d.comb += ld_sum.eq(len_dst + len_d[:lw])
+                        m.d.sync += [x_acc.eq(x_acc + xs), len_dst.eq(ld_sum[:lw]),
+                                     len_hold.eq(1),
+                                     dst_big.eq(dst_big | ld_sum[lw] | (len_d[lw:] != 0)),
+                                     sm_left.eq(sm_left - 1), s_more.eq(sm_left != 1)]
+                with m.State("SAMP_WAIT"):
+                    # Stage C takes the destination's last end.
+                    m.next = "MUL" if self._discrete else "RANGE"
             with m.State("RANGE"):
                 # One shared checker (the decode pipeline's stage C): source range,
                 # destination range (scratchpad, or weight entries for LOADW), bias range,
                 # weight range, LUT table.
-                bad = (bad_src | bad_dst | (op_mat & bias_en & bad_bias) | (op_mat & w_bad)
-                       | ((op_lut | is_op["MATVEC"] & mv_lut) & lut_bad))
+                bad = (bad_src | bad_dst | (op_mat & bias_en & Mux(len_hold, bias_l, bad_bias))
+                       | (op_mat & w_bad) | ((op_lut | is_op["MATVEC"] & mv_lut) & lut_bad)
+                       | (is_op["MATVEC"] & (s_over | w7_big)))
+                m.d.comb += st_range.eq(1)
+                if self._bfp:
+                    # The samples to start after the first, and the first bias word of each.
+                    m.d.sync += sm_first.eq(1)
+                    if not self._bias_fifo:
+                        m.d.sync += bias_base.eq(w[6])
                 m.d.comb += rp_src.eq(1)
                 m.d.comb += wr_load.eq(1)
                 m.d.sync += [lw_lane.eq(0), lw_entry.eq(dst),
@@ -1342,6 +1438,15 @@ class Sequencer(wiring.Component):
                 with m.If(~send_valid):
                     m.d.sync += idle.eq(1)
                     m.next = "IDLE"
+        def next_sample(*more):
+            # A MATVEC's next sample: its tiles again, from the first tile's weights and bias,
+            # its x one stride further (the write register's count covers every sample).
+            # (With the bias memory the later samples read no bias words.)
+            m.d.sync += [tiles_left.eq(w[5]), tl_more.eq(1), src.eq(src + xs),
+                         w_ptr.eq(w[3]), sm_first.eq(0), *more]
+            if not self._bias_fifo:
+                m.d.sync += bias_ptr.eq(bias_base)
+
         if self._bfp and self._x_buffer:
             # MATVEC's phases with the x buffer: the first tile's x from the reader (into the
             # buffer), the later tiles' from the buffer, each as soon as the previous tile's x
@@ -1365,6 +1470,11 @@ class Sequencer(wiring.Component):
                 m.d.sync += [rd_more.eq(1), mv_b.eq(1)]
             with m.If(mv_b & ~rd_more & (~rd_valid | col.i_bias.ready)):
                 m.d.sync += [bias_ptr.eq(rd_inc), mv_b.eq(0)]
+            # The next sample, once every tile of this one has taken its x from the buffer and
+            # its bias (the buffer then takes the next sample's x).
+            with m.If(st_mv & ~x_first & ~mv_x & ~xb_x & ~mv_b & ~tl_more & (b_pend == 0)
+                      & sm_more):
+                next_sample(x_first.eq(1), xb_widx.eq(0))
         elif self._bfp:
             # MATVEC's reader phases, on the flags (after the FSM, as the reader).
             with m.If(st_mv & ~mv_x & ~mv_b & tl_more):
@@ -1377,13 +1487,17 @@ class Sequencer(wiring.Component):
                     m.d.sync += w_ptr.eq(w_ptr + 1)
                 with m.If(~rd_more & (~rd_valid | col.i_x.ready)):
                     m.d.sync += mv_x.eq(0)
-                    with m.If(bias_en):
+                    # (With the bias memory, the later samples' bias is there already.)
+                    with m.If(bias_en & (sm_first if self._bias_fifo else 1)):
                         m.d.comb += rp_bias.eq(1)
                         m.d.sync += [rd_more.eq(1), mv_b.eq(1)]
             with m.If(mv_b & ~rd_more & (~rd_valid | b_ready)):
                 # The next tile's bias follows this one's: one past the last read (rd_ptr),
                 # which the reader's increment already forms.
                 m.d.sync += [bias_ptr.eq(rd_inc), mv_b.eq(0)]
+            # The next sample, once this one's last tile has its x and bias.
+            with m.If(st_mv & ~mv_x & ~mv_b & ~tl_more & sm_more):
+                next_sample()
         reader()
         with m.If(wr_load | wp_step):
             m.d.sync += wr_ptr.eq(load_or_step(wr_ptr, 1, wr_load, dst))

@@ -794,10 +794,17 @@ class Accelerator(wiring.Component):
         ``x_buffer``). Default ``None``: with the BFP column and a block-RAM scratchpad (one
         more block RAM of ``max_blocks · block`` words).
     matvec_bias_fifo : bool
-        MATVEC's bias words go into a FIFO of ``matrix_lanes`` words in front of the column, so
-        the sequencer reads the next tile's ``x`` while the column still drains the tile's
-        last block (:class:`lowbit.hw.sequencer.Sequencer` ``bias_fifo``; one block RAM; not
-        with ``matvec_x_buffer``, whose default it turns off). Default ``False``.
+        MATVEC's bias words go into a bias memory in front of the column, so the sequencer
+        reads the next tile's ``x`` while the column still drains the tile's last block, and a
+        MATVEC's later samples take their bias from there (:class:`lowbit.hw.sequencer.
+        Sequencer` ``bias_fifo``; one block RAM on the iCEBreaker; not with
+        ``matvec_x_buffer``, whose default it turns off). Default ``False``.
+    seq_control : bool
+        The sequencer's control and data-movement instructions: JUMP, LOOP, DJNZ, SETOFS,
+        ADDOFS (the offsets the ``F_OFS`` flags add), MOVE and LUT (:class:`lowbit.hw.
+        sequencer.Sequencer` ``control``). ``False``: they fail with ``BAD_OPCODE`` and the
+        flags add nothing, for straight-line programs (layers as MATVECs of many samples;
+        the iCEBreaker's profile). Default ``True``.
     seq_pipelined : bool
         Register stages for fast clocks: LOADW's writes, the discrete unit's weight codes,
         DMATVEC's x words and results go through registers and the discrete unit sums its lanes
@@ -846,7 +853,7 @@ class Accelerator(wiring.Component):
                  busy_count=True, uart_ddr=False, bfp_pipelined_combiner=False,
                  bfp_mant_width=True, dsp_lanes=None, scratch_write_addr=None,
                  drain_lanes=None, matvec_x_buffer=None, seq_pipelined=False,
-                 matvec_bias_fifo=False):
+                 matvec_bias_fifo=False, seq_control=True):
         p = check_top_params(
             clk_freq=clk_freq, baud=baud, lanes=lanes, scratch_bytes=scratch_bytes,
             use_spram=use_spram, frame_bytes=frame_bytes, timeout_bits=timeout_bits,
@@ -860,7 +867,7 @@ class Accelerator(wiring.Component):
             bfp_mant_width=bfp_mant_width, dsp_lanes=dsp_lanes,
             scratch_write_addr=scratch_write_addr, drain_lanes=drain_lanes,
             matvec_x_buffer=matvec_x_buffer, seq_pipelined=seq_pipelined,
-            matvec_bias_fifo=matvec_bias_fifo)
+            matvec_bias_fifo=matvec_bias_fifo, seq_control=seq_control)
         self._uart_ddr = uart_ddr
         self._divisor = p["divisor"]
         self._period = p["bit_period"]
@@ -887,7 +894,8 @@ class Accelerator(wiring.Component):
             bfp_pipelined_combiner=bfp_pipelined_combiner, bfp_mant_width=bfp_mant_width,
             busy_count=_check_bool("busy_count", busy_count), hard_lanes=dsp_lanes,
             drain_lanes=p["drain_lanes"], x_buffer=p["matvec_x_buffer"],
-            pipelined=p["seq_pipelined"], bias_fifo=p["matvec_bias_fifo"])
+            pipelined=p["seq_pipelined"], bias_fifo=p["matvec_bias_fifo"],
+            control=p["seq_control"])
         self._engines = (((1 << ENGINE_BITS["lut"]) if lut_tables else 0)
                          | ((1 << ENGINE_BITS["grand"]) if grand else 0))
         if sequencer:
@@ -897,7 +905,8 @@ class Accelerator(wiring.Component):
                     self._engines |= 1 << ENGINE_BITS[name]
         self._identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, self._lanes,
                                   self._scratch_bytes, self._frame_bytes, self._engines,
-                                  self._use_spram, baud, round(clk_freq))
+                                  self._use_spram, baud, round(clk_freq),
+                                  seq_control=p["seq_control"])
         if uart:
             members = {"rx": In(2, init=3) if uart_ddr else In(1, init=1),
                        "tx": Out(1, init=1)}
@@ -935,6 +944,7 @@ class Accelerator(wiring.Component):
     matvec_x_buffer = property(lambda self: self._seq_params["x_buffer"])
     seq_pipelined = property(lambda self: self._seq_params["pipelined"])
     matvec_bias_fifo = property(lambda self: self._seq_params["bias_fifo"])
+    seq_control = property(lambda self: self._seq_params["control"])
 
     def design_params(self):
         """Generator parameters reported by the ``ID_MATRIX`` / ``ID_ENGINE`` registers
@@ -1066,14 +1076,19 @@ class Accelerator(wiring.Component):
             # One byte register between the link and the transmitter: the link's ready is a
             # flip-flop, not the transmitter's bit counter feeding the link, the dispatcher and
             # the handlers in one cycle. It costs no line time: a byte lasts 10 bit periods.
+            # The register's state is two flip-flops, ``tx_room`` for the link's side and its
+            # complement ``tx_full`` for the transmitter's (at the pin), so that placement keeps
+            # each beside its readers: one flip-flop read on both sides sat by the pin, a long
+            # route from the start of the link's reply path (the dispatcher, the handlers).
             tx_byte = Signal(8)
             tx_full = Signal()
-            m.d.comb += [link.o.ready.eq(~tx_full), utx.i.valid.eq(tx_full),
+            tx_room = Signal(init=1)
+            m.d.comb += [link.o.ready.eq(tx_room), utx.i.valid.eq(tx_full),
                          utx.i.payload.eq(tx_byte)]
-            with m.If(link.o.valid & ~tx_full):
-                m.d.sync += [tx_byte.eq(link.o.payload), tx_full.eq(1)]
+            with m.If(link.o.valid & tx_room):
+                m.d.sync += [tx_byte.eq(link.o.payload), tx_full.eq(1), tx_room.eq(0)]
             with m.Elif(utx.i.ready):
-                m.d.sync += tx_full.eq(0)
+                m.d.sync += [tx_full.eq(0), tx_room.eq(1)]
             # Saturating at 0xFF: the carry out of the increment says so (no compare).
             framing_inc = Signal(9)
             overrun_inc = Signal(9)

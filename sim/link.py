@@ -63,8 +63,9 @@ SOF_REPLY = 0x5A
 #: Version 2: RUN replies carry the matrix engine's busy cycles (16 bytes, was 12).
 PROTOCOL_VERSION = 3
 #: (major, minor) of the gateware design; the driver refuses a different major version.
-#: Minor 2 added the identification registers ``ID_MATRIX`` and ``ID_ENGINE``.
-DESIGN_VERSION = (0, 2)
+#: Minor 2 added the identification registers ``ID_MATRIX`` and ``ID_ENGINE``; minor 3
+#: MATVEC's samples (w7, :data:`lowbit.sim.program.Design` ``matvec_samples``).
+DESIGN_VERSION = (0, 3)
 MAGIC = b"LOWB"
 #: Length of the IDENTIFY reply payload.
 IDENTITY_BYTES = 24
@@ -126,7 +127,8 @@ class Identity:
 
     Layout: ``magic[4], protocol u8, design_major u8, design_minor u8, lanes u8,
     scratch_bytes u32, frame_bytes u16, engines u8, flags u8, baud u32, clk_hz u32`` (flags
-    bit 0: scratchpad in SPRAM; ``baud``: the UART's rate (a top built with ``uart=False``
+    bit 0: scratchpad in SPRAM, bit 1: a sequencer without the control and data-movement
+    instructions, ``seq_control`` false; ``baud``: the UART's rate (a top built with ``uart=False``
     reports the rate its timeout is counted in); ``clk_hz``: the clock, Hz, rounded to an
     integer).
     """
@@ -140,12 +142,13 @@ class Identity:
     use_spram: bool
     baud: int = 0
     clk_hz: int = 0
+    seq_control: bool = True
 
     def to_bytes(self):
         return (self.magic + bytes([self.protocol, self.design[0], self.design[1], self.lanes])
                 + self.scratch_bytes.to_bytes(4, "little")
                 + self.frame_bytes.to_bytes(2, "little")
-                + bytes([self.engines, int(self.use_spram)])
+                + bytes([self.engines, int(self.use_spram) | int(not self.seq_control) << 1])
                 + self.baud.to_bytes(4, "little") + self.clk_hz.to_bytes(4, "little"))
 
     @classmethod
@@ -157,7 +160,8 @@ class Identity:
                    scratch_bytes=int.from_bytes(data[8:12], "little"),
                    frame_bytes=int.from_bytes(data[12:14], "little"), engines=data[14],
                    use_spram=bool(data[15] & 1), baud=int.from_bytes(data[16:20], "little"),
-                   clk_hz=int.from_bytes(data[20:24], "little"))
+                   clk_hz=int.from_bytes(data[20:24], "little"),
+                   seq_control=not data[15] & 2)
 
     @property
     def engine_names(self):
@@ -267,7 +271,8 @@ def identity_registers(identity, **design):
     return {
         "ID_MAGIC": int.from_bytes(identity.magic, "little"),
         "ID_VERSION": identity.protocol | identity.design[0] << 8 | identity.design[1] << 16,
-        "ID_PARAMS": identity.lanes | identity.engines << 8 | int(identity.use_spram) << 16,
+        "ID_PARAMS": (identity.lanes | identity.engines << 8 | int(identity.use_spram) << 16
+                      | int(not identity.seq_control) << 17),
         "ID_SCRATCH": identity.scratch_bytes,
         "ID_FRAME": identity.frame_bytes,
         **design_registers(**design),
@@ -441,6 +446,9 @@ class DeviceModel:
     busy_count : bool
         The device counts the matrix engine's busy cycles; without it RUN replies carry
         ``busy = 0xFFFFFFFF`` (:data:`lowbit.sim.program.NOT_COUNTED`).
+    seq_control : bool
+        The sequencer has the control and data-movement instructions (JUMP, LOOP, DJNZ,
+        SETOFS, ADDOFS, MOVE, LUT; :class:`lowbit.sim.program.Design` ``seq_control``).
     clk_freq, baud : int or float, int
         Clock (Hz) and UART rate, reported by IDENTIFY (``clk_hz`` rounded).
     engines : int, optional
@@ -474,7 +482,8 @@ class DeviceModel:
                  matrix_lanes=8, block=16, max_blocks=16, weight_depth=512, bfp=True,
                  quantiser=True, discrete=True, frac_bits=3, rand_bits=8, disc_acc_width=16,
                  code_bits=3, bfp_stochastic=True, bfp_predictor=True, busy_count=True,
-                 bfp_mant_width=True, clk_freq=12e6, baud=1_000_000, lut_wide_tables=0, **hardware):
+                 bfp_mant_width=True, clk_freq=12e6, baud=1_000_000, lut_wide_tables=0,
+                 seq_control=True, **hardware):
         unknown = set(hardware) - self.HARDWARE_ONLY
         if unknown:
             raise TypeError(f"Unknown DeviceModel parameters: {', '.join(sorted(unknown))}")
@@ -485,7 +494,8 @@ class DeviceModel:
             sequencer=sequencer, matrix_lanes=matrix_lanes, block=block, max_blocks=max_blocks,
             weight_depth=weight_depth, bfp=bfp, quantiser=quantiser, discrete=discrete,
             code_bits=code_bits, bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
-            bfp_mant_width=bfp_mant_width, clk_freq=clk_freq, baud=baud, **hardware)
+            bfp_mant_width=bfp_mant_width, clk_freq=clk_freq, baud=baud,
+            seq_control=seq_control, **hardware)
         scratch_bytes = top["scratch_bytes"]
         if not isinstance(lut_wide_tables, int) or isinstance(lut_wide_tables, bool):
             raise TypeError(f"Wide LUT table count must be an integer between 0 and 16, not "
@@ -517,9 +527,10 @@ class DeviceModel:
             engines=frozenset(n for n, on in present.items()
                               if on and n not in ("sequencer", "lut_wide")),
             bfp_stochastic=bfp_stochastic, bfp_predictor=bfp_predictor,
-            bfp_mant_width=bfp_mant_width)
+            bfp_mant_width=bfp_mant_width, seq_control=seq_control)
         self.identity = Identity(MAGIC, PROTOCOL_VERSION, DESIGN_VERSION, lanes, scratch_bytes,
-                                 frame_bytes, engines, use_spram, baud, round(clk_freq))
+                                 frame_bytes, engines, use_spram, baud, round(clk_freq),
+                                 seq_control=seq_control)
         self.code_bits = code_bits
         ids = identity_registers(self.identity, matrix_lanes=matrix_lanes, block=block,
                                  max_blocks=max_blocks, weight_depth=weight_depth,

@@ -42,12 +42,20 @@ op   name     operands and meaning
               code book registers) and write one element word per input: BFP ``m | e << 8``
               (``e`` the block's exponent; ``count`` a multiple of the block size ``B``), int8
               ``q`` (high byte 0), discrete code (high byte 0).
-0x21 MATVEC   w1 x, w2 dst, w3 weight entry, w4 blocks ``nb``, w5 tiles ``T``, w6 bias:
-              ``T`` BFP column products of ``K = nb · B`` beats. Tile ``t`` reads weight
-              entries ``entry + t·K + j`` (``j < K``; bank ``l`` is row ``t·N + l``; entry word
-              ``m | e << 8``, the exponent of the block is taken from its last beat), the ``K``
-              element words at ``x`` and, with ``F_BIAS``, the ``N`` element words at
-              ``bias + t·N``; it writes ``N`` element words ``m | e4 << 8`` at ``dst + t·N``.
+0x21 MATVEC   w1 x, w2 dst, w3 weight entry, w4 blocks ``nb``, w5 tiles ``T``, w6 bias,
+              w7 more samples ``S − 1``: ``S · T`` BFP column products of ``K = nb · B``
+              beats. Tile ``t`` reads weight entries ``entry + t·K + j`` (``j < K``; bank
+              ``l`` is row ``t·N + l``; entry word ``m | e << 8``, the exponent of the block
+              is taken from its last beat), the ``K`` element words of its sample and, with
+              ``F_BIAS``, the ``N`` element words at ``bias + t·N``; it writes ``N`` element
+              words ``m | e4 << 8`` at ``dst + (s·T + t)·N``. Sample ``s`` reads its input
+              at ``x + s·X``, ``X = ⌈K / N⌉ · N`` (the stride of a previous MATVEC's
+              outputs), with the same weights and bias: the instruction equals ``S``
+              one-sample MATVECs one after another (``x``, ``dst`` stepping), in their
+              order of random draws and predicted-selector history, but the device
+              overlaps each sample's products with the previous one's output
+              (:meth:`Instruction.matvec` ``samples``). The ranges are the whole
+              instruction's: input ``(S − 1)·X + K`` words, destination ``S·T·N``.
               Registers: ``MANT_WIDTH``, ``ROUNDING``, ``EXP_SELECT`` (0 max, 1 fixed,
               2 predicted with a history per RUN, 3 fixed), ``FIXED_EXP``. With
               :data:`F_LUT` each result is written as LUT writes it, ``table[m] |
@@ -94,7 +102,8 @@ from .protocol import _REGISTER_BY_INDEX, REGISTER_BY_NAME, REGISTERS, Status
 
 __all__ = ["Op", "F_OFS_SRC", "F_OFS_DST", "F_BIAS", "F_LUT", "INSTRUCTION_BYTES", "Instruction",
            "assemble", "disassemble", "ENGINES", "Design", "Fault", "RunResult", "Machine",
-           "config", "hoist_configs", "InputQuant", "NetworkLayout", "load_weights_program"]
+           "config", "hoist_configs", "InputQuant", "NetworkLayout", "load_weights_program",
+           "matvec_stride", "CONTROL_OPS"]
 
 INSTRUCTION_BYTES = 16
 
@@ -207,9 +216,15 @@ class Instruction:
         return cls(Op.QUANT, flags, (src, dst, count))
 
     @classmethod
-    def matvec(cls, x, dst, entry, blocks, tiles, bias=None, flags=0):
+    def matvec(cls, x, dst, entry, blocks, tiles, bias=None, flags=0, samples=1):
+        """MATVEC; ``samples`` (1..65536) products of the same weights, one per input vector
+        (w7 = ``samples - 1``)."""
         flags |= F_BIAS if bias is not None else 0
-        return cls(Op.MATVEC, flags, (x, dst, entry, blocks, tiles, bias or 0))
+        if not isinstance(samples, int) or isinstance(samples, bool):
+            raise TypeError(f"MATVEC sample count must be an integer, not {samples!r}")
+        if not 1 <= samples <= 0x10000:
+            raise ValueError(f"MATVEC sample count must be between 1 and 65536, not {samples}")
+        return cls(Op.MATVEC, flags, (x, dst, entry, blocks, tiles, bias or 0, samples - 1))
 
     @classmethod
     def lut(cls, src, dst, count, flags=0):
@@ -252,6 +267,9 @@ _OP_ENGINE = {Op.QUANT: "quantiser", Op.MATVEC: "bfp", Op.LUT: "lut", Op.DMATVEC
               Op.GRAND: "grand"}
 #: Every engine an accelerator may have besides the sequencer.
 ENGINES = ("grand", "bfp", "discrete", "quantiser", "lut")
+#: The control and data-movement instructions a sequencer without ``seq_control`` lacks
+#: (:attr:`Design.seq_control`).
+CONTROL_OPS = (Op.JUMP, Op.LOOP, Op.DJNZ, Op.SETOFS, Op.ADDOFS, Op.MOVE, Op.LUT)
 
 
 def _check_param(name, value, lo, hi):
@@ -304,6 +322,15 @@ class Design:
         The BFP column's output mantissa width comes from ``MANT_WIDTH`` (default). Without it
         the width is 8, and a MATVEC with ``MANT_WIDTH`` below 8 (as decoded: clamped to 2..8)
         fails with ``BAD_OPCODE``.
+    matvec_samples : bool
+        MATVEC reads w7, its samples after the first (default; design version 0.3 and later).
+        Without it (gateware of design 0.2) w7 is ignored: every MATVEC is one sample, and
+        :class:`NetworkLayout` runs a layer sample by sample.
+    seq_control : bool
+        The sequencer has the control and data-movement instructions :data:`CONTROL_OPS`
+        (default). Without them (the iCEBreaker's profile) they fail with ``BAD_OPCODE``, the
+        ``F_OFS`` flags add nothing (the offsets stay 0), and programs are straight-line:
+        :class:`NetworkLayout` runs each layer as one MATVEC of every sample.
     """
     matrix_lanes: int = 8
     block: int = 16
@@ -320,6 +347,8 @@ class Design:
     bfp_stochastic: bool = True
     bfp_predictor: bool = True
     bfp_mant_width: bool = True
+    matvec_samples: bool = True
+    seq_control: bool = True
 
     def __post_init__(self):
         from .grand import MODES
@@ -339,7 +368,8 @@ class Design:
         _check_param("Fraction guard bit count", self.frac_bits, 0, 8)
         _check_param("Random bit count", self.rand_bits, 1, 16)
         _check_param("Discrete accumulator width", self.disc_acc_width, 8, 32)
-        for name in ("bfp_stochastic", "bfp_predictor", "bfp_mant_width"):
+        for name in ("bfp_stochastic", "bfp_predictor", "bfp_mant_width", "matvec_samples",
+                     "seq_control"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
                 raise TypeError(f"{name} must be a bool, not {getattr(self, name)!r}")
         if isinstance(self.engines, str) or not all(isinstance(e, str) for e in self.engines):
@@ -407,6 +437,13 @@ class RunResult:
     def from_payload(cls, status, payload):
         pc, executed, cycles, busy = struct.unpack("<4I", bytes(payload))
         return cls(status, pc, executed, cycles, busy)
+
+
+def matvec_stride(blocks, design):
+    """Words from one MATVEC sample's input to the next one's: ``K = blocks · B`` rounded up
+    to a multiple of ``N`` (the stride of a MATVEC's outputs, ``T · N`` per sample)."""
+    n = design.matrix_lanes
+    return -(-blocks * design.block // n) * n
 
 
 def _s8(v):
@@ -611,6 +648,10 @@ class Machine:
         nxt = self.pc + INSTRUCTION_BYTES // 2
         if op not in Op.NAMES:
             raise Fault(Status.BAD_OPCODE, f"unknown opcode {op:#04x}")
+        if op in CONTROL_OPS and not self.design.seq_control:
+            lacks = ", ".join(Op.NAMES[o] for o in CONTROL_OPS)
+            raise Fault(Status.BAD_OPCODE, f"{Op.NAMES[op]}: this design's sequencer runs "
+                        f"straight-line programs (no {lacks})")
         engine = _OP_ENGINE.get(op)
         if engine is not None and not self.design.has(engine):
             raise Fault(Status.BAD_OPCODE, f"{Op.NAMES[op]} needs the {engine} engine, which "
@@ -720,11 +761,13 @@ class Machine:
         d = self.design
         n, b = d.matrix_lanes, d.block
         entry, nb, tiles, bias = w[2], w[3], w[4], w[5]
+        samples = w[6] + 1 if d.matvec_samples else 1
         self._count("MATVEC block count", nb, d.max_blocks)
         self._count("MATVEC tile count", tiles)
         k = nb * b
-        self._range("MATVEC input", x, k)
-        self._range("MATVEC destination", dst, tiles * n)
+        stride = matvec_stride(nb, d)
+        self._range("MATVEC input", x, (samples - 1) * stride + k)
+        self._range("MATVEC destination", dst, samples * tiles * n)
         if flags & F_BIAS:
             self._range("MATVEC bias", bias, tiles * n)
         self._entries(entry, tiles * k)
@@ -734,7 +777,8 @@ class Machine:
         exp_mode = {0: "max", 2: "predicted"}.get(self.reg("EXP_SELECT"), "fixed")
         fixed_exp = _s8(self.reg("FIXED_EXP"))
         last = np.arange(b - 1, k, b)
-        x_m, x_e = unpack_elements(self.read_words(x, k))
+        x_m, x_e = unpack_elements(np.stack([self.read_words(x + s * stride, k)
+                                             for s in range(samples)]))
         # Row t·N + l of the matrix is bank l's row of tile t; the tiles run in order, each
         # drawing its N random numbers, as the column does.
         w_m, w_e = (a.reshape(n, tiles, k).transpose(1, 0, 2).reshape(tiles * n, k)
@@ -744,15 +788,17 @@ class Machine:
             kw["bias_m"], kw["bias_e"] = unpack_elements(self.read_words(bias, tiles * n))
         rand = None
         if rounding == "stochastic":
-            rand = np.stack([self.draw(n) for _ in range(tiles)])[None]
-        m, e = self._column.matvec_batch(w_m, w_e[:, last], x_m[None], x_e[last][None],
+            rand = np.stack([self.draw(n) for _ in range(samples * tiles)]).reshape(
+                samples, tiles, n)
+        m, e = self._column.matvec_batch(w_m, w_e[:, last], x_m, x_e[:, last],
                                          width=width, rounding=rounding, exp_mode=exp_mode,
                                          fixed_exp=fixed_exp, rand=rand, **kw)
+        m, e = m.reshape(-1), e.reshape(-1)
         if flags & F_LUT:
-            self.write_words(dst, self._lookup(table, m[0]))
+            self.write_words(dst, self._lookup(table, m))
         else:
-            self.write_words(dst, pack_elements(m[0], e[0]))
-        self.busy += tiles * k
+            self.write_words(dst, pack_elements(m, e))
+        self.busy += samples * tiles * k
 
     def _lut_table(self):
         table = self.reg("LUT_SELECT")
@@ -1294,6 +1340,20 @@ class NetworkLayout:
             w[1] = (w[1] + k * dst_stride) & 0xFFFF
         return Instruction(ins.op, ins.flags, tuple(w))
 
+    def _batched(self, per, src_stride, dst_stride):
+        """The one MATVEC of a segment whose samples a single MATVEC runs (w7), without its
+        offset flags, or None: a segment of one BFP MATVEC and nothing else per sample (no
+        CONFIG: a predicted layer clears its selector sample by sample), its vectors
+        ``matvec_stride`` and ``T · N`` words apart, on a design with ``matvec_samples``."""
+        if not self.design.matvec_samples or len(per) != 1 or per[0].op != Op.MATVEC:
+            return None
+        ins = per[0]
+        blocks, tiles = ins.words[3], ins.words[4]
+        if (src_stride, dst_stride) != (matvec_stride(blocks, self.design),
+                                        tiles * self.design.matrix_lanes):
+            return None
+        return Instruction(ins.op, ins.flags & ~(F_OFS_SRC | F_OFS_DST), ins.words)
+
     def _program(self, count, *, hoist=True, at=0):
         """``(program, executed)`` of :meth:`program` (``hoist=False``: every CONFIG of a
         sample's body stays in the loop; ``at``: the word address the program is stored at)."""
@@ -1307,6 +1367,24 @@ class NetworkLayout:
                 if known.get(ins.words[0]) != ins.words[1:3]:
                     prog.append(ins)
                     executed += 1
+            batch = self._batched(per, ss, ds)
+            if batch is not None:
+                # One MATVEC runs the segment's every sample (w7), its products overlapping.
+                prog.append(Instruction.matvec(*batch.words[:5], flags=batch.flags,
+                                               bias=batch.words[5] if batch.flags & F_BIAS
+                                               else None, samples=count))
+                executed += 1
+                for ins in once:
+                    if ins.op == Op.CONFIG:
+                        known[ins.words[0]] = ins.words[1:3]
+                continue
+            if not self.design.seq_control:
+                raise ValueError(
+                    "The design's sequencer runs straight-line programs (no loops or offsets), "
+                    "so every stage must be one MATVEC of every sample; a stage of "
+                    f"{', '.join(Op.NAMES[ins.op] for ins in per)} per sample is not (a "
+                    "predicted-selector layer, a separate LUT, a QUANT or DMATVEC stage, or "
+                    "vectors not at MATVEC's stride)")
             prog.append(Instruction.setofs(0, 0))
             executed += 1
             if loops:
@@ -1332,7 +1410,10 @@ class NetworkLayout:
         that change a register), ``SETOFS 0, 0``, ``LOOP count // UNROLL``, ``UNROLL`` copies
         of one sample's instructions (addresses stepping by the vectors' widths),
         ``ADDOFS``, ``DJNZ``, then the ``count % UNROLL`` samples left over; ``HALT`` ends
-        the program."""
+        the program. A BFP layer's segment (not a predicted one) is its CONFIGs and one
+        MATVEC of ``count`` samples instead (:attr:`Design.matvec_samples`), which overlaps
+        each sample's products with the previous sample's output; the results and random
+        draws are the same."""
         _check_param("Sample count", count, 1, self.chunk)
         return self._program(count)[0]
 

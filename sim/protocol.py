@@ -46,8 +46,9 @@ REGISTERS = (
     Register("ID_MAGIC", 0x00, 32, "ro", 0, 'b"LOWB" as a little-endian u32 (0x42574F4C)'),
     Register("ID_VERSION", 0x01, 24, "ro", 0,
              "protocol version [7:0], design major [15:8], design minor [23:16]"),
-    Register("ID_PARAMS", 0x02, 17, "ro", 0,
-             "lanes [7:0], engine bitmask [15:8], scratchpad in SPRAM [16]"),
+    Register("ID_PARAMS", 0x02, 18, "ro", 0,
+             "lanes [7:0], engine bitmask [15:8], scratchpad in SPRAM [16], sequencer without "
+             "the control and data-movement instructions (straight-line programs) [17]"),
     Register("ID_SCRATCH", 0x03, 32, "ro", 0, "scratchpad size in bytes"),
     Register("ID_FRAME", 0x04, 16, "ro", 0, "frame buffer size (largest payload) in bytes"),
     Register("LINK_SKIPPED", 0x05, 16, "ro", 0, "bytes skipped while idle (saturating)"),

@@ -47,7 +47,8 @@ TOP_DEFAULTS = dict(clk_freq=12e6, baud=1_000_000, lanes=2, scratch_bytes=None, 
                     bfp_predictor=True, bfp_acc_block_ram=False, bfp_pipelined=True,
                     uart_ddr=False, bfp_pipelined_combiner=False, bfp_mant_width=True,
                     dsp_lanes=None, scratch_write_addr=None, drain_lanes=None,
-                    matvec_x_buffer=None, seq_pipelined=False, matvec_bias_fifo=False)
+                    matvec_x_buffer=None, seq_pipelined=False, matvec_bias_fifo=False,
+                    seq_control=True)
 
 
 def check_int(name, value, lo, hi):
@@ -216,7 +217,7 @@ def check_top_params(**params):
     least 1 and at most ``matrix_lanes / 4``, with ``bfp_pipelined``; else 1),
     ``matvec_x_buffer`` (``None`` is resolved: with the sequencer, the BFP column and a
     block-RAM scratchpad, and not with ``matvec_bias_fifo``), ``seq_pipelined``,
-    ``matvec_bias_fifo`` (not with ``matvec_x_buffer``);
+    ``matvec_bias_fifo`` (not with ``matvec_x_buffer``), ``seq_control``;
     then an odd ``matrix_lanes`` with the ``sb_mac16`` multiplier.
 
     Raises
@@ -280,6 +281,7 @@ def check_top_params(**params):
         raise ValueError("matvec_bias_fifo needs matvec_x_buffer off: with the x buffer the "
                          "bias words already overlap the later tiles")
     check_bool("seq_pipelined", p["seq_pipelined"])
+    check_bool("seq_control", p["seq_control"])
     if p["sequencer"] and p["bfp"] and p["multiplier"] == "sb_mac16" and p["matrix_lanes"] % 2:
         raise ValueError("Matrix lane count must be even with sb_mac16")
     return p

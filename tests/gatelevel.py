@@ -534,7 +534,7 @@ def host_session(params, *, matvec=True, seed=54):
     from lowbit.boards.driver import Accelerator
     from lowbit.sim.link import Opcode, encode_request, reg_write_payload
     from lowbit.sim.network import pack_elements
-    from lowbit.sim.program import F_LUT, Instruction, assemble
+    from lowbit.sim.program import F_LUT, Instruction, assemble, matvec_stride
 
     acc = Accelerator.model(check=False, **params)
     rec = _Recorder(acc.port)
@@ -573,12 +573,16 @@ def host_session(params, *, matvec=True, seed=54):
         w_e = rng.integers(-8, -3)
         # LOADW: word j * n + l goes to bank l (row l), entry j (column j).
         weights = pack_elements(w_m, w_e).T.reshape(-1)
+        lut = acc.design.lut_tables > 0
+        # With the LUT engine a second input vector, the F_LUT MATVEC's second sample, at
+        # MATVEC's sample stride (w7: SAMP's range check, the bias memory's replay).
+        stride = matvec_stride(1, acc.design)
         x = pack_elements(rng.integers(-128, 128, b), rng.integers(-4, 2))
         bias = pack_elements(rng.integers(-128, 128, n), rng.integers(-6, -2, n))
-        lut = acc.design.lut_tables > 0
+        x2 = pack_elements(rng.integers(-128, 128, stride), rng.integers(-4, 2))
         w_at = 8 * (4 if lut else 3)                # word addresses after the instructions
         x_at = w_at + n * b
-        b_at = x_at + b
+        b_at = x_at + (2 * stride if lut else b)
         y_at = b_at + n
         program = [Instruction.loadw(w_at, 0, b),
                    Instruction.matvec(x_at, y_at, 0, 1, 1, bias=b_at)]
@@ -590,18 +594,21 @@ def host_session(params, *, matvec=True, seed=54):
             step("write LUT_SELECT", acc.write_reg, "LUT_SELECT", table)
             step("write LUT_EXP", acc.write_reg, "LUT_EXP", 0xFB)
             program.append(Instruction.matvec(x_at, y_at + n, 0, 1, 1, bias=b_at,
-                                              flags=F_LUT))
+                                              flags=F_LUT, samples=2))
         program.append(Instruction.halt())
         code = assemble(program)
         assert len(code) == 2 * w_at
-        image = code + b"".join(v.astype("<u2").tobytes() for v in (weights, x, bias))
+        xs = (x, np.zeros(stride - b, np.uint16), x2) if lut else (x,)
+        image = code + b"".join(v.astype("<u2").tobytes() for v in (weights, *xs, bias))
         if not acc.design.bfp_mant_width:
             step("write MANT_WIDTH 8 (fixed width)", acc.write_reg, "MANT_WIDTH", 8)
         step("MEM_WRITE of program, weights, x, bias", acc.write_mem, 0, image)
-        step(f"RUN (LOADW, MATVEC{', MATVEC F_LUT' * lut}, HALT)", acc.run, 0, len(program))
+        step(f"RUN (LOADW, MATVEC{', MATVEC F_LUT of 2 samples' * lut}, HALT)", acc.run, 0,
+             len(program))
         step("read the MATVEC result", acc.read_mem, 2 * y_at, n, np.uint16)
         if lut:
             step("read the F_LUT MATVEC result", acc.read_mem, 2 * (y_at + n), n, np.uint16)
+            step("read its second sample", acc.read_mem, 2 * (y_at + 2 * n), n, np.uint16)
     for t in rec.log:
         if t.is_run:
             t.wait_cycles = 100_000

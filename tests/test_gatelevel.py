@@ -56,6 +56,10 @@ def test_host_session_covers_the_paths(session):
     assert sorted(table) == list(range(256))
     assert results["read the F_LUT MATVEC result"].tolist() == \
         [table[v & 0xFF] | 0xFB << 8 for v in y.tolist()]
+    # Its second sample (w7 = 1): another input, the same weights, bias and table.
+    second = results["read its second sample"].tolist()
+    assert {v >> 8 for v in second} == {0xFB} and second != results[
+        "read the F_LUT MATVEC result"].tolist()
     line_bytes = sum(len(t.request) + len(t.reply) for t in transactions)
     profile = get_board(gatelevel.BOARD)
     assert line_bytes * 10 * profile.clk_freq / profile.top["baud"] < 100_000

@@ -176,6 +176,12 @@ def test_tables_are_consistent():
     assert fast.to_bytes()[16:] == (3_000_000).to_bytes(4, "little") + \
         (18_000_000).to_bytes(4, "little")
     assert ident.engine_names == ["grand", "bfp", "lut"]
+    # Flags bit 1: a sequencer without the control instructions (straight-line programs).
+    lean = L.Identity(L.MAGIC, 3, (0, 3), 1, 32768, 512, 0b110010, True, seq_control=False)
+    assert lean.to_bytes()[15] == 0b11 and ident.to_bytes()[15] == 0b01
+    assert L.Identity.from_bytes(lean.to_bytes()) == lean
+    assert L.identity_registers(lean)["ID_PARAMS"] >> 16 == 0b11
+    assert L.identity_registers(ident)["ID_PARAMS"] >> 16 == 0b01
     assert L.identity_registers(ident)["ID_MAGIC"] == 0x42574F4C
     assert set(L.identity_registers(ident)) == {r.name for r in L.REGISTERS
                                                 if r.name.startswith("ID_")}

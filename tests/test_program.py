@@ -40,6 +40,7 @@ from lowbit.sim.program import (
     config,
     disassemble,
     hoist_configs,
+    matvec_stride,
 )
 from lowbit.sim.quantiser import decode_f16, quantise_int8
 
@@ -739,12 +740,16 @@ def test_hoisted_configs_give_the_unhoisted_programs_results():
     assert len(plain) * 8 > lay.program_words
 
 
-def test_layer_by_layer_program_shape():
-    """One segment per stage: its CONFIGs, SETOFS, a loop of UNROLL samples (ADDOFS, DJNZ)
-    when the batch has that many, and the samples left over; each stage's products follow one
+@pytest.mark.parametrize("samples", [False, True])
+def test_layer_by_layer_program_shape(samples):
+    """One segment per stage: its CONFIGs, then the stage's every sample. With
+    ``matvec_samples`` a BFP layer is one MATVEC of ``count`` samples (w7 = count - 1, no loop,
+    no offsets); without it (design 0.2) SETOFS, a loop of UNROLL samples (ADDOFS, DJNZ) when
+    the batch has that many, and the samples left over. Each stage's products follow one
     another without a CONFIG between them, and every batch size gives the golden outputs."""
     rng = np.random.default_rng(14)
-    design = Design(matrix_lanes=4, block=4, max_blocks=4, weight_depth=256, scratch_bytes=8192)
+    design = Design(matrix_lanes=4, block=4, max_blocks=4, weight_depth=256, scratch_bytes=8192,
+                    matvec_samples=samples)
     layers = [_bfp_layer(rng, 8, 16, 4, exp_mode="fixed", out_exp=-3, table=RELU, table_exp=-4),
               _bfp_layer(rng, 4, 8, 4, exp_mode="max")]
     lay = NetworkLayout(layers, design, input=InputQuant("host"))
@@ -753,8 +758,16 @@ def test_layer_by_layer_program_shape():
         prog = lay.program(count)
         ops = [ins.op for ins in prog]
         loops = [ins.words[0] for ins in prog if ins.op == Op.LOOP]
-        assert loops == [count // u] * 2 if count >= u else loops == []
-        assert ops.count(Op.MATVEC) == 2 * (u * (count >= u) + count % u)
+        mv = [ins for ins in prog if ins.op == Op.MATVEC]
+        if samples:
+            assert loops == [] and Op.SETOFS not in ops and Op.ADDOFS not in ops
+            assert [ins.words[6] for ins in mv] == [count - 1] * 2
+            assert not any(ins.flags & (F_OFS_SRC | F_OFS_DST) for ins in mv)
+            assert lay.instructions(count) == len(prog)
+        else:
+            assert loops == [count // u] * 2 if count >= u else loops == []
+            assert len(mv) == 2 * (u * (count >= u) + count % u)
+            assert all(ins.words[6] == 0 for ins in mv)
         for k in range(len(ops) - 1):
             if ops[k] == Op.MATVEC and ops[k + 1] not in (Op.MATVEC, Op.ADDOFS):
                 assert ops[k + 1] in (Op.CONFIG, Op.SETOFS, Op.HALT)
@@ -833,3 +846,121 @@ def test_network_layout_engine_and_table_checks():
     lay = NetworkLayout([_bfp_layer(rng, 8, 8, 8, exp_mode="fixed", table=RELU), l2],
                         Design(matrix_lanes=4, block=8))
     assert list(lay.tables.values()) == [0]
+
+
+# == MATVEC's samples (w7) =========================================================================
+
+def _samples_setup(rng, design, samples, tiles, nb):
+    """A Machine with random weights, biases and ``samples`` input vectors at their stride."""
+    n, b = design.matrix_lanes, design.block
+    k, stride = nb * b, matvec_stride(nb, design)
+    m = Machine(design)
+    m.load_weights(0, pack_elements(rng.integers(-128, 128, (tiles * k, n)),
+                                    rng.integers(-9, -3, (tiles * k, n))))
+    m.write_words(100, pack_elements(rng.integers(-128, 128, tiles * n),
+                                     rng.integers(-7, -2, tiles * n)))
+    x = pack_elements(rng.integers(-128, 128, samples * stride),
+                      np.repeat(rng.integers(-4, 2, samples * stride // b), b))
+    m.write_words(300, x)
+    return m, stride
+
+
+@pytest.mark.parametrize("n,b,exp_select,rounding,flags", [
+    (4, 4, 0, 0, F_BIAS), (8, 4, 2, 2, F_BIAS | F_LUT), (4, 8, 1, 1, 0)])
+def test_matvec_samples_equal_one_matvec_per_sample(n, b, exp_select, rounding, flags):
+    """A MATVEC of S samples (w7 = S - 1) is S one-sample MATVECs, x stepping by
+    ceil(K / N) · N and dst by T · N: the same words, random draws (stochastic rounding),
+    predicted-selector history and busy count; the stride is K rounded up to the lanes."""
+    design = Design(matrix_lanes=n, block=b, max_blocks=4, weight_depth=256, scratch_bytes=4096)
+    tiles, nb, samples = 2, 3, 5
+    assert matvec_stride(nb, design) == -(-nb * b // n) * n
+    outs = []
+    for batched in (True, False):
+        rng = np.random.default_rng(3)
+        m, stride = _samples_setup(rng, design, samples, tiles, nb)
+        for name, v in (("EXP_SELECT", exp_select), ("ROUNDING", rounding), ("MANT_WIDTH", 6),
+                        ("FIXED_EXP", -4 & 0xFF), ("LUT_SELECT", 1), ("LUT_EXP", 0xFD),
+                        ("PRNG_SEED0", 9), ("PRNG_SEED3", 7)):
+            m.write_reg(REG[name], v)
+        m.luts[1][:] = bytes(rng.integers(0, 256, 256).tolist())
+        bias = 100 if flags & F_BIAS else None
+        fl = flags & ~F_BIAS
+        if batched:
+            prog = [Instruction.matvec(300, 1000, 0, nb, tiles, bias, fl, samples=samples)]
+        else:
+            prog = [Instruction.matvec(300 + s * stride, 1000 + s * tiles * n, 0, nb, tiles,
+                                       bias, fl) for s in range(samples)]
+        m.write_words(1800, np.frombuffer(assemble(prog + [Instruction.halt()]), "<u2"))
+        r = m.run(3600, 100)
+        assert r.status == Status.OK
+        outs.append((m.read_words(1000, samples * tiles * n + 4).tolist(), r.busy,
+                     m.rng.take(2).tolist()))
+    assert outs[0] == outs[1]
+    assert outs[0][1] == samples * tiles * nb * b
+
+
+def test_matvec_samples_ranges_and_encoding():
+    """The whole instruction's ranges are checked before it starts (BAD_ADDRESS, nothing
+    written): the last sample's input and destination; w7 is ignored by a design without
+    ``matvec_samples`` (gateware of design 0.2); the constructor checks the count."""
+    design = Design(matrix_lanes=4, block=4, max_blocks=4, weight_depth=256, scratch_bytes=4096)
+    words, tiles, nb = design.words, 2, 2
+    rng = np.random.default_rng(5)
+    m, stride = _samples_setup(rng, design, 3, tiles, nb)
+    ok_x = words - 2 * stride - nb * 4              # three samples end at the scratchpad's end
+    ok_dst = words - 3 * tiles * 4
+    for x, dst, samples, status in ((ok_x, 1000, 3, Status.OK), (ok_x + 1, 1000, 3,
+                                    Status.BAD_ADDRESS), (1000, ok_dst, 3, Status.OK),
+                                    (1000, ok_dst + 1, 3, Status.BAD_ADDRESS),
+                                    (1000, ok_dst + 1, 2, Status.OK)):
+        prog = [Instruction.matvec(x, dst, 0, nb, tiles, samples=samples), Instruction.halt()]
+        m.write_words(0, np.frombuffer(assemble(prog), "<u2"))
+        before = bytes(m.scratch)
+        r = m.run(0, 10)
+        assert r.status == status, (x, dst, samples)
+        if status != Status.OK:
+            assert bytes(m.scratch) == before and r.executed == 0
+    old = Machine(dataclasses.replace(design, matvec_samples=False))
+    old.load_weights(0, m.banks.T[:tiles * nb * 4])
+    old.scratch[:] = m.scratch
+    prog = [Instruction.matvec(300, 1000, 0, nb, tiles, samples=3), Instruction.halt()]
+    old.write_words(0, np.frombuffer(assemble(prog), "<u2"))
+    assert old.run(0, 10).busy == tiles * nb * 4                  # one sample
+    assert Instruction.matvec(0, 0, 0, 1, 1, samples=65536).words[6] == 0xFFFF
+    with pytest.raises(ValueError, match="between 1 and 65536, not 0"):
+        Instruction.matvec(0, 0, 0, 1, 1, samples=0)
+    with pytest.raises(TypeError, match="must be an integer, not 2.0"):
+        Instruction.matvec(0, 0, 0, 1, 1, samples=2.0)
+    with pytest.raises(TypeError, match="matvec_samples must be a bool"):
+        Design(matvec_samples=1)
+
+
+def test_straight_line_design_refuses_control_and_lays_out_batched_layers():
+    """A design without ``seq_control`` fails the control and data-movement instructions with
+    BAD_OPCODE (nothing changes) and runs a network as one MATVEC per layer; a network with a
+    stage that is not such a MATVEC (a separate LUT) is refused when it is laid out."""
+    from lowbit.sim.program import CONTROL_OPS
+    design = Design(matrix_lanes=4, block=4, max_blocks=4, weight_depth=256, scratch_bytes=8192,
+                    seq_control=False)
+    m = Machine(design)
+    for ins in (Instruction.jump(0), Instruction.loop(2), Instruction.djnz(0),
+                Instruction.setofs(1, 1), Instruction.addofs(1, 1),
+                Instruction.move(100, 200, 4), Instruction.lut(100, 200, 4)):
+        assert ins.op in CONTROL_OPS
+        m.write_words(0, np.frombuffer(assemble([Instruction.nop(), ins, Instruction.halt()]),
+                                       "<u2"))
+        before = bytes(m.scratch)
+        r = m.run(0, 10)
+        assert (r.status, r.pc, r.executed) == (Status.BAD_OPCODE, 16, 1)
+        assert "straight-line" in r.message and bytes(m.scratch) == before
+    rng = np.random.default_rng(2)
+    layers = [_bfp_layer(rng, 8, 16, 4, exp_mode="fixed", out_exp=-3, table=RELU, table_exp=-4),
+              _bfp_layer(rng, 4, 8, 4, exp_mode="max")]
+    lay = NetworkLayout(layers, design, input=InputQuant("host"))
+    prog = lay.program(5)
+    assert not {ins.op for ins in prog} & set(CONTROL_OPS)
+    x = rng.normal(size=(5, 16))
+    got, ref = _run_layout(Machine(design), lay, x), lay.reference(x)
+    assert np.array_equal(got[0], ref[0]) and np.array_equal(got[1], ref[1])
+    with pytest.raises(ValueError, match="straight-line programs .* LUT per sample"):
+        NetworkLayout(layers, design, input=InputQuant("host"), fuse_lut=False)

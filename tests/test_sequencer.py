@@ -935,7 +935,8 @@ def _icebreaker_design():
                   weight_depth=t["weight_depth"], scratch_bytes=t["scratch_bytes"],
                   lanes=t["lanes"], lut_tables=t["lut_tables"], engines={"bfp"},
                   bfp_stochastic=t["bfp_stochastic"], bfp_predictor=t["bfp_predictor"],
-                  bfp_mant_width=t.get("bfp_mant_width", True))
+                  bfp_mant_width=t.get("bfp_mant_width", True),
+                  seq_control=t.get("seq_control", True))
 
 
 def _icebreaker_busy_count():
@@ -999,8 +1000,9 @@ def _run_both(dev, machine, program, at, words, regs):
 
 
 def test_icebreaker_matvec_equals_machine(icebreaker):
-    """One layer program (LOADW, MATVEC with bias and the max selector, LUT, MATVEC with a fixed
-    exponent) on the iCEBreaker's top equals lowbit.sim.program.Machine word for word."""
+    """One layer program (LOADW, MATVEC with bias and the max selector, the same with F_LUT,
+    MATVEC with a fixed exponent) on the iCEBreaker's top equals lowbit.sim.program.Machine
+    word for word."""
     from lowbit.sim.program import Machine
     dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=_icebreaker_busy_count())
     rng = np.random.default_rng(44)
@@ -1021,17 +1023,17 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
     bias = pack_elements(l1.bias_m, l1.bias_e)
     X, BI, Y, Z, WS = 3000, 3100, 3200, 3300, 4000
     program = [I.loadw(WS, 10, tiles * 32), I.matvec(X, Y, 10, 2, tiles, bias=BI),
-               I.config(REG["LUT_SELECT"], 3), I.lut(Y, Z, rows),
-               I.config(REG["EXP_SELECT"], 1), I.matvec(X, Z + rows, 10 + 32, 2, tiles - 1),
-               I.halt()]
+               I.config(REG["LUT_SELECT"], 3), I.matvec(X, Z, 10, 2, tiles, bias=BI, flags=F_LUT),
+               I.config(REG["EXP_SELECT"], 1),
+               I.matvec(X, Z + tiles * n, 10 + 32, 2, tiles - 1), I.halt()]
     (status, pc, executed, cycles, busy), ref = _run_both(
         dev, machine, program, 200, {WS: wwords, X: x, BI: bias, Y: np.zeros(rows + 8, int)},
         {"MANT_WIDTH": l1.width, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": -5 & 0xFF})
     assert (status, pc, executed) == (ref.status, ref.pc, ref.executed) == \
         (L.Status.OK, 400 + 16 * 6, 7)
-    # T · K beats per MATVEC: (2 tiles - 1) · 32 busy cycles, counted by the iCEBreaker's top.
-    assert busy == ref.busy == (2 * tiles - 1) * 32 and cycles > busy
-    for addr, count in ((Y, rows), (Z, rows + (tiles - 1) * n)):
+    # T · K beats per MATVEC: (3 tiles - 1) · 32 busy cycles, counted by the iCEBreaker's top.
+    assert busy == ref.busy == (3 * tiles - 1) * 32 and cycles > busy
+    for addr, count in ((Y, rows), (Z, (2 * tiles - 1) * n)):
         assert dev.get(addr, count).tolist() == machine.read_words(addr, count).tolist()
     x_m, x_e = unpack_elements(x)
     m, ee = bfp_dense(l1, x_m, x_e[::b], dev.top.column_model())
@@ -1085,8 +1087,10 @@ def test_64_lanes_matvec_equals_machine():
 
 def test_icebreaker_matvec_lut_flag_equals_matvec_then_lut(icebreaker):
     """MATVEC with F_LUT (the activation on the column's way out) writes what MATVEC then LUT
-    write, on the iCEBreaker's top and in the Machine, word for word, with a max and a fixed
-    exponent; with LUT_SELECT past the tables it fails with BAD_ADDRESS and writes nothing."""
+    would write (``table[m] | LUT_EXP << 8`` of the plain MATVEC's words; the iCEBreaker's
+    sequencer has no LUT instruction), on its top and in the Machine, word for word, with a
+    max and a fixed exponent; with LUT_SELECT past the tables it fails with BAD_ADDRESS and
+    writes nothing."""
     from lowbit.sim.program import Machine
     dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=_icebreaker_busy_count())
     rng = np.random.default_rng(45)
@@ -1101,22 +1105,23 @@ def test_icebreaker_matvec_lut_flag_equals_matvec_then_lut(icebreaker):
     X, BI, Y, Z, WS = 3000, 3100, 3200, 3300, 4000
     fused = I.matvec(X, Y, 20, 2, tiles, bias=BI, flags=F_LUT)
     program = [I.loadw(WS, 20, tiles * k), fused, I.matvec(X, Z, 20, 2, tiles, bias=BI),
-               I.lut(Z, Z, tiles * n), I.config(REG["EXP_SELECT"], 1),
+               I.config(REG["EXP_SELECT"], 1),
                I.matvec(X, Y + 64, 20, 2, tiles, flags=F_LUT),
-               I.matvec(X, Z + 64, 20, 2, tiles), I.lut(Z + 64, Z + 64, tiles * n), I.halt()]
+               I.matvec(X, Z + 64, 20, 2, tiles), I.halt()]
     zeros = np.zeros(tiles * n + 64, int)
     (status, pc, executed, _, busy), ref = _run_both(
         dev, machine, program, 200, {WS: ww, X: x, BI: bias, Y: zeros, Z: zeros},
         {"MANT_WIDTH": 8, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": -4 & 0xFF,
          "LUT_SELECT": 2, "LUT_EXP": 0xFC})
     assert (status, pc, executed, busy) == (ref.status, ref.pc, ref.executed, ref.busy) == \
-        (L.Status.OK, 400 + 16 * 8, 9, 4 * tiles * k)
+        (L.Status.OK, 400 + 16 * 6, 7, 4 * tiles * k)
     for at in (Y, Z):
         assert dev.get(at, tiles * n + 64).tolist() == \
             machine.read_words(at, tiles * n + 64).tolist()
     for off in (0, 64):
         got = dev.get(Y + off, tiles * n)
-        assert got.tolist() == dev.get(Z + off, tiles * n).tolist()
+        plain = dev.get(Z + off, tiles * n)
+        assert got.tolist() == (table[plain & 0xFF] | 0xFC << 8).tolist()
         assert set((got >> 8).tolist()) == {0xFC}
     # LUT_SELECT 4 is past the iCEBreaker's four tables.
     before = dev.get(Y, tiles * n).tolist()
@@ -1144,19 +1149,26 @@ def test_matvec_lut_flag_needs_the_lut_engine():
             (status, 16 * (1 + (status == L.Status.OK)), 1 + 2 * (status == L.Status.OK))
 
 
+_CONTROL = {"jump": I.jump(0), "loop": I.loop(3), "djnz": I.djnz(0), "setofs": I.setofs(1, 2),
+            "addofs": I.addofs(1, 2), "move": I.move(3000, 3200, 4), "lut": I.lut(3000, 3200, 4)}
+
+
 @pytest.mark.parametrize("regs,program", [
     ({"ROUNDING": 2, "EXP_SELECT": 0}, "matvec"),      # no stochastic rounding
     ({"ROUNDING": 0, "EXP_SELECT": 2}, "matvec"),      # no predicted exponent selector
     ({"ROUNDING": 0, "EXP_SELECT": 0}, "dmatvec"),     # no discrete unit
     ({"ROUNDING": 0, "EXP_SELECT": 0}, "quant"),       # no quantiser
+    *[({"ROUNDING": 0, "EXP_SELECT": 0}, name) for name in _CONTROL],  # straight-line only
 ])
 def test_icebreaker_rejects_what_it_lacks(icebreaker, regs, program):
     """A MATVEC needing a left-out option fails with BAD_OPCODE before anything happens (as the
-    Machine says), even with a count that is also bad; ROUNDING 3 (nearest) still runs."""
+    Machine says), even with a count that is also bad; ROUNDING 3 (nearest) still runs. So do
+    the control and data-movement instructions (``seq_control`` off: straight-line
+    programs)."""
     from lowbit.sim.program import Machine
     dev, machine = icebreaker, Machine(_icebreaker_design(), busy_count=_icebreaker_busy_count())
     ins = {"matvec": I.matvec(3000, 3200, 0, 0, 1), "dmatvec": I.dmatvec(3000, 3200, 0, 4, 1),
-           "quant": I.quant(3000, 3200, 16)}[program]
+           "quant": I.quant(3000, 3200, 16), **_CONTROL}[program]
     before = dev.get(3200, 4).tolist()
     (status, pc, executed, _, _), ref = _run_both(dev, machine, [I.nop(), ins, I.halt()], 100,
                                                {}, regs)
@@ -1277,3 +1289,110 @@ def test_fixed_mant_width_refuses_what_the_model_refuses(fixed_uncounted):
         both(L.Opcode.MEM_WRITE, L.mem_write_payload(2 * YA, bytes(2 * N)))
         assert both(L.Opcode.RUN, struct.pack("<II", 0, 10))[0] == status, width
         both(L.Opcode.MEM_READ, L.mem_read_payload(2 * YA, 2 * N))
+
+
+# -- MATVEC's samples (w7): S products of the same weights in one instruction ------------------
+
+def _samples_case(dev, design, samples, tiles, nb, regs, *, flags=0, bias=True, x_at=300,
+                  dst=600, seed=1, busy_count=True):
+    """LOADW and one MATVEC of ``samples`` samples on the top and the Machine: ``(top RUN
+    result, Machine RunResult, top words, Machine words)`` of the destination."""
+    from lowbit.sim.program import Machine, matvec_stride
+    machine = Machine(design, busy_count=busy_count)
+    rng = np.random.default_rng(seed)
+    n, b = design.matrix_lanes, design.block
+    k, stride = nb * b, matvec_stride(nb, design)
+    ww = pack_elements(rng.integers(-128, 128, (tiles * k, n)),
+                       rng.integers(-8, -3, (tiles * k, n))).reshape(-1)
+    xs = pack_elements(rng.integers(-128, 128, samples * stride),
+                       np.repeat(rng.integers(-4, 2, samples * stride // b), b))
+    bw = pack_elements(rng.integers(-128, 128, tiles * n), rng.integers(-6, -2, tiles * n))
+    table = bytes(rng.integers(0, 256, 256).tolist())
+    dev.ok(L.Opcode.LUT_WRITE, bytes([1, 0]) + table)
+    machine.luts[1][:] = table
+    count = samples * tiles * n
+    program = [I.loadw(800, 0, tiles * k),
+               I.matvec(x_at, dst, 0, nb, tiles, bias=200 if bias else None, flags=flags,
+                        samples=samples), I.halt()]
+    words = {800: ww, 300: xs, 200: bw}
+    if dst + count <= WORDS and dst < 800:
+        words[dst] = np.zeros(count, int)
+    got, ref = _run_both(dev, machine, program, 20, words,
+                         {"LUT_SELECT": 1, "LUT_EXP": 0xFD, **regs})
+    span = min(count, WORDS - dst)
+    return got, ref, dev.get(dst, span).tolist(), machine.read_words(dst, span).tolist()
+
+
+SEEDED = {"PRNG_SEED0": 5, "PRNG_SEED1": 6, "PRNG_SEED2": 7, "PRNG_SEED3": 9}
+
+
+@pytest.mark.parametrize("rounding,exp_select,flags", [(2, 2, F_LUT), (0, 0, 0)])
+def test_matvec_samples_equal_machine(dev, rounding, exp_select, flags):
+    """The simulated top (x buffer, write address) runs a MATVEC of 4 samples of 3 tiles as
+    lowbit.sim.program.Machine does: the words, random draws (stochastic rounding, predicted
+    selector's history across samples), status, pc, executed and busy."""
+    from lowbit.sim.program import Design
+    design = Design(matrix_lanes=N, block=B, max_blocks=4, weight_depth=64, scratch_bytes=2048,
+                    lanes=2, lut_tables=2)
+    regs = {"MANT_WIDTH": 6, "ROUNDING": rounding, "EXP_SELECT": exp_select, "FIXED_EXP": 0,
+            **SEEDED}
+    for samples in (1, 4):
+        (status, pc, ex, cyc, busy), ref, got, exp = _samples_case(dev, design, samples, 3, 2,
+                                                                   regs, flags=flags)
+        assert (status, pc, ex, busy) == (ref.status, ref.pc, ref.executed, ref.busy) == \
+            (L.Status.OK, 72, 3, samples * 3 * 2 * B)
+        assert got == exp
+
+
+def test_matvec_samples_stride_rounds_k_up_to_the_lanes():
+    """N = 8 lanes over blocks of 4: a sample of K = 12 inputs starts 16 words after the
+    previous one (a previous MATVEC's T · N outputs), with and without the x buffer."""
+    from lowbit.sim.program import Design, matvec_stride
+    design = Design(matrix_lanes=8, block=4, max_blocks=4, weight_depth=64, scratch_bytes=2048,
+                    lanes=2, lut_tables=2)
+    assert matvec_stride(3, design) == 16
+    for x_buffer in (True, False):
+        dev = Device(matrix_lanes=8, block=4, matvec_x_buffer=x_buffer, discrete=False,
+                     quantiser=False, grand=False)
+        (status, *_, busy), ref, got, exp = _samples_case(
+            dev, design, 3, 2, 3, {"MANT_WIDTH": 7, "ROUNDING": 0, "EXP_SELECT": 0})
+        assert status == ref.status == L.Status.OK and busy == ref.busy == 3 * 2 * 12
+        assert got == exp
+
+
+def test_icebreaker_matvec_samples(icebreaker):
+    """The iCEBreaker's top (one SPRAM port, bias FIFO): a MATVEC of 3 samples with bias and
+    F_LUT equals the Machine, and each sample after the first costs about its scratchpad
+    accesses alone (x and results: the port's bound; its bias from the bias memory), the
+    previous sample's drain, output and writes overlapped with it; the whole instruction's
+    ranges are checked first: a last sample past the scratchpad (input or destination) fails
+    with BAD_ADDRESS and writes nothing."""
+    from lowbit.sim.program import matvec_stride
+    design = _icebreaker_design()
+    regs = {"MANT_WIDTH": 8, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": -5 & 0xFF}
+    cycles = []
+    for samples in (1, 3):
+        (status, pc, ex, cyc, busy), ref, got, exp = _samples_case(
+            icebreaker, design, samples, 2, 2, regs, flags=F_LUT,
+            busy_count=_icebreaker_busy_count())
+        assert (status, pc, ex, busy) == (ref.status, ref.pc, ref.executed, ref.busy) == \
+            (L.Status.OK, 72, 3, samples * 2 * 32)
+        assert got == exp
+        cycles.append(cyc)
+    # A later sample reads its x and writes its results (its bias is in the bias memory):
+    # 96 port cycles; the combiner takes as many items (2 tiles of 2 blocks of 16 lanes, and
+    # 16 bias items each).
+    port = 2 * 32 + 2 * 16
+    assert port <= (cycles[1] - cycles[0]) / 2 < 1.2 * port, cycles
+    words = design.words
+    stride, tiles = matvec_stride(2, design), 2
+    for x_at, dst in ((words - 2 * stride - 32 + 1, 600), (300, words - 3 * tiles * 16 + 1)):
+        before = icebreaker.get(0, words)
+        prog = [I.matvec(x_at, dst, 0, 2, tiles, samples=3), I.halt()]
+        status, pc, ex, *_ = icebreaker.run(prog, at=20)
+        assert (status, pc, ex) == (L.Status.BAD_ADDRESS, 40, 0)
+        after = icebreaker.get(0, words)
+        after[20:36] = before[20:36]                      # the program itself
+        assert after.tolist() == before.tolist()
+    prog = [I.matvec(words - 2 * stride - 32, 600, 0, 2, tiles, samples=3), I.halt()]
+    assert icebreaker.run(prog, at=20)[0] == L.Status.OK        # the last word is in range

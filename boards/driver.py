@@ -365,16 +365,18 @@ class Accelerator:
 
     @classmethod
     def simulated(cls, *, level="byte", baud_error=0.0, timeout_cycles=200_000, check=True,
-                  simulator="amaranth", **params):
+                  simulator="amaranth", cxxflags=None, **params):
         """The real top in simulation (:class:`lowbit.sim.rtl.transport.SimulatedSerial`).
 
         ``params`` are :class:`lowbit.hw.top.Accelerator` parameters; ``level`` is ``"byte"`` (byte
         stream shortcut, fast) or ``"uart"`` (bit-level 8N1); ``simulator`` is ``"amaranth"``
-        (Amaranth's simulator) or ``"cxxrtl"`` (compiled, ~100x faster, byte level only).
+        (Amaranth's simulator) or ``"cxxrtl"`` (compiled, ~100x faster, byte level only;
+        ``cxxflags``: its compiler flags, default :data:`lowbit.sim.rtl.cxxrtl.DEFAULT_CXXFLAGS`).
         """
         from lowbit.sim.rtl.transport import SimulatedSerial
         port = SimulatedSerial(level=level, baud_error=baud_error,
-                               timeout_cycles=timeout_cycles, simulator=simulator, **params)
+                               timeout_cycles=timeout_cycles, simulator=simulator,
+                               cxxflags=cxxflags, **params)
         return cls(port, check=check, params=params)
 
     @classmethod

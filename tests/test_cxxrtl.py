@@ -32,6 +32,13 @@ TIMEOUT_BITS = 20
 PARAMS = dict(scratch_bytes=SCRATCH, frame_bytes=FRAME, timeout_bits=TIMEOUT_BITS, lanes=1,
               lut_tables=2)
 TIMEOUT_CYCLES = TIMEOUT_BITS * 12
+#: Unoptimised: a tiny design's compile is mostly that of CXXRTL's runtime, at -O2 a second more;
+#: this file's top compiles in 8 CPU-s instead of 18 at -O2 and runs the quick session in half a
+#: second (the Amaranth simulator's side of it takes several); the slow long session keeps -O2.
+#: The demo's tops, at -O2
+#: (DEFAULT_CXXFLAGS), are compared with Amaranth's simulator in the slow run
+#: (test_full_top_run_identical, test_exact_cycle_equals_single_eval).
+O0 = tuple("-O0" if flag == "-O2" else flag for flag in cx.DEFAULT_CXXFLAGS)
 
 
 def _frame(opcode, payload=b""):
@@ -133,7 +140,7 @@ def dump_scratchpad(port):
 
 @pytest.fixture(scope="module")
 def cxxrtl_port():
-    port = SimulatedSerial(simulator="cxxrtl", **PARAMS)   # compiles once (cached)
+    port = SimulatedSerial(simulator="cxxrtl", cxxflags=O0, **PARAMS)   # compiles once (cached)
     yield port
     port.close()
 
@@ -147,7 +154,7 @@ def test_session_identical(cxxrtl_port, opcodes):
     session = host_session(seed=1, opcodes=SAMPLE_OPCODES if opcodes == "sample" else range(256))
     # A port of its own (the library is cached): the transcript holds the cycle counts, which
     # start at 0 on both simulators.
-    cxxrtl_port = SimulatedSerial(simulator="cxxrtl", **PARAMS)
+    cxxrtl_port = SimulatedSerial(simulator="cxxrtl", cxxflags=O0, **PARAMS)
     ref = SimulatedSerial(**PARAMS)
     want = run_session(ref, session)
     got = run_session(cxxrtl_port, session)
@@ -168,7 +175,7 @@ def test_session_identical(cxxrtl_port, opcodes):
 
 def test_driver_api():
     """``Accelerator.simulated(simulator="cxxrtl")`` is the same driver API (cached library)."""
-    with Accelerator.simulated(simulator="cxxrtl", **PARAMS) as acc:
+    with Accelerator.simulated(simulator="cxxrtl", cxxflags=O0, **PARAMS) as acc:
         assert acc.port.simulator == "cxxrtl"
         assert acc.identity.scratch_bytes == SCRATCH
         assert acc.ping(b"\x00\xA5\x5A") == b"\x00\xA5\x5A"
@@ -190,7 +197,7 @@ def test_cached_library_is_reused(cxxrtl_port, monkeypatch):
     def no_subprocess(*args, **kwargs):
         raise AssertionError(f"unexpected subprocess {args}")
     monkeypatch.setattr(cx.subprocess, "run", no_subprocess)
-    port = SimulatedSerial(simulator="cxxrtl", **PARAMS)
+    port = SimulatedSerial(simulator="cxxrtl", cxxflags=O0, **PARAMS)
     assert port._cx.library == cxxrtl_port._cx.library
     assert cx.default_cache_dir() in port._cx.library.parents
     port.write(_frame(L.Opcode.PING, b"again"))
@@ -221,6 +228,7 @@ def test_compiler_failure(tmp_path):
     (dict(simulator="verilator"), "Simulator must be 'amaranth' or 'cxxrtl', not 'verilator'"),
     (dict(simulator="cxxrtl", level="uart"), "byte level only"),
     (dict(simulator="cxxrtl", vcd="x.vcd"), "VCD output needs the Amaranth simulator"),
+    (dict(cxxflags=O0), "Compiler flags are for the CXXRTL simulator only"),
 ])
 def test_transport_arguments(kw, msg):
     with pytest.raises(ValueError, match=msg):
@@ -259,10 +267,6 @@ class _NoStreams(wiring.Component):
         return m
 
 
-#: Unoptimised: a tiny design's compile is mostly that of CXXRTL's runtime, at -O2 a second more.
-O0 = tuple("-O0" if flag == "-O2" else flag for flag in cx.DEFAULT_CXXFLAGS)
-
-
 def test_other_byte_stream_design():
     """The harness knows only the ports: another design runs, and its cycle behaviour is the
     byte-level testbench's (one byte per 2 cycles here, the counter LEDs sampled per cycle)."""
@@ -282,7 +286,8 @@ def test_other_byte_stream_design():
 
 @pytest.mark.slow
 def test_long_random_session_against_model():
-    """Thousands of random frames through CXXRTL, checked against the protocol model."""
+    """Thousands of random frames through CXXRTL, checked against the protocol model. At the
+    default -O2 (a library of its own): the 5000 frames take about 25 CPU-s at -O0, 1 at -O2."""
     rng = random.Random(7)
     port = SimulatedSerial(simulator="cxxrtl", **PARAMS)
     model = L.DeviceModel(**PARAMS)
@@ -321,7 +326,7 @@ def test_long_random_session_against_model():
 @pytest.mark.slow
 def test_changed_top_recompiles(cxxrtl_port):
     """A different top hashes differently and gets its own library."""
-    port = SimulatedSerial(simulator="cxxrtl", **{**PARAMS, "scratch_bytes": 512})
+    port = SimulatedSerial(simulator="cxxrtl", cxxflags=O0, **{**PARAMS, "scratch_bytes": 512})
     assert port._cx.library != cxxrtl_port._cx.library
     port.write(_frame(L.Opcode.MEM_READ, L.mem_read_payload(510, 2)))
     assert L.decode_reply(port.read(8)) == (L.Status.OK, b"\x00\x00")

@@ -55,6 +55,9 @@ class SimulatedSerial:
         simulator only).
     simulator : str
         ``"amaranth"`` (default) or ``"cxxrtl"`` (compiled; ``level="byte"`` only).
+    cxxflags : tuple of str, optional
+        The C++ compiler's flags for ``simulator="cxxrtl"`` (default
+        :data:`lowbit.sim.rtl.cxxrtl.DEFAULT_CXXFLAGS`; part of the library's cache key).
     **params
         Keyword parameters of :class:`lowbit.hw.top.Accelerator` (``uart`` and ``simulation`` are
         set
@@ -71,7 +74,7 @@ class SimulatedSerial:
     """
 
     def __init__(self, *, level="byte", baud_error=0.0, timeout_cycles=200_000, vcd=None,
-                 simulator="amaranth", **params):
+                 simulator="amaranth", cxxflags=None, **params):
         from lowbit.hw.top import Accelerator
         if level not in ("byte", "uart"):
             raise ValueError(f"Level must be 'byte' or 'uart', not {level!r}")
@@ -81,6 +84,8 @@ class SimulatedSerial:
             raise ValueError("The CXXRTL simulator runs the byte level only, not 'uart'")
         if simulator == "cxxrtl" and vcd:
             raise ValueError("VCD output needs the Amaranth simulator")
+        if simulator != "cxxrtl" and cxxflags is not None:
+            raise ValueError("Compiler flags are for the CXXRTL simulator only")
         if not -0.05 <= baud_error <= 0.05:
             raise ValueError(f"Baud error must be between -0.05 and 0.05, not {baud_error}")
         self.level = level
@@ -97,7 +102,8 @@ class SimulatedSerial:
         self._cx = None
         if simulator == "cxxrtl":
             from .cxxrtl import ByteStreamSim
-            self._cx = ByteStreamSim(self.top)
+            self._cx = ByteStreamSim(self.top, **({} if cxxflags is None
+                                                  else {"cxxflags": tuple(cxxflags)}))
             self.is_open = True
             return
         from amaranth.sim import Simulator

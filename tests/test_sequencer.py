@@ -738,9 +738,10 @@ def _specified(ins):
     """The instruction's results are specified by the ISA: an engine instruction's destination
     does not overlap its sources, except LUT's and QUANT's in place (MOVE copies any overlap)."""
     w, bias = ins.words, bool(ins.flags & F_BIAS)
-    if ins.op == Op.MATVEC:                              # x, bias against dst
-        srcs = [(w[0], w[3] * B)] + [(w[5], w[4] * N)] * bias
-        dst = (w[1], w[4] * N)
+    if ins.op == Op.MATVEC:                              # x, bias against dst, every sample
+        stride = -(-w[3] * B // N) * N
+        srcs = [(w[0], w[6] * stride + w[3] * B)] + [(w[5], w[4] * N)] * bias
+        dst = (w[1], (w[6] + 1) * w[4] * N)
     elif ins.op == Op.DMATVEC:
         srcs = [(w[0], w[3])] + [(w[5], w[4])] * bias
         dst = (w[1], w[4])
@@ -770,9 +771,12 @@ def _random_instruction(rng, words, depth):
     kind = rng.choice(["matvec", "quant", "lut", "dmatvec", "grand", "move", "loadw", "config"])
     if kind == "matvec":
         nb, tiles = int(rng.integers(1, 4)), int(rng.integers(1, 4))
-        return I.matvec(addr(nb * B), addr(tiles * N), int(rng.integers(0, depth - tiles * nb * B)),
+        samples = int(rng.integers(1, 4)) if rng.random() < 0.5 else 1
+        stride = -(-nb * B // N) * N
+        return I.matvec(addr((samples - 1) * stride + nb * B), addr(samples * tiles * N),
+                        int(rng.integers(0, depth - tiles * nb * B)),
                         nb, tiles, bias=addr(tiles * N) if rng.random() < 0.5 else None,
-                        flags=F_LUT if rng.random() < 0.3 else 0)
+                        flags=F_LUT if rng.random() < 0.3 else 0, samples=samples)
     if kind == "dmatvec":
         k, r = int(rng.integers(1, 12)), int(rng.integers(1, 6))
         return I.dmatvec(addr(k), addr(r), int(rng.integers(0, 20)), k, r,

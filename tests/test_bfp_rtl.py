@@ -704,6 +704,62 @@ def test_fixed_mode_skips_the_scan(params, budget, monkeypatch):
         check(params, jobs, bias=True, exp_mode="max")
 
 
+@pytest.mark.parametrize("predictor", [False, True], ids=["no-predictor", "predictor"])
+def test_bank_free_once_the_product_is_in_the_fifo(predictor):
+    """Without a predictor the output unit releases a bank when its product's last element is
+    in the output FIFO, not when ``o`` takes it: with ``o`` not ready the column takes the
+    beats of four products (one in the FIFO, two in the banks, one in the PE array) and then
+    stalls; with a predictor, which samples the accepted elements, of three. Then ``o`` gives
+    all six products as the model computes them."""
+    from amaranth.sim import Simulator
+
+    # 16 lanes: the FIFO (16 elements) holds one product.
+    params = {"lanes": 16, "block": 4, "max_blocks": 4, **LITE, "predictor": predictor}
+    col = BFPColumn(**params)
+    n, b, nb = 16, 4, 2
+    rng = np.random.default_rng(7)
+    jobs = [make_job(rng, n, nb, b) for _ in range(6)]
+    beats = [(job["w_m"][:, j], job["w_e"][:, j // b], job["x_m"][j], job["x_e"][j // b])
+             for job in jobs for j in range(nb * b)]
+    taken, out = [], []
+
+    async def bench(ctx):
+        ctx.set(col.cfg_width, 8)
+        ctx.set(col.cfg_rounding, ROUNDING["nearest"])
+        ctx.set(col.cfg_exp_mode, EXP_MODE["max"])
+        ctx.set(col.cfg_blocks, nb)
+        await ctx.tick()
+        k = 0
+        for cycle in range(1000):
+            ready = cycle >= 400
+            if k < len(beats):
+                wm, we, xm, xe = beats[k]
+                ctx.set(col.i_w.payload, {"m": [int(v) for v in wm], "e": [int(v) for v in we]})
+                ctx.set(col.i_x.payload, {"m": int(xm), "e": int(xe)})
+            ctx.set(col.i_w.valid, k < len(beats))
+            ctx.set(col.i_x.valid, k < len(beats))
+            ctx.set(col.o.ready, ready)
+            fire = k < len(beats) and ctx.get(col.i_x.ready)
+            if ready and ctx.get(col.o.valid):
+                out.append(ctx.get(col.o.payload))
+            await ctx.tick()
+            if fire:
+                k += 1
+            if cycle == 399:
+                taken.append(k)
+
+    sim = Simulator(col)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert taken == [(3 if predictor else 4) * nb * b]
+    model = ColumnModel(**{k: v for k, v in params.items() if k not in HW_ONLY})
+    want = run_model(model, jobs)
+    got = [([int(out[p * n + i].m) for i in range(n)], {int(out[p * n + i].e) for i in range(n)})
+           for p in range(len(jobs))]
+    assert [(m, {e}) for m, e in want] == got
+
+
 def test_unpipelined_full_rate_and_edge_cases():
     """The merged pipelines at full rate (no stalls), with zero, NaN, saturating and
     full-scale products and a runtime width; the stochastic build unpipelined too."""

@@ -91,7 +91,7 @@ class OutputUnit(wiring.Component):
     takes two stages, the rounding decision, narrowing and saturation three more (values
     beyond ``±2^W`` travel as flags into the saturation), the clamp's compares are taken a
     state before its choice, the state register is one-hot and ``finish`` comes a cycle after
-    the last acceptance.
+    the product's last element (see ``finish``).
 
     Pipelined, the fixed mode skips the scan (unless the predictor is still busy with an
     earlier product's update): ``e4`` is the configured exponent whatever the accumulators
@@ -109,7 +109,9 @@ class OutputUnit(wiring.Component):
         flags the scan would read), for the fixed mode's skipped scan.
     busy : Out(1)
     finish : Out(1)
-        One-cycle pulse when the last element of the bank was accepted.
+        One-cycle pulse when the last element of the bank was accepted on ``o`` (with a
+        predictor) or written into the output FIFO (without one: the bank is free then, and
+        the FIFO holds the product for the consumer).
     rd_addr / rd_en / rd_data
         Read port of the accumulator memory.
     rd_addr_a
@@ -669,19 +671,24 @@ class OutputUnit(wiring.Component):
             # Without a predictor e4 is the clamped exponent, which holds still from WINDOW
             # until the next product's: no copy of it in CLAMP (8 flip-flops).
             m.d.comb += e4.eq(raw_c)
+        # The product ends (``finish``, the bank released) at its last element's acceptance
+        # with a predictor, which samples the accepted elements; without one, at its last
+        # element's write into the FIFO, which holds the exponent with each element, so the
+        # bank is free while the consumer has not taken the product yet.
         accepted = Signal(range(n + 1))
         acc_last = Signal()      # accepted == n - 1, as a register
-        with m.If(self.o.valid & self.o.ready):
+        counted = w_en if not (self._predictor or self._window) else self.o.valid & self.o.ready
+        with m.If(counted):
             m.d.sync += [accepted.eq(accepted + 1), acc_last.eq(accepted == n - 2)]
 
         tail_busy = pred.busy | wpred.busy if self._window else pred.busy
         tail_done = ~rv & scan_empty & ~tail_busy
-        emit_done = acc_last & self.o.valid & self.o.ready
+        emit_done = acc_last & counted
         raw_max = top_max - fw
         if self._pipelined:
             # Registered. `tail_done`: once true in SCAN_TAIL it stays true (no read is issued
             # there, and the predictor was started by the previous product's commit, long
-            # before). `emit_done`: the last acceptance (`finish` follows it a cycle later).
+            # before). `emit_done`: the last element (`finish` follows it a cycle later).
             # `raw_max`: top_max is final a cycle before SELECT (`tail_done` is registered).
             tail_done_r = Signal(name="tail_done")
             emit_done_r = Signal(name="emit_done")

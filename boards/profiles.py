@@ -87,7 +87,7 @@ BOARDS = {
         platform="amaranth_boards.icebreaker:ICEBreakerPlatform", device="up5k", clk_freq=36e6,
         pll_pad=True,
         top=dict(lanes=1, multiplier="sb_mac16", use_spram=True, scratch_bytes=32768,
-                 baud=12_000_000, uart_ddr=True, lut_tables=4, grand=False, sequencer=True,
+                 baud=12_000_000, uart_ddr=True, lut_tables=2, grand=False, sequencer=True,
                  matrix_lanes=16, block=16, max_blocks=4, weight_depth=256, bfp=True,
                  bfp_stochastic=False, bfp_predictor=False, bfp_acc_block_ram=True,
                  bfp_pipelined=False, bfp_pipelined_combiner=True, busy_count=True,
@@ -106,7 +106,8 @@ BOARDS = {
               "MATVEC's later samples too (matvec_bias_fifo); RUN replies count the column's "
               "busy cycles. The sequencer runs straight-line programs (seq_control=False: no "
               "JUMP, LOOP, DJNZ, SETOFS, ADDOFS, MOVE or LUT instruction; a layer is one MATVEC "
-              "of every sample, activations through F_LUT or LUT_APPLY). The "
+              "of every sample, activations through F_LUT or LUT_APPLY; two activation "
+              "tables, lut_tables=2). The "
               "discrete unit is on icebreaker-discrete (docs/sequencer.md)",
     ),
     "icebreaker-discrete": BoardProfile(

@@ -19,7 +19,7 @@ import tempfile
 
 from benchcommon import parse_set
 
-from lowbit.boards.build import board_plan
+from lowbit.boards.build import BITSTREAM_NAME, board_plan
 from lowbit.boards.profiles import BOARDS, DEFAULT_BOARD
 from lowbit.boards.toolchain import DEVICES, setup_toolchain_env
 
@@ -36,11 +36,12 @@ def packed_lc(board=DEFAULT_BOARD, top=None, build_dir=None):
     with tempfile.TemporaryDirectory() as tmp:
         d = build_dir or tmp
         board_plan(board, seed=1, top=top).extract(d)
-        subprocess.run([os.environ["YOSYS"], "-q", "-l", "lowbit.rpt", "lowbit.ys"], cwd=d,
+        name = BITSTREAM_NAME
+        subprocess.run([os.environ["YOSYS"], "-q", "-l", f"{name}.rpt", f"{name}.ys"], cwd=d,
                        check=True)
         subprocess.run([os.environ["NEXTPNR_ICE40"], "--quiet", "--pack-only", "--log",
-                        "pack.log", *dev["args"], "--json", "lowbit.json", "--pcf", "lowbit.pcf"],
-                       cwd=d, check=True)
+                        "pack.log", *dev["args"], "--json", f"{name}.json", "--pcf",
+                        f"{name}.pcf"], cwd=d, check=True)
         with open(os.path.join(d, "pack.log")) as f:
             used, total = re.findall(r"ICESTORM_LC:\s+(\d+)/\s*(\d+)", f.read())[-1]
     return int(used), int(total)

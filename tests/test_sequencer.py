@@ -1368,6 +1368,23 @@ def test_matvec_samples_stride_rounds_k_up_to_the_lanes():
         assert got == exp
 
 
+def _icebreaker_sample_cycles(dev, counts, tiles, nb, regs):
+    """RUN cycles of the F_LUT MATVEC with bias of :func:`_samples_case` on the iCEBreaker's top,
+    one run per sample count in ``counts``, each checked equal to the Machine (status, pc,
+    executed, busy beats and the words)."""
+    design = _icebreaker_design()
+    cycles = []
+    for samples in counts:
+        (status, pc, ex, cyc, busy), ref, got, exp = _samples_case(
+            dev, design, samples, tiles, nb, regs, flags=F_LUT,
+            busy_count=_icebreaker_busy_count())
+        assert (status, pc, ex, busy) == (ref.status, ref.pc, ref.executed, ref.busy) == \
+            (L.Status.OK, 72, 3, samples * tiles * nb * design.block)
+        assert got == exp
+        cycles.append(cyc)
+    return cycles
+
+
 def test_icebreaker_matvec_samples(icebreaker):
     """The iCEBreaker's top (one SPRAM port, bias FIFO): a MATVEC of 3 samples with bias and
     F_LUT equals the Machine, and each sample after the first costs about its scratchpad
@@ -1378,15 +1395,7 @@ def test_icebreaker_matvec_samples(icebreaker):
     from lowbit.sim.program import matvec_stride
     design = _icebreaker_design()
     regs = {"MANT_WIDTH": 8, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": -5 & 0xFF}
-    cycles = []
-    for samples in (1, 3):
-        (status, pc, ex, cyc, busy), ref, got, exp = _samples_case(
-            icebreaker, design, samples, 2, 2, regs, flags=F_LUT,
-            busy_count=_icebreaker_busy_count())
-        assert (status, pc, ex, busy) == (ref.status, ref.pc, ref.executed, ref.busy) == \
-            (L.Status.OK, 72, 3, samples * 2 * 32)
-        assert got == exp
-        cycles.append(cyc)
+    cycles = _icebreaker_sample_cycles(icebreaker, (1, 3), 2, 2, regs)
     # A later sample reads its x and writes its results (its bias is in the bias memory):
     # 96 port cycles; the combiner takes as many items (2 tiles of 2 blocks of 16 lanes, and
     # 16 bias items each).
@@ -1413,16 +1422,7 @@ def test_icebreaker_results_wait_for_the_column(icebreaker):
     bias and F_LUT (the digits MLP's hidden layer) costs about 89 cycles a tile, little more
     than its 64 beats and 16 bias items, where results written as they came cost about 97;
     the words equal the Machine's."""
-    design = _icebreaker_design()
     regs = {"MANT_WIDTH": 8, "ROUNDING": 0, "EXP_SELECT": 1, "FIXED_EXP": -5 & 0xFF}
-    cycles = []
-    for samples in (1, 4):
-        (status, pc, ex, cyc, busy), ref, got, exp = _samples_case(
-            icebreaker, design, samples, 2, 4, regs, flags=F_LUT,
-            busy_count=_icebreaker_busy_count())
-        assert (status, pc, ex, busy) == (ref.status, ref.pc, ref.executed, ref.busy) == \
-            (L.Status.OK, 72, 3, samples * 2 * 64)
-        assert got == exp
-        cycles.append(cyc)
+    cycles = _icebreaker_sample_cycles(icebreaker, (1, 4), 2, 4, regs)
     per_sample = (cycles[1] - cycles[0]) / 3
     assert 2 * (64 + 16) <= per_sample <= 2 * 92, cycles       # 178.3 (195.0 writing at once)

@@ -209,7 +209,16 @@ CLASSIC_ABC = dict(synth_opts="-run :map_luts",
                                        f"synth_ecp5 -top {BITSTREAM_NAME} -run map_cells:"))
 
 
-def board_plan(board, *, seed=1, top=None, routed_netlist=False):
+def _routed_netlist(routed_netlist, profile):
+    """``routed_netlist`` of :func:`build_board`, with ``None`` resolved for ``profile``."""
+    if routed_netlist is None:
+        return DEVICES[profile.device]["family"] == "ice40"
+    if not isinstance(routed_netlist, bool):
+        raise TypeError(f"routed_netlist must be a bool or None, not {routed_netlist!r}")
+    return routed_netlist
+
+
+def board_plan(board, *, seed=1, top=None, routed_netlist=None):
     """The Amaranth build plan of :func:`build_board` (elaborated, not run): its ``files`` are
     the design, the constraints, the Yosys script and the build script with the nextpnr
     options (:func:`lowbit.boards.buildcache.board_digest` hashes them).
@@ -221,7 +230,8 @@ def board_plan(board, *, seed=1, top=None, routed_netlist=False):
     amaranth.build.run.BuildPlan
     """
     profile = board_profile(board, top)
-    return _prepare(_platform(profile), BoardTop(profile), seed, routed_netlist, profile)
+    return _prepare(_platform(profile), BoardTop(profile), seed,
+                    _routed_netlist(routed_netlist, profile), profile)
 
 
 def _prepare(platform, top, seed, routed_netlist, profile):
@@ -232,7 +242,7 @@ def _prepare(platform, top, seed, routed_netlist, profile):
 
 
 def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, progress=None,
-                routed_netlist=False, top=None):
+                routed_netlist=None, top=None):
     """Build the accelerator for ``board``: bitstream plus resource and timing report.
 
     Parameters
@@ -247,10 +257,14 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
         If false, only elaborate and write the build files (no toolchain needed).
     progress : callable(str), optional
         Receives progress messages.
-    routed_netlist : bool
+    routed_netlist : bool or None
         Also write nextpnr's routed design (``--write``) as ``<build_dir>/lowbit.routed.json``
         (its path is the report's ``routed_netlist``), for gate-level simulation
         (``docs/verification.md``, "Gate level"). The bitstream is the same either way.
+        ``None`` (default): on the iCE40 boards, whose routed netlists the gate-level check
+        simulates (about 13 MB for the iCEBreaker; ``python tests/gatelevel.py --routed
+        build/icebreaker/lowbit.routed.json`` checks what ``lowbit build`` wrote), not on the
+        ECP5 ones.
     top : dict, optional
         Parameters of :class:`lowbit.hw.top.Accelerator` that replace the profile's
         (:func:`board_profile`; ``lowbit explore top --board B`` sweeps them).
@@ -263,6 +277,8 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
 
     Raises
     ------
+    TypeError
+        ``routed_netlist`` neither a bool nor ``None``.
     ValueError
         Unknown board or bad seed.
     ToolchainError
@@ -271,6 +287,7 @@ def build_board(board="icebreaker", *, seed=1, build_dir=None, do_build=True, pr
     profile = board_profile(board, top)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"Seed must be a non-negative integer, not {seed!r}")
+    routed_netlist = _routed_netlist(routed_netlist, profile)
     say = progress or (lambda msg: None)
     setup_toolchain_env()
     build_dir = Path(build_dir or Path("build") / board)

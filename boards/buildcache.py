@@ -86,7 +86,7 @@ def netlist_key(component, device, seed, dsp, freq_mhz=None, pnr_args=(), *, dig
     return key
 
 
-def board_digest(board, top=None, *, routed_netlist=False):
+def board_digest(board, top=None, *, routed_netlist=None):
     """SHA-256 (32 hex digits) of a board build's plan, as :func:`lowbit.boards.build.build_board`
     would run it, without ``src`` attributes and without the placement seed.
 
@@ -99,9 +99,10 @@ def board_digest(board, top=None, *, routed_netlist=False):
         A board of :data:`lowbit.boards.profiles.BOARDS`.
     top : dict, optional
         Top parameters that replace the profile's (as ``build_board(top=...)``).
-    routed_netlist : bool
+    routed_netlist : bool or None
         The plan of a build that also writes nextpnr's routed netlist (the same bitstream; a
-        different nextpnr command line, so another digest).
+        different nextpnr command line, so another digest); ``None`` as ``build_board``'s
+        default (on the iCE40 boards).
 
     Returns
     -------

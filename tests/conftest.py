@@ -63,6 +63,18 @@ def require_tool():
 GC_THRESHOLDS = (200_000, 50, 1000)
 
 
+@pytest.fixture
+def reuse_finished_build(monkeypatch):
+    """Let ``build_board(DEFAULT_BOARD)`` take the toolchain's products from a finished run of
+    the same build plan in ``build/<board>`` (where ``lowbit build`` writes them: the README's
+    first command and CI run it before the tests) instead of running yosys and nextpnr again
+    on identical inputs (``tests/buildreuse.py``). Yields the list of directories reused."""
+    from buildreuse import reuse_builds
+
+    from lowbit.boards.profiles import DEFAULT_BOARD
+    yield reuse_builds(monkeypatch, DEFAULT_BOARD)
+
+
 def pytest_configure(config):
     gc.set_threshold(*GC_THRESHOLDS)
     config.addinivalue_line(

@@ -1,14 +1,12 @@
 """Board profiles, board elaboration and real bitstream builds."""
 
-import importlib.metadata
 import json
 import os
-import shutil
+import sys
 import zlib
-from pathlib import Path
 
 import pytest
-from amaranth.build.run import BuildPlan, LocalBuildProducts
+from amaranth.build.run import BuildPlan
 
 from lowbit.boards.build import (
     YOSYS_AFTER_READ,
@@ -19,6 +17,10 @@ from lowbit.boards.build import (
 )
 from lowbit.boards.profiles import BOARDS, DEFAULT_BOARD, get_board
 from lowbit.boards.toolchain import DEVICES
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from buildreuse import finished_run_of, toolchain_installed_ns  # noqa: E402
 
 
 def test_default_board_is_icebreaker():
@@ -154,61 +156,6 @@ def _check_report(report, tmp_path, board):
     assert "Fmax MHz" in table and str(res["lcs"]["used"]) in table
 
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _toolchain_installed_ns():
-    """When the YoWASP tools (yosys, nextpnr, icepack/ecppack, runtime) were last installed."""
-    times = [0]
-    for dist in importlib.metadata.distributions():
-        if (dist.metadata["Name"] or "").lower().startswith("yowasp"):
-            times += [dist.locate_file(f).stat().st_mtime_ns for f in dist.files or ()
-                      if f.name == "METADATA"]
-    return max(times)
-
-
-def _finished_run_of(plan, build_dir):
-    """Whether ``build_dir`` holds a finished toolchain run of exactly ``plan``: every file of
-    the plan (RTLIL, constraints, the build script with the seed and nextpnr's options) is
-    there byte for byte, and ``report.json``, which :func:`build_board` writes only after the
-    toolchain succeeded, is newer than all of them and than the installed YoWASP tools."""
-    report = build_dir / "report.json"
-    if not report.is_file():
-        return False
-    done = report.stat().st_mtime_ns
-    for name, content in plan.files.items():
-        path = build_dir / name
-        data = content.encode("utf-8") if isinstance(content, str) else content
-        if not path.is_file() or path.stat().st_mtime_ns > done or path.read_bytes() != data:
-            return False
-    return _toolchain_installed_ns() <= done
-
-
-@pytest.fixture
-def reuse_finished_build(monkeypatch):
-    """Let ``build_board(DEFAULT_BOARD)`` take the toolchain's products from a finished run of
-    the same build plan in ``build/<board>`` (where ``lowbit build`` writes them: the README's
-    first command and CI run it before the tests) instead of running yosys and nextpnr again
-    on identical inputs. Everything after the toolchain (reading nextpnr's report, the
-    resource and timing report, ``report.json``) still runs. Any difference, or no finished
-    run, builds from scratch as before. Yields the list of directories reused."""
-    execute_local = BuildPlan.execute_local
-    reused = []
-
-    def execute_or_reuse(plan, root="build", **kwargs):
-        for cached in dict.fromkeys(p.resolve() for p in (Path("build") / DEFAULT_BOARD,
-                                                          ROOT / "build" / DEFAULT_BOARD)):
-            if cached != Path(root).resolve() and _finished_run_of(plan, cached):
-                shutil.copytree(cached, root, dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns("report.json"))
-                reused.append(cached)
-                return LocalBuildProducts(str(root))
-        return execute_local(plan, root, **kwargs)
-
-    monkeypatch.setattr(BuildPlan, "execute_local", execute_or_reuse)
-    yield reused
-
-
 def test_reuse_needs_a_finished_run_of_the_same_plan(tmp_path):
     """The reuse above is not blind: a changed input, an unfinished run (no ``report.json``, or
     one older than the inputs) or a newer toolchain means building again."""
@@ -216,21 +163,21 @@ def test_reuse_needs_a_finished_run_of_the_same_plan(tmp_path):
     plan.add_file("x.il", "module x")
     plan.add_file("x.pcf", b"set_io a 1")
     plan.extract(tmp_path)
-    assert not _finished_run_of(plan, tmp_path)                    # the toolchain never ran
+    assert not finished_run_of(plan, tmp_path)                    # the toolchain never ran
     (tmp_path / "report.json").write_text("{}")
-    assert _finished_run_of(plan, tmp_path)
+    assert finished_run_of(plan, tmp_path)
     changed = BuildPlan("build_x")
     changed.add_file("x.il", "module y")
     changed.add_file("x.pcf", b"set_io a 1")
-    assert not _finished_run_of(changed, tmp_path)
+    assert not finished_run_of(changed, tmp_path)
     old = (tmp_path / "x.il").stat().st_mtime_ns - 10 ** 9
     os.utime(tmp_path / "report.json", ns=(old, old))              # inputs rewritten since
-    assert not _finished_run_of(plan, tmp_path)
-    new = _toolchain_installed_ns() - 10 ** 9
+    assert not finished_run_of(plan, tmp_path)
+    new = toolchain_installed_ns() - 10 ** 9
     os.utime(tmp_path / "x.il", ns=(new - 10 ** 9, new - 10 ** 9))
     os.utime(tmp_path / "x.pcf", ns=(new - 10 ** 9, new - 10 ** 9))
     os.utime(tmp_path / "report.json", ns=(new, new))              # tools installed since
-    assert not _finished_run_of(plan, tmp_path)
+    assert not finished_run_of(plan, tmp_path)
 
 
 def test_default_board_places_and_routes(tmp_path, reuse_finished_build):
@@ -247,10 +194,11 @@ def test_default_board_places_and_routes(tmp_path, reuse_finished_build):
 
 
 @pytest.mark.slow
-@pytest.mark.rotate  # one ECP5 board a day runs in CI's slow run (tests/conftest.py)
 @pytest.mark.parametrize("board", [
-    # The ECP5 boards take 5-6 CPU-minutes each: one of them a day in CI's slow run.
-    pytest.param(b, marks=pytest.mark.heavy) if b in ("ulx3s", "orangecrab") else b
+    # The ULX3S (router2, 12-20 CPU-minutes) is left to `-m slow` and scripts/bench_boards.py,
+    # which builds it for every figure it records; the OrangeCrab keeps the ECP5 flow (and its
+    # DFU suffix) in CI's slow run every day, at 2-4 CPU-minutes.
+    pytest.param(b, marks=pytest.mark.heavy) if b == "ulx3s" else b
     for b in BOARDS if b != DEFAULT_BOARD])
 def test_other_boards_place_and_route(board, tmp_path):
     report = build_board(board, build_dir=tmp_path, seed=1)

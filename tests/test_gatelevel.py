@@ -95,12 +95,17 @@ def test_compare_finds_a_wrong_byte(session):
 
 
 @pytest.mark.slow
-def test_routed_icebreaker_netlist_answers_like_the_model(tmp_path, require_tool):
+def test_routed_icebreaker_netlist_answers_like_the_model(tmp_path, require_tool,
+                                                          reuse_finished_build):
     """Build, simulate the routed netlist, compare every reply with DeviceModel's."""
     reason = gatelevel.missing_tools()
     require_tool(reason and f"gate-level test cannot run: {reason}")
-    # Always a fresh build: the point is the netlist that goes on the board now.
+    # The netlist that goes on the board now: that of ``lowbit build`` (CI's first step, which
+    # writes the routed netlist on the iCE40 boards) when it ran this very build plan, else
+    # a build of its own.
     report = gatelevel.build_routed(tmp_path / "build")
+    print("toolchain products:", f"reused from {reuse_finished_build[0]}"
+          if reuse_finished_build else "built here")
     outcome = gatelevel.check_routed(report["routed_netlist"], tmp_path / "sim")
     info, result = outcome.info, outcome.result
     profile = get_board(gatelevel.BOARD)

@@ -16,8 +16,11 @@ CONFTEST = Path(__file__).resolve().parent / "conftest.py"
 def _child_env(**extra):
     """The environment of a child pytest: this one's, plus ``extra``, without the installed
     plugins' automatic loading (hypothesis alone takes a second to import in every child; the
-    rules under test are the conftest's, which needs none of them)."""
-    return dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", **extra)
+    rules under test are the conftest's, which needs none of them) and without
+    ``PYTHONWARNINGS`` (under ``PYTHONWARNINGS=error`` the child's marks, registered in the
+    checkout's pyproject.toml and not in its temporary directory, would stop its collection)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    return dict(env, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", **extra)
 
 SAMPLE = '''
 import pytest

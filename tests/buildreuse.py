@@ -14,7 +14,7 @@ from amaranth.build.run import BuildPlan, LocalBuildProducts
 
 ROOT = Path(__file__).resolve().parents[1]
 
-__all__ = ["toolchain_installed_ns", "finished_run_of", "reuse_builds"]
+__all__ = ["toolchain_installed_ns", "finished_run_of", "reuse_builds", "describe"]
 
 
 def toolchain_installed_ns():
@@ -66,3 +66,9 @@ def reuse_builds(monkeypatch, board):
 
     monkeypatch.setattr(BuildPlan, "execute_local", execute_or_reuse)
     return reused
+
+
+def describe(reused):
+    """Where a test's toolchain products came from, for its log: ``reused`` is
+    :func:`reuse_builds`' list."""
+    return f"reused from {reused[0]}" if reused else "built here"

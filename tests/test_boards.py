@@ -20,7 +20,7 @@ from lowbit.boards.toolchain import DEVICES
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from buildreuse import finished_run_of, toolchain_installed_ns  # noqa: E402
+from buildreuse import describe, finished_run_of, toolchain_installed_ns  # noqa: E402
 
 
 def test_default_board_is_icebreaker():
@@ -123,6 +123,26 @@ def test_build_plan_options_of_the_profiles():
                         clk_freq=12e6).nextpnr_opts == ()
 
 
+def test_routed_netlist_by_default_on_ice40_only():
+    """``lowbit build`` writes nextpnr's routed netlist (``--write``) on the iCE40 boards, for
+    the gate-level check, and not on the ECP5 ones unless asked; anything but a bool or None is
+    refused before elaborating."""
+    from lowbit.boards.build import board_plan
+
+    small = dict(sequencer=False, bfp=False, quantiser=False, discrete=False, lut_tables=0,
+                 grand=False, lanes=1, use_spram=False, scratch_bytes=1024)
+
+    def writes(board, **kw):
+        return "--write lowbit.routed.json" in board_plan(board, top=small,
+                                                          **kw).files["build_lowbit.sh"]
+
+    assert writes("icebreaker") and writes("hx8k") and not writes("orangecrab")
+    assert writes("orangecrab", routed_netlist=True) and not writes("icebreaker",
+                                                                    routed_netlist=False)
+    with pytest.raises(TypeError, match="routed_netlist must be a bool or None, not 'yes'"):
+        build_board("icebreaker", routed_netlist="yes", do_build=False)
+
+
 def test_bad_seed():
     with pytest.raises(ValueError, match="Seed must be a non-negative integer, not -1"):
         build_board("icebreaker", seed=-1, do_build=False)
@@ -185,8 +205,7 @@ def test_default_board_places_and_routes(tmp_path, reuse_finished_build):
     ``lowbit build`` (the README's first command) when it ran on the identical build plan.
     Its script recodes the sequencer's state register one-hot."""
     report = build_board(DEFAULT_BOARD, build_dir=tmp_path, seed=1)
-    print("toolchain products:", f"reused from {reuse_finished_build[0]}"
-          if reuse_finished_build else "built here")
+    print("toolchain products:", describe(reuse_finished_build))
     _check_report(report, tmp_path, DEFAULT_BOARD)
     assert report["resources"]["spram"]["used"] >= 1
     _check_sequencer_fsm_is_recoded_one_hot((tmp_path / "lowbit.ys").read_text(),

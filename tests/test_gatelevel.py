@@ -23,6 +23,7 @@ from lowbit.sim.link import Status, decode_reply
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import buildreuse  # noqa: E402
 import gatelevel  # noqa: E402
 
 
@@ -104,8 +105,7 @@ def test_routed_icebreaker_netlist_answers_like_the_model(tmp_path, require_tool
     # writes the routed netlist on the iCE40 boards) when it ran this very build plan, else
     # a build of its own.
     report = gatelevel.build_routed(tmp_path / "build")
-    print("toolchain products:", f"reused from {reuse_finished_build[0]}"
-          if reuse_finished_build else "built here")
+    print("toolchain products:", buildreuse.describe(reuse_finished_build))
     outcome = gatelevel.check_routed(report["routed_netlist"], tmp_path / "sim")
     info, result = outcome.info, outcome.result
     profile = get_board(gatelevel.BOARD)

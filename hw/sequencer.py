@@ -9,7 +9,8 @@ host-command handlers while it runs (``busy``). ``docs/sequencer.md`` describes 
 Datapath
 --------
 Every data instruction uses one scratchpad port (one read or one write per cycle, one cycle of
-read latency) through two shared pieces:
+read latency; two with ``pipelined``, whose reader has a second stage) through two shared
+pieces:
 
 * a **reader stage**: a read is issued when the stage is empty or its word is being taken; the
   word then sits in the memory's output register, which holds it while it waits (the port reads
@@ -169,15 +170,22 @@ class Sequencer(wiring.Component):
         * DMATVEC's x words reach the gather register a cycle after they are taken, through a
           register of the raw byte beside the scratchpad (the sign-magnitude conversion
           after it), so each group of ``N`` words takes a cycle more;
-        * DMATVEC's rounded and saturated result is written a cycle later from a register (a
-          cycle more per row);
+        * DMATVEC's result is rounded and saturated in three stages (the rounding's addition,
+          the shift, the saturation; each into a register) and written from the last (three
+          cycles more per row);
         * the discrete unit sums a beat's lane terms in two stages
           (:class:`lowbit.hw.discrete.DiscreteUnit` ``split_sum``, a cycle more per row);
-        * the discrete unit's code book is a copy of the registers in flip-flops beside it (a
-          cycle behind them).
+        * the discrete unit's code book and ``CODE_WIDTH``'s mask of the codes are copies of the
+          registers in flip-flops (a cycle behind them), the mask applied as the codes enter
+          their registers beside the lanes;
+        * the reader has a second stage, a register of the scratchpad's word, which every
+          consumer reads (a read latency of 2: a cycle more per instruction fetch, per range
+          read and per single read of MOVE and DM_BIAS), and the x buffer's reads go through a
+          register the same way; the weight banks read in step with the second stage, so the
+          column's x and weights both come from registers beside their memories.
 
-        The same results; ``lanes · (1 + code_bits) + 38 + log2(weight_depth)`` flip-flops
-        more, and the discrete unit's group sums.
+        The same results; ``lanes · (1 + code_bits) + 55 + log2(weight_depth)`` flip-flops
+        more (17 more with the x buffer), and the discrete unit's group sums.
     simulation : bool
         Behavioural multiplier models (for Amaranth's simulator).
     write_addr : bool
@@ -479,6 +487,11 @@ class Sequencer(wiring.Component):
         w_bits = {4: nb_bits, 5: t_bits} if not self._discrete else {}
         w = [None, None, None] + [Signal(w_bits.get(k, 16), name=f"w{k}") for k in range(3, 7)]
         fidx = Signal(4)
+        # The scratchpad's words as the sequencer reads them: the memory's output, or with
+        # ``pipelined`` a register of it (the reader's second stage, below), a cycle later.
+        lag = 1 if self._pipelined else 0
+        rd_word = Signal(16, name="rd_word") if self._pipelined else None
+        rdata = rd_word if self._pipelined else p.rdata
         # F_OFS_SRC, F_OFS_DST, F_BIAS and, with the column, MATVEC's F_LUT.
         flags = Signal(4 if self._bfp else 3)
         is_data = Signal()            # w0's opcode is 0x10 or above
@@ -566,11 +579,11 @@ class Sequencer(wiring.Component):
         # merges into the adder's own LUT.)
         if self._control:
             m.d.comb += [
-                src_sum.eq(Mux(flags[0] & is_data | is_op["ADDOFS"], p.rdata + ofs_a, p.rdata)),
-                dst_sum.eq(Mux(flags[1] & is_data | is_op["ADDOFS"], p.rdata + ofs_b, p.rdata)),
+                src_sum.eq(Mux(flags[0] & is_data | is_op["ADDOFS"], rdata + ofs_a, rdata)),
+                dst_sum.eq(Mux(flags[1] & is_data | is_op["ADDOFS"], rdata + ofs_b, rdata)),
             ]
         else:
-            m.d.comb += [src_sum.eq(p.rdata), dst_sum.eq(p.rdata)]
+            m.d.comb += [src_sum.eq(rdata), dst_sum.eq(rdata)]
         m.d.sync += [
             len_src.eq(len_s),
             src_big.eq(len_s[lw:] != 0),
@@ -688,13 +701,37 @@ class Sequencer(wiring.Component):
                                           for k in ("pc", "src", "bias", "inc"))
         issue = Signal()
         rl_dec = Signal()             # rd_left counts down
-        rdata = p.rdata
+        # ``rd_fill``: a word enters the stage (the memory's output register, or with
+        # ``pipelined`` the stage's own register); the weight banks read in step with it.
+        # ``rd_last``: no word is left to read or on its way to the stage, so the word the stage
+        # holds is the range's last.
         # With one address a write takes the port (the write register wins over reads); with a
         # write address of its own, both go in the same cycle.
-        m.d.comb += issue.eq(reading & rd_more & (~rd_valid | take)
-                             & (~wr_valid if not self._write_addr else 1))
-        m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
-        m.d.sync += rd_valid.eq(issue | (rd_valid & ~take))
+        port_free = ~wr_valid if not self._write_addr else 1
+        if self._pipelined:
+            rd_fill = Signal()
+            rd_last = Signal()
+            # Two stages: the memory's output register (``rd_mem``: it holds a word read for the
+            # stage) and a register of the word (``rd_word``) that the consumers read, so that
+            # no logic and no route across the die follows a block RAM's clock-to-out. A read
+            # is issued while either stage has room (or the held word is taken): one word a
+            # cycle, as with one stage; each range's last word takes a cycle more to arrive.
+            rd_mem = Signal()
+            m.d.comb += [rd_fill.eq(rd_mem & (~rd_valid | take)),
+                         issue.eq(reading & rd_more & (~rd_mem | ~rd_valid | take) & port_free),
+                         rd_last.eq(~rd_more & ~rd_mem)]
+            m.d.sync += [rd_mem.eq(issue | (rd_mem & ~rd_fill)),
+                         rd_valid.eq(rd_fill | (rd_valid & ~take))]
+            # Loaded whenever the stage has room, not only on ``rd_fill``: the fetch and the
+            # single reads of MOVE and DM_BIAS read it two cycles after their reads.
+            with m.If(~rd_valid | take):
+                m.d.sync += rd_word.eq(p.rdata)
+            m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
+        else:
+            rd_fill, rd_last = issue, ~rd_more
+            m.d.comb += issue.eq(reading & rd_more & (~rd_valid | take) & port_free)
+            m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
+            m.d.sync += rd_valid.eq(issue | (rd_valid & ~take))
         # The write data: the write register's, but in MOVE_WR and DM_POST (not gated by
         # ``we``: only a multiplexer on flip-flops' choice in front of the memory).
         m.d.comb += [p.wmask.eq(0b11), p.wdata.eq(wr_data)]
@@ -747,11 +784,17 @@ class Sequencer(wiring.Component):
         # (``dm_chg``: DM_ROW's load of w_ptr, a beat's step): the banks hold the entry's codes
         # a cycle after a read at it (``bank_ok``), the register a cycle after that.
         dm_chg = Signal()
+        # CODE_WIDTH's mask of the codes' bits. With ``pipelined`` it is a copy in a register
+        # (a cycle behind the register file, across the die, as the code book's copy) applied
+        # as the codes enter their registers beside the lanes, not in front of the unit.
         if self._pipelined:
+            code_mask = Signal(self._code_bits)
+            m.d.sync += code_mask.eq((Const(1, 4) << self.code_width) - 1)
             dm_codes = [Signal(self._code_bits, name=f"dm_code{k}") for k in range(N)]
             dm_codes_ok = Signal()
             bank_ok = Signal()
-            m.d.sync += [dm_codes[k].eq(banks[k][:self._code_bits]) for k in range(N)]
+            m.d.sync += [dm_codes[k].eq(banks[k][:self._code_bits] & code_mask)
+                         for k in range(N)]
             m.d.sync += [bank_ok.eq(~dm_chg & (w_rd_en | bank_ok)),
                          dm_codes_ok.eq(~dm_chg & bank_ok)]
         else:
@@ -770,7 +813,7 @@ class Sequencer(wiring.Component):
             dm_last = Signal()        # it is the row's last
             dm_hold = dm_t & dm_full
             m.d.sync += [dm_t.eq(take & st_dm), dm_x.eq(rdata[:8]), dm_lane.eq(g_lane),
-                         dm_full.eq((g_lane == N - 1) | ~rd_more), dm_last.eq(~rd_more)]
+                         dm_full.eq((g_lane == N - 1) | rd_last), dm_last.eq(rd_last)]
         bias_q = Signal(signed(16))
         acc_q = Signal(signed(DISCRETE_ACC_WIDTH + 1))
         v_q = Signal(signed(DISCRETE_ACC_WIDTH + 2))
@@ -884,25 +927,47 @@ class Sequencer(wiring.Component):
             b_pend = Signal.like(tiles_left)
             b_inc = Signal()
             b_dec = Signal()
-            m.d.comb += [
-                xb_wr.en.eq(take & mv_x), xb_wr.addr.eq(xb_widx), xb_wr.data.eq(rdata),
-                xb_issue.eq(xb_x & xb_more & (~xb_valid | col.i_x.ready)),
-                xb_rd.en.eq(xb_issue), xb_rd.addr.eq(xb_ridx),
-            ]
-            with m.If(take & mv_x):
-                m.d.sync += xb_widx.eq(xb_widx + 1)
-            m.d.sync += xb_valid.eq(xb_issue | (xb_valid & ~col.i_x.ready))
+            # The buffer's reads in stages as the reader's (``xb_fill``, ``xb_last``; with
+            # ``pipelined`` the buffer's output register ``xb_mem`` and the word's ``xb_word``).
+            if self._pipelined:
+                xb_fill = Signal()
+                xb_last = Signal()
+                m.d.comb += [xb_wr.en.eq(take & mv_x), xb_wr.addr.eq(xb_widx),
+                             xb_wr.data.eq(rdata), xb_rd.en.eq(xb_issue), xb_rd.addr.eq(xb_ridx)]
+                xb_mem = Signal()
+                xb_word = Signal(16)
+                xb_data = xb_word
+                m.d.comb += [
+                    xb_fill.eq(xb_mem & (~xb_valid | col.i_x.ready)),
+                    xb_issue.eq(xb_x & xb_more & (~xb_mem | ~xb_valid | col.i_x.ready)),
+                    xb_last.eq(~xb_more & ~xb_mem)]
+                m.d.sync += [xb_mem.eq(xb_issue | (xb_mem & ~xb_fill)),
+                             xb_valid.eq(xb_fill | (xb_valid & ~col.i_x.ready))]
+                with m.If(~xb_valid | col.i_x.ready):
+                    m.d.sync += xb_word.eq(xb_rd.data)
+                with m.If(take & mv_x):
+                    m.d.sync += xb_widx.eq(xb_widx + 1)
+            else:
+                xb_data, xb_fill, xb_last = xb_rd.data, xb_issue, ~xb_more
+                m.d.comb += [
+                    xb_wr.en.eq(take & mv_x), xb_wr.addr.eq(xb_widx), xb_wr.data.eq(rdata),
+                    xb_issue.eq(xb_x & xb_more & (~xb_valid | col.i_x.ready)),
+                    xb_rd.en.eq(xb_issue), xb_rd.addr.eq(xb_ridx),
+                ]
+                with m.If(take & mv_x):
+                    m.d.sync += xb_widx.eq(xb_widx + 1)
+                m.d.sync += xb_valid.eq(xb_issue | (xb_valid & ~col.i_x.ready))
             with m.If(xb_issue):
                 m.d.sync += [xb_ridx.eq(xb_ridx + 1), xb_left.eq(xb_left - 1),
                              xb_more.eq(xb_left != 1)]
-            with m.If(xb_x & ~xb_more & (~xb_valid | col.i_x.ready)):
+            with m.If(xb_x & xb_last & (~xb_valid | col.i_x.ready)):
                 m.d.sync += xb_x.eq(0)
             with m.If(xb_start):
                 m.d.sync += [xb_x.eq(1), xb_ridx.eq(0), xb_left.eq(len_src), xb_more.eq(1)]
             m.d.sync += b_pend.eq(b_pend + b_inc - b_dec)
-            m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(issue & mv_x | xb_issue | st_dm)]
+            m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(rd_fill & mv_x | xb_fill | st_dm)]
         else:
-            m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(issue & mv_x | st_dm)]
+            m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(rd_fill & mv_x | st_dm)]
         # The column's results: taken as they come, or, with the bias memory and one address,
         # held in the output unit's FIFO while the reader feeds the column x (``o_ready`` is a
         # register: taken while the reader has no x left to read or waits for the column). So
@@ -938,7 +1003,7 @@ class Sequencer(wiring.Component):
                 x_valid = rd_valid & mv_x | xb_valid
                 m.d.comb += [
                     col.cfg_blocks.eq(w[4]), col.cfg_bias_en.eq(bias_en),
-                    col.i_x.payload.eq(Mux(xb_x, xb_rd.data, rdata)),
+                    col.i_x.payload.eq(Mux(xb_x, xb_data, rdata)),
                     col.i_bias.payload.eq(rdata),
                     col.i_x.valid.eq(x_valid), col.i_w.valid.eq(x_valid),
                     col.i_bias.valid.eq(rd_valid & mv_b), beat.eq(x_valid & col.i_x.ready),
@@ -1099,20 +1164,22 @@ class Sequencer(wiring.Component):
             with m.State("FETCH_WORDS"):
                 # Reads as the reader issues (the address's default): the pc first (fresh from
                 # FETCH), then one word further each cycle (on ``fetching``, after the FSM).
+                # Word k arrives in cycle k + 1 (``rdata``'s latency; a cycle more, ``lag``,
+                # with the reader's second stage).
                 m.d.sync += [fidx.eq(fidx + 1), fresh.eq(0)]
                 with m.Switch(fidx):
-                    with m.Case(1):
+                    with m.Case(1 + lag):
                         # (An instruction the sequencer lacks stays 0: an unknown opcode.)
                         m.d.sync += [is_op[name].eq(rdata[:8] == code)
                                      for code, name in Op.NAMES.items()
                                      if self._control or code not in CONTROL_OPS]
                         m.d.sync += [flags.eq(rdata[8:]), is_data.eq(rdata[4:8] != 0)]
-                    with m.Case(2):
+                    with m.Case(2 + lag):
                         m.d.sync += src.eq(src_sum)
-                    with m.Case(3):
+                    with m.Case(3 + lag):
                         m.d.sync += dst.eq(dst_sum)
                     for k in range(4, 8):          # w7: MATVEC's samples (below)
-                        with m.Case(k):
+                        with m.Case(k + lag):
                             m.d.sync += w[k - 1].eq(rdata)
                             # w4's and w5's tests (stage A), from the word as it arrives.
                             if k == 5:
@@ -1121,10 +1188,10 @@ class Sequencer(wiring.Component):
                             if k == 6:
                                 m.d.sync += [w5_z.eq(rdata == 0), t_big.eq(rdata[t_bits:] != 0)]
                     if self._bfp:
-                        with m.Case(8):
+                        with m.Case(8 + lag):
                             m.d.sync += [sm_left.eq(rdata), s_more.eq(rdata != 0),
                                          w7_big.eq(rdata[sm_bits:] != 0)]
-                with m.If(fidx == 8):
+                with m.If(fidx == 8 + lag):
                     m.d.sync += fetching.eq(0)
                     m.next = "DECODE"
             with m.State("DECODE"):
@@ -1250,8 +1317,16 @@ class Sequencer(wiring.Component):
                 # Reads at rd_ptr (rd_next: rd_ptr stays fresh through a MOVE, as rp_inc
                 # steps it).
                 m.d.comb += re.eq(1)
-                m.d.sync += st_movewr.eq(1)
-                m.next = "MOVE_WR"
+                if self._pipelined:
+                    m.next = "MOVE_LAG"
+                else:
+                    m.d.sync += st_movewr.eq(1)
+                    m.next = "MOVE_WR"
+            if self._pipelined:
+                with m.State("MOVE_LAG"):
+                    # The word reaches the stage's register.
+                    m.d.sync += st_movewr.eq(1)
+                    m.next = "MOVE_WR"
             with m.State("MOVE_WR"):
                 # The address, the write enable and the data on st_movewr (after the FSM, as the
                 # reader).
@@ -1261,14 +1336,14 @@ class Sequencer(wiring.Component):
                 with m.If(wr_one):
                     finish()
             with m.State("LOADW"):
-                m.d.sync += lw_valid.eq(issue)
+                m.d.sync += lw_valid.eq(rd_fill)
                 with m.If(lw_valid):
                     m.d.sync += lw_lane.eq(lw_lane + 1)
                     with m.If(lw_lane == N - 1):
                         m.d.sync += lw_entry.eq(lw_entry + 1)
                 m.d.comb += [w_wr_en.eq(lw_valid), w_wr_data.eq(rdata), w_wr_lane.eq(lw_lane),
                              w_wr_addr.eq(lw_entry)]
-                with m.If(~rd_more & ~lw_valid):
+                with m.If(rd_last & ~lw_valid):
                     m.d.sync += st_loadw.eq(0)
                     finish()
             with m.State("GRAND"):
@@ -1329,22 +1404,27 @@ class Sequencer(wiring.Component):
                         m.next = "DM_RUN"
                 with m.State("DM_BIAS"):
                     m.d.comb += [addr_base.eq(bias_ptr), re.eq(1)]
-                    m.next = "DM_BIAS2"
+                    m.next = "DM_BIAS_LAG" if self._pipelined else "DM_BIAS2"
+                if self._pipelined:
+                    with m.State("DM_BIAS_LAG"):
+                        m.next = "DM_BIAS2"
                 with m.State("DM_BIAS2"):
                     m.d.sync += [bias_q.eq(rdata), bias_ptr.eq(bias_ptr + 1), st_dm.eq(1)]
                     m.next = "DM_RUN"
                 with m.State("DM_RUN"):
                     # The stage holds one word at a time, so with nothing left to issue the word
                     # taken is the row's last.
-                    last_take = ~rd_more
+                    last_take = rd_last
                     m.d.comb += [du.i.valid.eq(g_full & dm_codes_ok if self._pipelined
                                                else g_full),
                                  du.i.payload.last.eq(g_last)]
-                    code_mask = Signal(self._code_bits)
-                    m.d.comb += code_mask.eq((Const(1, 4) << self.code_width) - 1)
+                    if not self._pipelined:
+                        code_mask = Signal(self._code_bits)
+                        m.d.comb += code_mask.eq((Const(1, 4) << self.code_width) - 1)
                     for k in range(N):
                         m.d.comb += [du.i.payload.x[k].eq(gather.word_select(k, 8)),
-                                     du.i.payload.w[k].eq(dm_codes[k] & code_mask)]
+                                     du.i.payload.w[k].eq(dm_codes[k] if self._pipelined
+                                                          else dm_codes[k] & code_mask)]
                     if self._pipelined:
                         with m.If(take):
                             m.d.sync += g_lane.eq(g_lane + 1)
@@ -1383,8 +1463,16 @@ class Sequencer(wiring.Component):
                     # |v| <= 2^15 - 1, so every shift from 16 up gives 0: a 4-bit shifter.
                     sh = self.disc_shift[:4]
                     rnd = (Const(1, 17) << sh)[1:]
-                    y = (v_q + rnd.as_signed()) >> sh
-                    yc = Mux(self.disc_shift[4], 0, Mux(y > 127, 127, Mux(y < -127, -127, y)))
+                    if self._pipelined:
+                        # The rounding addition first, into a register (DM_SHIFT shifts,
+                        # DM_SAT saturates): no shifter, carry chain and comparison in one
+                        # cycle.
+                        m.d.sync += v_q.eq(v_q + rnd.as_signed())
+                        m.next = "DM_SHIFT"
+                    else:
+                        y = (v_q + rnd.as_signed()) >> sh
+                        yc = Mux(self.disc_shift[4], 0,
+                                 Mux(y > 127, 127, Mux(y < -127, -127, y)))
 
                     def dm_write(code):
                         m.d.comb += [w_addr.eq(wr_ptr), p.we.eq(1),
@@ -1395,15 +1483,21 @@ class Sequencer(wiring.Component):
                                      w_base.eq(w_base + nb_d)]
                         m.next = "DM_ROW"
 
-                    if self._pipelined:
-                        # The rounding shift and the saturation into a register, written from
-                        # there: no carry chain in front of the scratchpad's data input.
-                        dm_y = Signal(8)
-                        m.d.sync += dm_y.eq(yc[:8])
-                        m.next = "DM_WRITE"
-                    else:
+                    if not self._pipelined:
                         dm_write(yc[:8])
                 if self._pipelined:
+                    dm_y = Signal(8)
+                    with m.State("DM_SHIFT"):
+                        # The rounding shift, then the saturation, each into a register, and the
+                        # result written from there: no carry chain in front of the scratchpad's
+                        # data input.
+                        m.d.sync += v_q.eq(v_q >> self.disc_shift[:4])
+                        m.next = "DM_SAT"
+                    with m.State("DM_SAT"):
+                        yc = Mux(self.disc_shift[4], 0,
+                                 Mux(v_q > 127, 127, Mux(v_q < -127, -127, v_q)))
+                        m.d.sync += dm_y.eq(yc[:8])
+                        m.next = "DM_WRITE"
                     with m.State("DM_WRITE"):
                         dm_write(dm_y)
 
@@ -1468,16 +1562,16 @@ class Sequencer(wiring.Component):
                 m.d.comb += [xb_start.eq(1), b_inc.eq(bias_en)]
                 m.d.sync += [tiles_left.eq(tiles_left - 1), tl_more.eq(tiles_left != 1)]
             with m.If(mv_x):
-                with m.If(issue):
+                with m.If(rd_fill):
                     m.d.sync += w_ptr.eq(w_ptr + 1)
-                with m.If(~rd_more & (~rd_valid | col.i_x.ready)):
+                with m.If(rd_last & (~rd_valid | col.i_x.ready)):
                     m.d.sync += mv_x.eq(0)
-            with m.If(xb_issue):
+            with m.If(xb_fill):
                 m.d.sync += w_ptr.eq(w_ptr + 1)
             with m.If(st_mv & ~x_first & ~mv_x & ~mv_b & (b_pend != 0)):
                 m.d.comb += [rp_bias.eq(1), b_dec.eq(1)]
                 m.d.sync += [rd_more.eq(1), mv_b.eq(1)]
-            with m.If(mv_b & ~rd_more & (~rd_valid | col.i_bias.ready)):
+            with m.If(mv_b & rd_last & (~rd_valid | col.i_bias.ready)):
                 m.d.sync += [bias_ptr.eq(rd_inc), mv_b.eq(0)]
             # The next sample, once every tile of this one has taken its x from the buffer and
             # its bias (the buffer then takes the next sample's x).
@@ -1492,15 +1586,15 @@ class Sequencer(wiring.Component):
                 m.d.sync += [rd_more.eq(1), tiles_left.eq(tiles_left - 1),
                              tl_more.eq(tiles_left != 1), mv_x.eq(1)]
             with m.If(mv_x):
-                with m.If(issue):
+                with m.If(rd_fill):
                     m.d.sync += w_ptr.eq(w_ptr + 1)
-                with m.If(~rd_more & (~rd_valid | col.i_x.ready)):
+                with m.If(rd_last & (~rd_valid | col.i_x.ready)):
                     m.d.sync += mv_x.eq(0)
                     # (With the bias memory, the later samples' bias is there already.)
                     with m.If(bias_en & (sm_first if self._bias_fifo else 1)):
                         m.d.comb += rp_bias.eq(1)
                         m.d.sync += [rd_more.eq(1), mv_b.eq(1)]
-            with m.If(mv_b & ~rd_more & (~rd_valid | b_ready)):
+            with m.If(mv_b & rd_last & (~rd_valid | b_ready)):
                 # The next tile's bias follows this one's: one past the last read (rd_ptr),
                 # which the reader's increment already forms.
                 m.d.sync += [bias_ptr.eq(rd_inc), mv_b.eq(0)]

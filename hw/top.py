@@ -45,6 +45,7 @@ from lowbit.sim.topparams import check_scratch_bytes as _check_scratch_bytes
 
 from .common import any_of
 from .common import check_bool as _check_bool
+from .common import check_int as _check_int
 from .engines import GrandHandler, LUTHandler
 from .link import ARG_BYTES, CommandSignature, Dispatcher, HostLink
 from .ports import (
@@ -538,6 +539,10 @@ class MemoryHandler(wiring.Component):
     block, tile : int
         Words per byte of MEM_FILL_HIGH and MEM_READ_HIGH (powers of two: the top's ``block``
         and ``matrix_lanes``).
+    read_latency : int
+        1: the reply's bytes come from the scratchpad's output; 2: from a register of it (for
+        fast clocks, where a block RAM's clock-to-out leaves no time for the byte multiplexer
+        and the link behind it), which costs a cycle a word against the line's bytes.
 
     Members
     -------
@@ -548,13 +553,18 @@ class MemoryHandler(wiring.Component):
     """
 
     @quiet_on_error
-    def __init__(self, *, size, frame_bytes, addr_width, block=16, tile=8):
+    def __init__(self, *, size, frame_bytes, addr_width, block=16, tile=8, read_latency=1):
+        self._read_latency = _check_int("Read latency", read_latency, 1, 2)
         self._size = size
         self._frame_bytes = frame_bytes
         self._block = block
         self._tile = tile
         super().__init__({"command": In(CommandSignature()), "args": In(8 * ARG_BYTES),
                           "mem": Out(ScratchPortSignature(addr_width))})
+
+    @property
+    def read_latency(self):
+        return self._read_latency
 
     def elaborate(self, platform):
         m = Module()
@@ -608,6 +618,14 @@ class MemoryHandler(wiring.Component):
         adv = Signal()
         stepping = Signal()
         moved = Signal()
+        # With a read latency of 2, ``rdata`` is a register of the memory's output and the word
+        # at a new address arrives a cycle later still (``moved2``).
+        if self._read_latency == 2:
+            moved2 = Signal()
+            rdata = Signal(16)
+            m.d.sync += [rdata.eq(p.rdata), moved2.eq(moved)]
+        else:
+            rdata = p.rdata
         addend = Cat(stepping & ~packed, stepping & packed, load.replicate(aw - 2))
         m.d.comb += [p.addr.eq(ptr[1:]), p.re.eq(1),
                      p.wdata.eq(Cat(c.arg.payload, c.arg.payload)),
@@ -703,8 +721,10 @@ class MemoryHandler(wiring.Component):
                 # rdata holds the word at ``ptr`` unless the pointer stepped in the last two
                 # cycles; words skipped within a span need no data.
                 fresh = ~stepping & ~moved
+                if self._read_latency == 2:
+                    fresh = fresh & ~moved2
                 m.d.comb += [c.data.valid.eq(span_end & fresh),
-                             c.data.payload.eq(Mux(ptr[0], p.rdata[8:], p.rdata[:8]))]
+                             c.data.payload.eq(Mux(ptr[0], rdata[8:], rdata[:8]))]
                 with m.If((c.data.ready & fresh) | ~span_end):
                     advance()
                 with m.If(c.data.ready & span_end & fresh):
@@ -808,7 +828,9 @@ class Accelerator(wiring.Component):
     seq_pipelined : bool
         Register stages for fast clocks: LOADW's writes, the discrete unit's weight codes,
         DMATVEC's x words and results go through registers and the discrete unit sums its lanes
-        in two stages (:class:`lowbit.hw.sequencer.Sequencer` ``pipelined``; the same results).
+        in two stages, and the scratchpad's words reach the sequencer and the memory handler
+        through a register (a read latency of 2; :class:`lowbit.hw.sequencer.Sequencer`
+        ``pipelined``, :class:`MemoryHandler` ``read_latency``; the same results).
         Default ``False``.
     scratch_write_addr : bool or None
         The sequencer writes the block-RAM scratchpad at an address of its own while it reads
@@ -967,6 +989,13 @@ class Accelerator(wiring.Component):
                     write_addr=self.scratch_write_addr)
 
     @property
+    def scratch_read_latency(self):
+        """Cycles from a scratchpad read to the register its reader takes the word from: 2
+        with the sequencer's ``seq_pipelined`` (the sequencer's reader and the memory handler
+        read through a register of the memory's output), else 1."""
+        return 2 if self._sequencer and self._seq_params["pipelined"] else 1
+
+    @property
     def scratch_write_addr(self):
         """The sequencer writes the scratchpad at an address of its own while it reads: the
         block-RAM scratchpad's read and write ports side by side (not the SPRAM's one port)."""
@@ -1013,7 +1042,7 @@ class Accelerator(wiring.Component):
         m.submodules.memory = mem = MemoryHandler(
             size=self._scratch_bytes, frame_bytes=self._frame_bytes,
             addr_width=scratch.addr_width, block=self._seq_params["block"],
-            tile=self._seq_params["lanes"])
+            tile=self._seq_params["lanes"], read_latency=self.scratch_read_latency)
         handlers = [regs, mem]
         if self._lut_tables:
             m.submodules.lut = lut = LUTHandler(lanes=self._lanes, tables=self._lut_tables,

@@ -431,9 +431,12 @@ def test_dmatvec(seq_pipelined):
     assert status == L.Status.OK
     assert busy == 4 * rows * nbd < cycles     # busy cycles: ceil(K / N) beats per row
     # Pipelined, a cycle more per group of N words (the gather's register; the registered
-    # codes are always in before the group is) and two per row (the discrete unit's split sum
-    # and the result's register).
-    assert cycles == 652 + (4 * rows * (nbd + 2) if seq_pipelined else 0)
+    # codes are always in before the group is) and four per row (the discrete unit's split sum,
+    # and the rounding's addition, shift and saturation a register each); the reader's second
+    # stage: a cycle more per fetch (9 instructions), per range read (LOADW's, each row's x
+    # words) and per bias word (3 of the 4 DMATVECs).
+    lag = 9 + 1 + 4 * rows + 3 * rows
+    assert cycles == 652 + (4 * rows * (nbd + 4) + lag if seq_pipelined else 0)
     m, e = discrete_dense(layer, x, lanes=N)
     assert dev.get(YA, rows).tolist() == pack_elements(m, e).tolist()
     nobias = DiscreteDense(w_codes=layer.w_codes, book=book, shift=0, out_exp=-2)
@@ -455,6 +458,35 @@ def test_dmatvec(seq_pipelined):
 
 def scratch_image(dev):
     return dev.mem.read_bytes(0, BASE["scratch_bytes"])
+
+
+@pytest.fixture(scope="module")
+def second_stage():
+    """The ULX3S's reader: ``seq_pipelined`` (the reader's second stage, the x buffer's
+    register, a read latency of 2 for the memory handler), the x buffer and one scratchpad
+    address (``scratch_write_addr=False``)."""
+    dev = Device(seq_pipelined=True, scratch_write_addr=False)
+    assert dev.top.scratch_read_latency == 2 and dev.top.matvec_x_buffer
+    return dev
+
+
+@pytest.mark.parametrize("case", ["matvec", "two_layer", "quant", "lut_grand_move_config",
+                                  "move_overlapping", "batch_loop", "samples"])
+def test_second_stage_reader(second_stage, case, stable_seed):
+    """Every reader consumer through the reader's second stage: MATVEC with bias over three
+    tiles (the later ones from the x buffer's registered reads), two layers, QUANT, LUT /
+    GRAND / MOVE / CONFIG, overlapping MOVEs, a LOOP of MATVECs and MATVEC's samples, each
+    against its reference as in the tests of the default top (the DMATVEC's and the random
+    programs': ``test_dmatvec[True]``, ``test_random_programs_vs_device_model``)."""
+    dev = second_stage
+    if case == "matvec":
+        test_matvec(dev, True, "max", "stochastic", stable_seed)
+    elif case == "quant":
+        test_quant(dev, "bfp", "stochastic")
+    elif case == "samples":
+        test_matvec_samples_equal_machine(dev, 2, 2, F_LUT)
+    else:
+        globals()["test_" + {"two_layer": "two_layer_network"}.get(case, case)](dev)
 
 
 def test_errors_change_nothing(dev):

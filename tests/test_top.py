@@ -12,7 +12,7 @@ from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
 from lowbit.hw.registry import build_block
-from lowbit.hw.top import Accelerator, RegisterHandler, Scratchpad
+from lowbit.hw.top import Accelerator, MemoryHandler, RegisterHandler, Scratchpad
 from lowbit.sim import link as L
 from lowbit.sim.rtl.transport import SimulatedSerial
 
@@ -107,6 +107,26 @@ def whole_scratchpad(port, size):
 def test_parameter_validation(kw, exc, msg):
     with pytest.raises(exc, match=msg):
         Accelerator(**kw)
+
+
+@pytest.mark.parametrize("latency,exc,msg", [
+    (0, ValueError, "Read latency must be an integer between 1 and 2, not 0"),
+    (3, ValueError, "Read latency must be an integer between 1 and 2, not 3"),
+    (2.0, TypeError, "Read latency must be an integer between 1 and 2, not 2.0"),
+    (True, TypeError, "Read latency must be an integer"),
+])
+def test_memory_handler_read_latency_validation(latency, exc, msg):
+    with pytest.raises(exc, match=msg):
+        MemoryHandler(size=4096, frame_bytes=512, addr_width=11, read_latency=latency)
+
+
+def test_memory_handler_latency_follows_seq_pipelined():
+    """The top's scratchpad read latency (its memory handler's and its sequencer's reader's)
+    is 2 exactly when the sequencer's reader has its second stage (``seq_pipelined``)."""
+    assert Accelerator(sequencer=True, seq_pipelined=True).scratch_read_latency == 2
+    assert Accelerator(sequencer=True).scratch_read_latency == 1
+    assert Accelerator(seq_pipelined=True).scratch_read_latency == 1
+    assert MemoryHandler(size=64, frame_bytes=16, addr_width=5, read_latency=2).read_latency == 2
 
 
 def _unused(component):
@@ -233,12 +253,16 @@ def test_every_opcode_matches_model(shared):
     assert port.in_waiting == 0
 
 
-def test_packed_transfers_match_model():
+@pytest.mark.parametrize("top", [{}, {"sequencer": True, "seq_pipelined": True}],
+                         ids=["latency1", "latency2"])
+def test_packed_transfers_match_model(top):
     """MEM_WRITE_LOW / MEM_FILL_HIGH / MEM_READ_LOW / MEM_READ_HIGH against the model: lanes,
-    spans (block 4, tile 8 words), every refusal, and the scratchpad afterwards."""
+    spans (block 4, tile 8 words), every refusal, and the scratchpad afterwards. ``latency2``:
+    the memory handler reads through a register of the scratchpad's output (``seq_pipelined``,
+    :class:`lowbit.hw.top.MemoryHandler` ``read_latency=2``)."""
     rng = random.Random(5)
-    port = SimulatedSerial(level="byte", **PARAMS, block=4, matrix_lanes=8)
-    model = L.DeviceModel(**PARAMS, block=4, matrix_lanes=8)
+    port = SimulatedSerial(level="byte", **PARAMS, block=4, matrix_lanes=8, **top)
+    model = L.DeviceModel(**PARAMS, block=4, matrix_lanes=8, **top)
     rq, op = L.encode_request, L.Opcode
     init = bytes(rng.randrange(256) for _ in range(SCRATCH))
     for addr in range(0, SCRATCH, FRAME - 4):

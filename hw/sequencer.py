@@ -728,6 +728,9 @@ class Sequencer(wiring.Component):
                 m.d.sync += rd_word.eq(p.rdata)
             m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
         else:
+            # (The one-stage branches here and in the x buffer keep their statements in the
+            # order they had before the second stage, so that the other boards' netlists, and
+            # the builds recorded by their digests, stay what they were.)
             rd_fill, rd_last = issue, ~rd_more
             m.d.comb += issue.eq(reading & rd_more & (~rd_valid | take) & port_free)
             m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]

@@ -542,7 +542,8 @@ class MemoryHandler(wiring.Component):
     read_latency : int
         1: the reply's bytes come from the scratchpad's output; 2: from a register of it (for
         fast clocks, where a block RAM's clock-to-out leaves no time for the byte multiplexer
-        and the link behind it), which costs a cycle a word against the line's bytes.
+        and the link behind it): a cycle more after each pointer step, against the line's
+        10 bit periods a byte.
 
     Members
     -------
@@ -612,8 +613,8 @@ class MemoryHandler(wiring.Component):
         # not used where it loads), so that the choice merges into the carry chain's LUTs
         # (lowbit.hw.ports.load_or_step). The scratchpad's address is the register ``ptr``
         # itself: after a step, WRITE waits a cycle (``stepping``) for the new address and
-        # READ two (``stepping``, ``moved``) for the word at it, which costs nothing against
-        # the line's bytes.
+        # READ two (``stepping``, ``moved``; three with a read latency of 2, ``moved2``) for
+        # the word at it, which costs nothing against the line's bytes.
         load = Signal()
         adv = Signal()
         stepping = Signal()
@@ -719,7 +720,8 @@ class MemoryHandler(wiring.Component):
                         m.next = "READ"
             with m.State("READ"):
                 # rdata holds the word at ``ptr`` unless the pointer stepped in the last two
-                # cycles; words skipped within a span need no data.
+                # cycles (three with a read latency of 2); words skipped within a span need no
+                # data.
                 fresh = ~stepping & ~moved
                 if self._read_latency == 2:
                     fresh = fresh & ~moved2

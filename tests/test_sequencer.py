@@ -479,14 +479,13 @@ def test_second_stage_reader(second_stage, case, stable_seed):
     against its reference as in the tests of the default top (the DMATVEC's and the random
     programs': ``test_dmatvec[True]``, ``test_random_programs_vs_device_model``)."""
     dev = second_stage
-    if case == "matvec":
-        test_matvec(dev, True, "max", "stochastic", stable_seed)
-    elif case == "quant":
-        test_quant(dev, "bfp", "stochastic")
-    elif case == "samples":
-        test_matvec_samples_equal_machine(dev, 2, 2, F_LUT)
-    else:
-        globals()["test_" + {"two_layer": "two_layer_network"}.get(case, case)](dev)
+    {"matvec": lambda: test_matvec(dev, True, "max", "stochastic", stable_seed),
+     "two_layer": lambda: test_two_layer_network(dev),
+     "quant": lambda: test_quant(dev, "bfp", "stochastic"),
+     "lut_grand_move_config": lambda: test_lut_grand_move_config(dev),
+     "move_overlapping": lambda: test_move_overlapping(dev),
+     "batch_loop": lambda: test_batch_loop(dev),
+     "samples": lambda: test_matvec_samples_equal_machine(dev, 2, 2, F_LUT)}[case]()
 
 
 def test_errors_change_nothing(dev):

@@ -13,8 +13,8 @@ refuses a request it cannot meet within its tolerance.
 
 from dataclasses import dataclass
 
-from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, Signal
-from amaranth.lib.cdc import ResetSynchronizer
+from amaranth.hdl import ClockSignal, Elaboratable, Instance, Module, ResetSignal, Signal
+from amaranth.lib.cdc import AsyncFFSynchronizer, ResetSynchronizer
 
 __all__ = ["ICE40PLLConfig", "ECP5PLLConfig", "ice40_pll_config", "ecp5_pll_config", "PLLClock"]
 
@@ -146,7 +146,11 @@ class PLLClock(Elaboratable):
 
     The domain is defined by the caller (in a module that contains this one and every user of
     the domain); this drives the domain's clock and holds it in reset (through a
-    :class:`~amaranth.lib.cdc.ResetSynchronizer`) until the PLL locks.
+    :class:`~amaranth.lib.cdc.ResetSynchronizer`) until the PLL locks. On ECP5 the
+    synchroniser's output reaches the domain's reset through a ``DCCA`` buffer, so that
+    nextpnr routes the reset, which every flip-flop with a reset value loads, on one of the
+    global networks (it promotes only clocks itself; in general routing this one net limited a
+    large top's Fmax to 48 MHz).
 
     Parameters
     ----------
@@ -237,5 +241,12 @@ class PLLClock(Elaboratable):
                 a_FREQUENCY_PIN_CLKOP=f"{c.f_out / 1e6:.6f}",
                 a_ICP_CURRENT="12", a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1",
                 a_MFG_GMCREF_SEL="2")
-        m.submodules.reset = ResetSynchronizer(~self.locked, domain=self._domain)
+        if self._family == "ice40":
+            m.submodules.reset = ResetSynchronizer(~self.locked, domain=self._domain)
+        else:
+            rst_local = Signal()
+            m.submodules.reset = AsyncFFSynchronizer(~self.locked, rst_local, o_domain=self._domain,
+                                                     async_edge="pos")
+            m.submodules.reset_buffer = Instance("DCCA", i_CLKI=rst_local, i_CE=1,
+                                                 o_CLKO=ResetSignal(self._domain))
         return m

@@ -15,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from lowbit.sim.link import MAX_LENGTH, Opcode, Status
 
+from .common import check_bool
 from .grand import GrandUnit
 from .link import CommandSignature, _check_int
 from .lut import TransferLUT
@@ -276,6 +277,12 @@ class GrandHandler(wiring.Component):
         Largest reply payload.
     modes : iterable of str or GrandMode, optional
         Modes of the unit (:class:`lowbit.hw.grand.GrandUnit`; default all).
+    pipelined : bool
+        For fast clocks on a large die (default ``False``): the unit's ``split_stall``, a
+        seed-byte counter as wide as its range, and the state's shift (``16 * lanes`` bytes,
+        ``128 * lanes`` flip-flops) a cycle after each byte is taken, from a register of the
+        byte and of the shift's enable, so that the argument handshake does not reach the
+        state's clock enables. The same replies.
 
     Members
     -------
@@ -289,12 +296,13 @@ class GrandHandler(wiring.Component):
     """
 
     @quiet_on_error
-    def __init__(self, *, lanes=2, frame_bytes=512, modes=None):
+    def __init__(self, *, lanes=2, frame_bytes=512, modes=None, pipelined=False):
         _check_int("Lane count", lanes, 1, 32)
         _check_int("Frame buffer size", frame_bytes, 16, 4096)
         self._lanes = lanes
         self._frame_bytes = frame_bytes
         self._modes = modes
+        self._pipelined = check_bool("Pipelined", pipelined)
         super().__init__({"command": In(CommandSignature()), "mode": In(3),
                           "seq": Out(stream.Signature(16)), "seq_en": In(1)})
 
@@ -304,7 +312,8 @@ class GrandHandler(wiring.Component):
         m = Module()
         c = self.command
         lanes = self._lanes
-        m.submodules.grand = grand = GrandUnit(lanes=lanes, modes=self._modes)
+        m.submodules.grand = grand = GrandUnit(lanes=lanes, modes=self._modes,
+                                                     split_stall=self._pipelined)
 
         mode = Signal(3)
         # Codes 6 and 7 are not modes; the unit itself treats them as NORMAL.
@@ -312,7 +321,9 @@ class GrandHandler(wiring.Component):
         seeding = Signal()
         length = Signal(16)
         status = Signal(8)
-        count = Signal(16 * lanes + 1)          # seed bytes taken / sample arguments
+        # Seed bytes taken / sample arguments. (Without ``pipelined`` it is 16 * lanes + 1
+        # bits wide, as the recorded builds of the boards that do not use it have it.)
+        count = Signal(range(16 * lanes + 1) if self._pipelined else 16 * lanes + 1)
         state = Signal(128 * lanes)
         args = Signal(24)
         fmt = Signal()
@@ -326,6 +337,14 @@ class GrandHandler(wiring.Component):
         consume = Signal()
 
         m.d.comb += grand.seed.eq(state)
+        if self._pipelined:
+            # The last byte shifts in the cycle after it is taken, while ARGS sees the count
+            # complete; LOAD reads the state two cycles later.
+            shift = Signal()
+            shift_byte = Signal(8)
+            m.d.sync += shift.eq(0)
+            with m.If(shift):
+                m.d.sync += state.eq(Cat(state[8:], shift_byte))
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += c.cmd.ready.eq(1)
@@ -349,7 +368,10 @@ class GrandHandler(wiring.Component):
                     with m.If(c.arg.valid):
                         m.d.sync += count.eq(count + 1)
                         with m.If(seeding):
-                            m.d.sync += state.eq(Cat(state[8:], c.arg.payload))
+                            if self._pipelined:
+                                m.d.sync += [shift.eq(1), shift_byte.eq(c.arg.payload)]
+                            else:
+                                m.d.sync += state.eq(Cat(state[8:], c.arg.payload))
                         with m.Else():
                             m.d.sync += args.eq(Cat(args[8:], c.arg.payload))
             with m.State("LATCH"):

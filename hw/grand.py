@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from lowbit.sim.prng import MASK64
 
+from .common import check_bool as _check_bool
 from .common import check_int as _check_int
 from .prng import Xoroshiro128aox, lane_state_layout
 
@@ -132,6 +133,12 @@ class GrandUnit(wiring.Component):
         Modes to build (default: all). ``NORMAL`` is always built; a mode left out acts as
         ``NORMAL`` at run time, and its datapath (e.g. the ×2365 of normal-144, the raw bypass)
         is not generated. For area-critical builds.
+    split_stall : bool
+        ``o``'s valid and multiplexer read their own flip-flop of the skid register's state
+        (``held``, the stall's complement, so that synthesis does not merge it with the
+        stall) instead of the stall, which fans out to every stage's clock enable: on a large
+        die the stall sits among its loads, far from ``o``'s consumer. The same results and
+        timing (default ``False``).
 
     Members
     -------
@@ -149,8 +156,8 @@ class GrandUnit(wiring.Component):
     Raises
     ------
     TypeError
-        If ``lanes`` or ``reset_seed`` is not an integer, or ``modes`` is not an iterable of
-        modes.
+        If ``lanes`` or ``reset_seed`` is not an integer, ``modes`` is not an iterable of
+        modes, or ``split_stall`` is not a bool.
     ValueError
         If ``lanes`` or ``reset_seed`` is out of range, or a mode name is unknown.
     """
@@ -160,11 +167,12 @@ class GrandUnit(wiring.Component):
     #: The same for raw results, which bypass the arithmetic stages.
     RAW_LATENCY = 2
 
-    def __init__(self, *, lanes=2, reset_seed=0, modes=None):
+    def __init__(self, *, lanes=2, reset_seed=0, modes=None, split_stall=False):
         try:
             self._lanes = _check_int("Lane count", lanes, 1, 64)
             self._reset_seed = _check_int("Reset seed", reset_seed, 0, MASK64)
             self._modes = _check_modes(modes)
+            self._split_stall = _check_bool("Split stall", split_stall)
         except (TypeError, ValueError):
             self._MustUse__silence = True       # a rejected component is not an unused one
             raise
@@ -182,6 +190,10 @@ class GrandUnit(wiring.Component):
     @property
     def reset_seed(self):
         return self._reset_seed
+
+    @property
+    def split_stall(self):
+        return self._split_stall
 
     @property
     def modes(self):
@@ -206,14 +218,31 @@ class GrandUnit(wiring.Component):
         skid = Signal(self.o.payload.shape())
         adv_n = Signal()
         take_n = Signal()
+        if self._split_stall:
+            held = Signal()     # ~adv, in a flip-flop of its own beside o's consumer
+            m.d.sync += held.eq(~adv_n)
+            with m.If(self.seed_load):
+                m.d.sync += held.eq(0)
+            m.d.comb += [self.o.valid.eq(out_valid | held),
+                         self.o.payload.eq(Mux(held, skid, out))]
+        else:
+            m.d.comb += [self.o.valid.eq(out_valid | ~adv),
+                         self.o.payload.eq(Mux(adv, out, skid))]
         m.d.comb += [
-            self.o.valid.eq(out_valid | ~adv),
-            self.o.payload.eq(Mux(adv, out, skid)),
             adv_n.eq(Mux(adv, ~out_valid, 0) | self.o.ready),
             prng.seed.eq(self.seed),
             prng.seed_load.eq(self.seed_load),
             prng.o.ready.eq(en_a),
         ]
+        # The stall as each lane's stages read it: with ``split_stall`` a copy per lane, each
+        # computed from its own output (so synthesis keeps the copies apart) and equal to adv on
+        # every cycle; it fans out to one lane's clock enables, not to all of them.
+        if self._split_stall:
+            adv_k = [Signal(init=1, name=f"adv_{k}") for k in lanes]
+            for k in lanes:
+                m.d.sync += adv_k[k].eq(Mux(adv_k[k], ~out_valid, 0) | self.o.ready)
+        else:
+            adv_k = [adv for k in lanes]
         # valid[i]: stage i holds the last word of a result, or that result.
         valid = [Signal(name=f"valid_{i}") for i in range(self.LATENCY - 1)]
         raw_valid = Signal()    # stage A holds a raw result (it bypasses the arithmetic)
@@ -273,7 +302,13 @@ class GrandUnit(wiring.Component):
                 m.d.sync += [a.eq(b) for a, b in zip(ctl[i], ctl[i - 1], strict=True)]
             for i in range(1, len(valid)):
                 m.d.sync += valid[i].eq(valid[i - 1])
-            m.d.sync += [out_valid.eq(valid[-1] | raw_valid), skid.eq(out)]
+            m.d.sync += out_valid.eq(valid[-1] | raw_valid)
+            if not self._split_stall:
+                m.d.sync += skid.eq(out)
+        if self._split_stall:
+            for k in lanes:
+                with m.If(adv_k[k]):
+                    m.d.sync += skid[k].eq(out[k])
         m.d.sync += [adv.eq(adv_n), en_a.eq(adv_n & take_n), take.eq(take_n)]
         # A raw result goes straight from stage A to the output register, so it must not
         # overtake results still in the pipeline: the first word of a raw result waits until
@@ -296,7 +331,7 @@ class GrandUnit(wiring.Component):
             d = {name: Signal(name=f"{name}_c_{k}")
                  for name in ("first", "u", "m", "t", "t2", "t3")}
             mode_b = ctl[2][1]
-            with m.If(adv):
+            with m.If(adv_k[k]):
                 m.d.sync += [
                     d["first"].eq(ctl[2][0]),
                     d["u"].eq(mode_b == GrandMode.UNIFORM),
@@ -318,7 +353,7 @@ class GrandUnit(wiring.Component):
             f = [w[5 * i:5 * i + 5] for i in range(12)]
             pb = [Signal(6, name=f"pb{j}_{k}") for j in range(6)]
             qb = [Signal(7, name=f"qb{j}_{k}") for j in range(3)]
-            with m.If(adv):
+            with m.If(adv_k[k]):
                 m.d.sync += [p.eq(f[2 * j] + f[2 * j + 1]) for j, p in enumerate(pb)]
                 m.d.sync += [q.eq(pb[2 * j] + pb[2 * j + 1]) for j, q in enumerate(qb)]
                 # n = q0 + q1 + q2 - 186.
@@ -331,7 +366,7 @@ class GrandUnit(wiring.Component):
                 w3_1 = Signal(9, name=f"w3_1_{k}")
                 fb2 = Signal(11, name=f"fb2_{k}")
                 fb3 = Signal(11, name=f"fb3_{k}")
-                with m.If(adv):
+                with m.If(adv_k[k]):
                     m.d.sync += [fb2_1.eq(w[0:10] + w[10:20]),
                                  fb3_1.eq(w[0:9] + w[9:18]), w3_1.eq(w[18:27]),
                                  fb2.eq(fb2_1), fb3.eq(fb3_1 + w3_1)]
@@ -342,12 +377,12 @@ class GrandUnit(wiring.Component):
                 # 2i + 1 - 2048 in two's complement is {~i[10], i[9:0], 1}.
                 ub1 = Signal(11, name=f"ub1_{k}")
                 ub = Signal(11, name=f"ub_{k}")
-                with m.If(adv):
+                with m.If(adv_k[k]):
                     m.d.sync += [ub1.eq(w[:11]), ub.eq(ub1)]
                 uv = Cat(1, ub[0:10], ~ub[10]).as_signed()
                 fcv = uv if fcv is None else Mux(mode_b == GrandMode.UNIFORM, uv, fcv)
             if fcv is not None:
-                with m.If(adv):
+                with m.If(adv_k[k]):
                     m.d.sync += fc[k].eq(fcv)
 
         # Stage D: the mode's result as a signed value v · 2^-E(kind), |v| < 2^12:
@@ -359,7 +394,7 @@ class GrandUnit(wiring.Component):
             n = nc[k]
             first_c, t2_c, t3_c = dec[k]["first"], dec[k]["t2"], dec[k]["t3"]
             is_m = Signal(name=f"is_m_{k}")     # stage D2 holds a normal-144 result
-            with m.If(adv):
+            with m.If(adv_k[k]):
                 m.d.sync += is_m.eq(dec[k]["m"])
             acc = Signal(signed(14), name=f"acc_{k}")
             total = Signal(signed(14), name=f"total_{k}")
@@ -378,7 +413,7 @@ class GrandUnit(wiring.Component):
                 # mode multiplexer between n and the flags. |n| <= 186 < 256, so n[8] is
                 # n[9] and the compares need 9 bits.
                 n9 = Cat(n[:8], n[9]).as_signed()
-                with m.If(adv & dec[k]["t"] & (first_c | (~in64 & t2_c))):
+                with m.If(adv_k[k] & dec[k]["t"] & (first_c | (~in64 & t2_c))):
                     m.d.sync += [sel.eq(n), in64.eq((n9 <= 64) & (n9 >= -64)),
                                  in96.eq((n9 <= 96) & (n9 >= -96))]
                 fsel = fsel | (dec[k]["t"] & ~Mux(t3_c, in96, in64))
@@ -393,7 +428,7 @@ class GrandUnit(wiring.Component):
                 cases.append((fsel, [put(fc[k], kind)]))
             if truncs:
                 cases.append((dec[k]["t"], [put(sel, Const(_KIND_N, 2))]))
-            with m.If(adv):
+            with m.If(adv_k[k]):
                 for i, (cond, stmts) in enumerate(cases):
                     with (m.Elif if i else m.If)(cond):
                         m.d.sync += stmts
@@ -404,7 +439,7 @@ class GrandUnit(wiring.Component):
                 m.d.comb += v.eq(Mux(is_m, acc, xd[k][:14].as_signed()))
             else:
                 m.d.comb += v.eq(xd[k][:14].as_signed())
-            with m.If(adv):
+            with m.If(adv_k[k]):
                 m.d.sync += xd2[k].eq(Cat(Mux(v < 0, -v, v)[:12], v < 0, xd[k][14:16]))
 
         # Stages E1 and E2: normalise: xe = {kind, neg, nz, p[3:0], M[11:0]}, where p is the
@@ -421,7 +456,7 @@ class GrandUnit(wiring.Component):
             xe1 = Signal(20, name=f"xe1_{k}")    # {kind, neg, nz, p[3:0], mag[11:0]}
             norm = Signal(12, name=f"norm_{k}")
             m.d.comb += norm.eq(xe1[:12] << (11 - xe1[12:16]).as_unsigned()[:4])
-            with m.If(adv):
+            with m.If(adv_k[k]):
                 m.d.sync += [xe1.eq(Cat(mag, p, mag.any(), xd2[k][12], xd2[k][13:15])),
                              xe[k].eq(Cat(norm, xe1[12:20]))]
 
@@ -433,13 +468,13 @@ class GrandUnit(wiring.Component):
             mm, meta = xe[k][:12], xe[k][12:20]
             r1 = Signal(24, name=f"r1_{k}")
             meta_f = Signal(8, name=f"meta_{k}")
-            with m.If(adv):
+            with m.If(adv_k[k]):
                 m.d.sync += meta_f.eq(meta)
             if has(GrandMode.NORMAL_144):
                 is_mf = xe[k][18:20] == _KIND_M
                 r2 = Signal(24, name=f"r2_{k}")
                 m3 = Signal(12, name=f"m3_{k}")
-                with m.If(adv):
+                with m.If(adv_k[k]):
                     m.d.sync += [
                         r1.eq(Mux(is_mf, mm.shift_left(11) + mm.shift_left(8),
                                   mm.shift_left(11))),
@@ -450,10 +485,10 @@ class GrandUnit(wiring.Component):
                 csa_c = ((r1 & r2) | (r1 & m3) | (r2 & m3)).shift_left(1)
                 prod = csa_s + csa_c
             else:
-                with m.If(adv):
+                with m.If(adv_k[k]):
                     m.d.sync += r1.eq(mm.shift_left(11))
                 prod = r1
-            with m.If(adv):
+            with m.If(adv_k[k]):
                 m.d.sync += xg[k].eq(Cat(prod[:24], meta_f))
 
         # Stages H1 and H2: round to f16 (nearest, ties to even) into the output register.
@@ -483,7 +518,7 @@ class GrandUnit(wiring.Component):
             exp = Signal(5, name=f"exp_{k}")
             m.d.comb += exp.eq(Mux(nz, p + bias, 0))    # zero: frac, exp and up are all 0
             xh = Signal(18, name=f"xh_{k}")
-            with m.If(adv):
+            with m.If(adv_k[k]):
                 m.d.sync += xh.eq(Cat(frac, exp, up, nz, neg))
             em = Signal(15, name=f"em_{k}")
             m.d.comb += em.eq(xh[:15] + xh[15])
@@ -493,7 +528,7 @@ class GrandUnit(wiring.Component):
             wide = Mux(xh[16], Cat(Const(0, 13), em[:10], e[:4], ~e[4], ~e[4], ~e[4], e[4],
                                    xh[17]), 0)
             lane = out[k]
-            with m.If(adv):
+            with m.If(adv_k[k]):
                 if has(GrandMode.RAW):
                     m.d.sync += [
                         lane.f16.eq(Mux(raw_valid, wa[k][0:16], Cat(em, xh[17]))),
@@ -505,4 +540,6 @@ class GrandUnit(wiring.Component):
         with m.If(self.seed_load):
             m.d.sync += [*(v.eq(0) for v in valid), raw_valid.eq(0), out_valid.eq(0),
                          adv.eq(1), first.eq(1), take.eq(0), en_a.eq(0)]
+            if self._split_stall:
+                m.d.sync += [a.eq(1) for a in adv_k]
         return m

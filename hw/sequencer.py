@@ -817,6 +817,14 @@ class Sequencer(wiring.Component):
             dm_hold = dm_t & dm_full
             m.d.sync += [dm_t.eq(take & st_dm), dm_x.eq(rdata[:8]), dm_lane.eq(g_lane),
                          dm_full.eq((g_lane == N - 1) | rd_last), dm_last.eq(rd_last)]
+            if self._discrete:
+                # The unit's inputs are the gather's registers in every state, not only in
+                # DM_RUN: g_full is set in DM_RUN alone and cleared by its last beat, so the
+                # FSM's state need not gate 64 lanes' payload (a path across the die).
+                m.d.comb += [du.i.valid.eq(g_full & dm_codes_ok), du.i.payload.last.eq(g_last)]
+                for k in range(N):
+                    m.d.comb += [du.i.payload.x[k].eq(gather.word_select(k, 8)),
+                                 du.i.payload.w[k].eq(dm_codes[k])]
         bias_q = Signal(signed(16))
         acc_q = Signal(signed(DISCRETE_ACC_WIDTH + 1))
         v_q = Signal(signed(DISCRETE_ACC_WIDTH + 2))
@@ -1418,16 +1426,13 @@ class Sequencer(wiring.Component):
                     # The stage holds one word at a time, so with nothing left to issue the word
                     # taken is the row's last.
                     last_take = rd_last
-                    m.d.comb += [du.i.valid.eq(g_full & dm_codes_ok if self._pipelined
-                                               else g_full),
-                                 du.i.payload.last.eq(g_last)]
                     if not self._pipelined:
+                        m.d.comb += [du.i.valid.eq(g_full), du.i.payload.last.eq(g_last)]
                         code_mask = Signal(self._code_bits)
                         m.d.comb += code_mask.eq((Const(1, 4) << self.code_width) - 1)
-                    for k in range(N):
-                        m.d.comb += [du.i.payload.x[k].eq(gather.word_select(k, 8)),
-                                     du.i.payload.w[k].eq(dm_codes[k] if self._pipelined
-                                                          else dm_codes[k] & code_mask)]
+                        for k in range(N):
+                            m.d.comb += [du.i.payload.x[k].eq(gather.word_select(k, 8)),
+                                         du.i.payload.w[k].eq(dm_codes[k] & code_mask)]
                     if self._pipelined:
                         with m.If(take):
                             m.d.sync += g_lane.eq(g_lane + 1)

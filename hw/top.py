@@ -832,8 +832,9 @@ class Accelerator(wiring.Component):
         DMATVEC's x words and results go through registers and the discrete unit sums its lanes
         in two stages, and the scratchpad's words reach the sequencer and the memory handler
         through a register (a read latency of 2; :class:`lowbit.hw.sequencer.Sequencer`
-        ``pipelined``, :class:`MemoryHandler` ``read_latency``; the same results).
-        Default ``False``.
+        ``pipelined``, :class:`MemoryHandler` ``read_latency``; the same results), and the
+        GRAND handler's registers for fast clocks (:class:`lowbit.hw.engines.GrandHandler`
+        ``pipelined``). Default ``False``.
     scratch_write_addr : bool or None
         The sequencer writes the block-RAM scratchpad at an address of its own while it reads
         (:attr:`scratch_write_addr`); ``None`` (default): wherever the scratchpad is block RAM
@@ -1053,7 +1054,8 @@ class Accelerator(wiring.Component):
         if self._grand:
             m.submodules.grand = grand = GrandHandler(lanes=self._lanes,
                                                       frame_bytes=self._frame_bytes,
-                                                      modes=self._grand_modes)
+                                                      modes=self._grand_modes,
+                                                      pipelined=self._seq_params["pipelined"])
             m.d.comb += grand.mode.eq(regs.grand_mode)
             handlers.append(grand)
         if self._sequencer:

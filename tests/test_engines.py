@@ -109,11 +109,15 @@ def _seed_payload(seed, lanes):
     return seed_lanes(seed, lanes).astype("<u8").tobytes()
 
 
-@pytest.mark.parametrize("lanes, mode", [(3, 2), *(pytest.param(*c, marks=pytest.mark.slow)
-                                                  for c in ((2, 0), (1, 5)))])
-def test_grand_samples_match_the_model(lanes, mode):
+@pytest.mark.parametrize("lanes, mode, top", [
+    (3, 2, {}), (3, 4, {"seq_pipelined": True}),
+    *(pytest.param(*c, {}, marks=pytest.mark.slow) for c in ((2, 0), (1, 5)))],
+    ids=["3-trunc2", "3-uniform-pipelined", "2-normal", "1-raw"])
+def test_grand_samples_match_the_model(lanes, mode, top):
+    """``top``: ``seq_pipelined`` builds the handler with ``pipelined`` (its registered seed
+    shift and the unit's split stall)."""
     from lowbit.sim.grand import MODES, GrandModel
-    port, model = make(lanes=lanes)
+    port, model = make(lanes=lanes, **top)
     reg = L.REGISTER_BY_NAME["GRAND_MODE"].index
     exchange(port, model, L.Opcode.REG_WRITE, L.reg_write_payload(reg, mode))
     assert exchange(port, model, L.Opcode.GRAND_SEED, _seed_payload(1234, lanes)) == \
@@ -133,6 +137,17 @@ def test_grand_samples_match_the_model(lanes, mode):
     seq32 = f32.reshape(-1)
     assert np.frombuffer(got16, "<u2").tolist() == seq16[:12].tolist()
     assert np.frombuffer(got32, "<u4").tolist() == seq32[12:16].tolist()
+
+
+@pytest.mark.parametrize("kwargs, exc, msg", [
+    ({"lanes": 0}, ValueError, "Lane count must be an integer between 1 and 32, not 0"),
+    ({"frame_bytes": 8}, ValueError, "Frame buffer size must be an integer between 16"),
+    ({"pipelined": 1}, TypeError, "Pipelined must be a bool, not 1"),
+])
+def test_grand_handler_validation(kwargs, exc, msg):
+    from lowbit.hw.engines import GrandHandler
+    with pytest.raises(exc, match=msg):
+        GrandHandler(**kwargs)
 
 
 def test_grand_after_reset_and_errors():

@@ -129,6 +129,17 @@ def test_memory_handler_latency_follows_seq_pipelined():
     assert MemoryHandler(size=64, frame_bytes=16, addr_width=5, read_latency=2).read_latency == 2
 
 
+def test_grand_split_stall_follows_seq_pipelined():
+    """The top's GRAND unit reads its own copy of its stall (``split_stall``, the register
+    ``held`` in its module) exactly with ``seq_pipelined``."""
+    def grand_module(**kwargs):
+        text = rtlil.convert(Accelerator(sequencer=True, **kwargs))
+        return text.split("module \\top.grand.grand\n", 1)[1].split("\nend\n", 1)[0]
+
+    assert "wire width 1 \\held\n" in grand_module(seq_pipelined=True)
+    assert "\\held" not in grand_module()
+
+
 def _unused(component):
     component._MustUse__silence = True   # built to inspect its interface, not elaborated
     return component

@@ -101,6 +101,16 @@ def test_ecp5_pll_instance():
     assert 'attribute \\FREQUENCY_PIN_CLKOP "100.000000"' in text
 
 
+def test_ecp5_reset_goes_through_a_global_buffer():
+    # ECP5: the synchroniser's output reaches the domain's reset through a DCCA (a global
+    # network); iCE40 keeps the plain ResetSynchronizer.
+    text = _rtlil(PLLClock("ecp5", 25e6, 100e6, Signal()))
+    dcca = text.split("cell \\DCCA", 1)[1].split("end", 1)[0]
+    assert "connect \\CLKI \\rst_local" in dcca and "connect \\CE 1'1" in dcca
+    assert "connect \\CLKO \\rst" in dcca
+    assert "cell \\DCCA" not in _rtlil(PLLClock("ice40", 12e6, 18e6, Signal()))
+
+
 @pytest.mark.parametrize("board", list(BOARDS))
 def test_every_board_clock_is_one_its_pll_makes(board):
     profile = BOARDS[board]
@@ -148,8 +158,8 @@ def test_board_at_its_oscillator_frequency_has_no_pll():
 
 
 def test_ecp5_board_with_a_pll():
-    assert BOARDS["ulx3s"].clk_freq == 40e6          # its profile runs from the PLL
-    profile = dataclasses.replace(BOARDS["ulx3s"], clk_freq=50e6)
+    assert BOARDS["ulx3s"].clk_freq == 50e6          # its profile runs from the PLL
+    profile = dataclasses.replace(BOARDS["ulx3s"], clk_freq=40e6)
     files = _plan(profile)
     assert "cell \\EHXPLLL \\pll" in files["t.il"]
     assert "FREQUENCY NET" not in files["t.lpf"]

@@ -134,11 +134,13 @@ class GrandUnit(wiring.Component):
         ``NORMAL`` at run time, and its datapath (e.g. the ×2365 of normal-144, the raw bypass)
         is not generated. For area-critical builds.
     split_stall : bool
-        ``o``'s valid and multiplexer read their own flip-flop of the skid register's state
-        (``held``, the stall's complement, so that synthesis does not merge it with the
-        stall) instead of the stall, which fans out to every stage's clock enable: on a large
-        die the stall sits among its loads, far from ``o``'s consumer. The same results and
-        timing (default ``False``).
+        The stall, which fans out to every stage's clock enable, is split (default
+        ``False``): ``o``'s valid and multiplexer read their own flip-flop of the skid
+        register's state (``held``, the stall's complement, so that synthesis does not merge
+        it with the stall), and each lane's stages and skid register a copy of the stall of
+        their own (``adv_k``, each computed from its own output). On a large die one stall
+        sits among its loads, far from ``o``'s consumer and from most lanes. The same results
+        and timing.
 
     Members
     -------

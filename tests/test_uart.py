@@ -218,7 +218,8 @@ PERIODS = [Fraction(3), Fraction(4), Fraction(9, 2), Fraction(25, 3), Fraction(4
 @pytest.mark.parametrize("period", [
     # The ULX3S's 20 and a fractional period, 40/3, in the quick suite (both ways); the other
     # periods with -m slow.
-    p if p in (Fraction(20), Fraction(40, 3)) else pytest.param(p, marks=pytest.mark.slow) for p in PERIODS],
+    p if p in (Fraction(20), Fraction(40, 3)) else pytest.param(p, marks=pytest.mark.slow)
+    for p in PERIODS],
     ids=str)
 @pytest.mark.parametrize("error", [-0.02, 0.02])
 def test_rx_fast_rates_baud_mismatch(period, error):

@@ -278,8 +278,8 @@ class GrandHandler(wiring.Component):
     modes : iterable of str or GrandMode, optional
         Modes of the unit (:class:`lowbit.hw.grand.GrandUnit`; default all).
     pipelined : bool
-        For fast clocks on a large die (default ``False``): the unit's ``split_stall``, a
-        seed-byte counter as wide as its range, and the state's shift (``16 * lanes`` bytes,
+        For fast clocks on a large die (default ``False``): the unit's ``split_stall`` and
+        the state's shift (``16 * lanes`` bytes,
         ``128 * lanes`` flip-flops) a cycle after each byte is taken, from a register of the
         byte and of the shift's enable, so that the argument handshake does not reach the
         state's clock enables. The same replies.
@@ -321,9 +321,7 @@ class GrandHandler(wiring.Component):
         seeding = Signal()
         length = Signal(16)
         status = Signal(8)
-        # Seed bytes taken / sample arguments. (Without ``pipelined`` it is 16 * lanes + 1
-        # bits wide, as the recorded builds of the boards that do not use it have it.)
-        count = Signal(range(16 * lanes + 1) if self._pipelined else 16 * lanes + 1)
+        count = Signal(range(16 * lanes + 1))       # seed bytes taken / sample arguments
         state = Signal(128 * lanes)
         args = Signal(24)
         fmt = Signal()

@@ -74,7 +74,14 @@ DEFAULT_CXXFLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-w")
 #: of the accelerator top (Amaranth's netlist has many constant and duplicate cells);
 #: ``splitnets -driver`` undoes opt_clean's merging of wires driven from different places,
 #: which would otherwise look like combinational feedback to CXXRTL and cost delta cycles.
+#: Before ``opt``, only the flip-flops' outputs keep an ``init`` attribute: Amaranth also puts
+#: one on wires that merely alias a flip-flop (a submodule's port), and when ``opt_dff`` turns
+#: flip-flops of constant input into constants it sets their outputs' init to x, so that two
+#: such wires of the same constant, one with x and one with 0, stop ``opt_clean`` ("Conflicting
+#: init values"; the ULX3S top, whose discrete unit's result registers are constant zeros).
 _YOSYS_SCRIPT = ("read_rtlil top.il; hierarchy -top top; attrmap -remove src; proc; flatten; "
+                 "select -set ffq t:$*ff* %x:+[Q] w:* %i; "
+                 "setattr -unset init a:init @ffq %d; select -clear; "
                  "opt; splitnets -driver; write_cxxrtl top.cc")
 
 #: The C++ driver compiled into every library, in one translation unit with the generated design

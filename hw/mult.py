@@ -176,13 +176,18 @@ class MultiplierArray(wiring.Component):
         At most this many lanes (the first ones, ``0..lanes``) use ``style``; the others are
         fabric multipliers (:func:`fabric_product`, never a DSP). ``None``: every lane.
         ``"sb_mac16"`` takes ``ceil(hard_lanes / 2)`` DSPs.
+    en_group : int or None
+        Lanes per clock enable (1..``lanes``; even with ``"sb_mac16"``, whose two lanes share a
+        DSP): ``en`` has ``ceil(lanes / en_group)`` bits and lane ``i`` takes ``en[i //
+        en_group]``, so that each group's enable can be a register of its own beside its
+        multipliers. ``None`` (the default): one enable for every lane.
 
     Members
     -------
     a, b : In(ArrayLayout(signed(width), lanes))
         Operands.
-    en : In(1)
-        Clock enable of the product register.
+    en : In(1), or In(ceil(lanes / en_group)) with ``en_group``
+        Clock enable of the product register (per group of lanes with ``en_group``).
     p : Out(ArrayLayout(signed(2 * width), lanes))
         Registered products.
 
@@ -195,10 +200,21 @@ class MultiplierArray(wiring.Component):
         For values out of range or an unknown style.
     """
 
-    def __init__(self, *, lanes=2, width=8, style="lut", sim_model=True, hard_lanes=None):
+    def __init__(self, *, lanes=2, width=8, style="lut", sim_model=True, hard_lanes=None,
+                 en_group=None):
         try:
             self._validate(lanes, width, style, sim_model)
             self._hard_lanes = check_hard_lanes(hard_lanes, lanes)
+            if en_group is not None:
+                if not isinstance(en_group, int) or isinstance(en_group, bool):
+                    raise TypeError(f"Enable group must be None or an integer between 1 and "
+                                    f"{lanes}, not {en_group!r}")
+                if not 1 <= en_group <= lanes:
+                    raise ValueError(f"Enable group must be an integer between 1 and {lanes}, "
+                                     f"not {en_group}")
+                if style == "sb_mac16" and en_group % 2:
+                    raise ValueError(f"Enable group must be even with style 'sb_mac16' (two "
+                                     f"lanes share a DSP), not {en_group}")
         except (TypeError, ValueError):
             self._MustUse__silence = True    # a rejected component is not "unused"
             raise
@@ -206,10 +222,11 @@ class MultiplierArray(wiring.Component):
         self._width = width
         self._style = style
         self._sim_model = sim_model
+        self._en_group = en_group
         super().__init__({
             "a": In(data.ArrayLayout(signed(width), lanes)),
             "b": In(data.ArrayLayout(signed(width), lanes)),
-            "en": In(1),
+            "en": In(1 if en_group is None else -(-lanes // en_group)),
             "p": Out(data.ArrayLayout(signed(2 * width), lanes)),
         })
 
@@ -251,6 +268,22 @@ class MultiplierArray(wiring.Component):
         return self._sim_model
 
     @property
+    def en_group(self):
+        """Lanes per bit of ``en`` (``None``: one enable)."""
+        return self._en_group
+
+    def _en(self, lane):
+        return self.en if self._en_group is None else self.en[lane // self._en_group]
+
+    def _en_groups(self, lo, hi):
+        # Lanes lo..hi-1 in runs of one enable each: (lanes, enable).
+        if self._en_group is None:
+            return [(range(lo, hi), self.en)] if hi > lo else []
+        g = self._en_group
+        return [(range(max(lo, k), min(hi, k + g)), self.en[k // g])
+                for k in range(lo - lo % g, hi, g)]
+
+    @property
     def hard_lanes(self):
         """Lanes of ``style`` (the first ones); the rest are fabric multipliers."""
         return self._lanes if self._hard_lanes is None else self._hard_lanes
@@ -259,21 +292,25 @@ class MultiplierArray(wiring.Component):
         m = Module()
         hard = self.hard_lanes
         if self._sim_model:
-            with m.If(self.en):
-                for i in range(self._lanes):
-                    m.d.sync += self.p[i].eq(self.a[i] * self.b[i])
+            for lanes, en in self._en_groups(0, self._lanes):
+                with m.If(en):
+                    for i in lanes:
+                        m.d.sync += self.p[i].eq(self.a[i] * self.b[i])
             return m
         if self._style == "lut":
-            with m.If(self.en):
-                for i in range(hard):
-                    m.d.sync += self.p[i].eq(self.a[i] * self.b[i])
+            for lanes, en in self._en_groups(0, hard):
+                with m.If(en):
+                    for i in lanes:
+                        m.d.sync += self.p[i].eq(self.a[i] * self.b[i])
         elif self._style == "sb_mac16":
             self._sb_mac16(m, hard)
         else:
             self._mult18x18d(m, hard)
-        with m.If(self.en):
-            for i in range(hard, self._lanes):
-                m.d.sync += self.p[i].eq(fabric_product(m, self.a[i], self.b[i], f"fab{i}"))
+        for lanes, en in self._en_groups(hard, self._lanes):
+            with m.If(en):
+                for i in lanes:
+                    m.d.sync += self.p[i].eq(fabric_product(m, self.a[i], self.b[i],
+                                                            f"fab{i}"))
         return m
 
     def _sb_mac16(self, m, lanes):
@@ -297,7 +334,7 @@ class MultiplierArray(wiring.Component):
                 p_TOPADDSUB_CARRYSELECT=0, p_BOTOUTPUT_SELECT=2, p_BOTADDSUB_LOWERINPUT=0,
                 p_BOTADDSUB_UPPERINPUT=0, p_BOTADDSUB_CARRYSELECT=0, p_MODE_8x8=1,
                 p_A_SIGNED=1, p_B_SIGNED=1,
-                i_CLK=ClockSignal("sync"), i_CE=self.en,
+                i_CLK=ClockSignal("sync"), i_CE=self._en(k),
                 i_A=Cat(ext[0], ext[1]), i_B=Cat(ext[2], ext[3]), i_C=Const(0, 16),
                 i_D=Const(0, 16),
                 i_AHOLD=0, i_BHOLD=0, i_CHOLD=0, i_DHOLD=0, i_IRSTTOP=0, i_IRSTBOT=0,
@@ -328,7 +365,7 @@ class MultiplierArray(wiring.Component):
                 p_SOURCEB_MODE="B_SHIFT", p_MULT_BYPASS="DISABLED",
                 i_SIGNEDA=1, i_SIGNEDB=1, i_SOURCEA=0, i_SOURCEB=0,
                 i_CLK0=ClockSignal("sync"), i_CLK1=0, i_CLK2=0, i_CLK3=0,
-                i_CE0=self.en, i_CE1=1, i_CE2=1, i_CE3=1,
+                i_CE0=self._en(k), i_CE1=1, i_CE2=1, i_CE3=1,
                 i_RST0=0, i_RST1=0, i_RST2=0, i_RST3=0,
                 **ports)
             m.d.comb += self.p[k].eq(p[:2 * self._width].as_signed())

@@ -2,10 +2,9 @@
 
 import numpy as np
 import pytest
-from test_bfp_rtl import check, make_job
+from test_bfp_rtl import check, check_mixed_products, make_job
 
 from lowbit.hw.bfp import BFPColumn, check_drain_lanes
-from lowbit.sim.bfp import nan_exponent
 
 
 @pytest.mark.parametrize("kwargs, exc, msg", [
@@ -37,15 +36,8 @@ def test_check_drain_lanes():
 def test_drain_lanes_match_model(lanes, drain, block):
     """Products of three blocks with bias, stochastic rounding, stalls on every stream and a slow
     output, NaN blocks, and a product of one block (a pass of N / G pops per block)."""
-    rng = np.random.default_rng(lanes + drain)
-    params = {"lanes": lanes, "block": block, "max_blocks": 3, "drain_lanes": drain}
-    jobs = [make_job(rng, lanes, 3, block, kind=kind, bias=True)
-            for kind in ("gauss", "heavy", "uniform", "gauss")]
-    jobs[1]["x_e"][2] = nan_exponent(8)
-    jobs[2]["w_e"][lanes - 1, 0] = nan_exponent(8)
-    check(params, jobs, bias=True, rounding="stochastic", valid_prob=0.8, ready_prob=0.5, seed=3)
-    jobs = [make_job(rng, lanes, 1, block) for _ in range(3)]
-    check({**params, "max_blocks": 1}, jobs, exp_mode="predicted")
+    check_mixed_products({"lanes": lanes, "block": block, "drain_lanes": drain},
+                         np.random.default_rng(lanes + drain), seed=3)
 
 
 def test_drain_lanes_keep_the_column_busy(monkeypatch):

@@ -169,10 +169,26 @@ def check(params, jobs, **kwargs):
     return got
 
 
+def check_mixed_products(params, rng, seed):
+    """Products of three blocks with bias, stochastic rounding, stalls on every stream and a
+    slow output, NaN blocks in x and in a weight row, then products of one block with the
+    predicted exponent: ``params``' column against the model (``max_blocks`` 3, then 1)."""
+    lanes, block = params["lanes"], params["block"]
+    params = {**params, "max_blocks": 3}
+    jobs = [make_job(rng, lanes, 3, block, kind=kind, bias=True)
+            for kind in ("gauss", "heavy", "uniform", "gauss")]
+    jobs[1]["x_e"][2] = nan_exponent(8)
+    jobs[2]["w_e"][lanes - 1, 0] = nan_exponent(8)
+    check(params, jobs, bias=True, rounding="stochastic", valid_prob=0.8, ready_prob=0.5,
+          seed=seed)
+    jobs = [make_job(rng, lanes, 1, block) for _ in range(3)]
+    check({**params, "max_blocks": 1}, jobs, exp_mode="predicted")
+
+
 SMALL = {"lanes": 4, "block": 4, "max_blocks": 4}
 #: BFPColumn parameters the golden model does not have (they do not change the results).
 HW_ONLY = ("mult", "sim_model", "stochastic", "acc_block_ram", "pipelined", "hard_lanes",
-           "drain_lanes")
+           "drain_lanes", "input_stage")
 #: The iCEBreaker's area options (lowbit.boards.profiles): every one of them off.
 LITE = {"stochastic": False, "predictor": False, "acc_block_ram": True, "pipelined": False}
 

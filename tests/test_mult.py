@@ -87,6 +87,14 @@ def test_hard_block_netlist(style, cell, count):
     ({"hard_lanes": 1.0}, TypeError, "^Hard lane count must be None or an integer between 0 "
                                      "and 2, not 1.0$"),
     ({"hard_lanes": False}, TypeError, "Hard lane count"),
+    ({"lanes": 8, "en_group": 9}, ValueError,
+     "^Enable group must be an integer between 1 and 8, not 9$"),
+    ({"en_group": 0}, ValueError, "Enable group must be an integer between 1 and 2, not 0"),
+    ({"en_group": 2.0}, TypeError, "^Enable group must be None or an integer between 1 and 2, "
+                                   "not 2.0$"),
+    ({"en_group": True}, TypeError, "Enable group"),
+    ({"lanes": 8, "style": "sb_mac16", "en_group": 3}, ValueError,
+     r"^Enable group must be even with style 'sb_mac16' \(two lanes share a DSP\), not 3$"),
 ])
 def test_validation(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
@@ -106,6 +114,25 @@ def test_hard_lanes_property_and_netlist():
     # sim_model: the behavioural model on every lane.
     text = rtlil.convert(MultiplierArray(lanes=5, width=8, style="mult18x18d", hard_lanes=2))
     assert "MULT18X18D" not in text and len(re.findall(r"cell \$mul ", text)) == 5
+
+
+@pytest.mark.parametrize("style, sim_model, hard_lanes", [
+    ("lut", True, None), ("mult18x18d", False, 0), ("lut", False, 3)])
+def test_enable_groups(style, sim_model, hard_lanes):
+    # en_group = 2 on 7 lanes: four enable bits, lane i registers on bit i // 2 and holds
+    # otherwise (the behavioural model, the fabric lanes, and the "lut" style's $mul lanes).
+    mul = MultiplierArray(lanes=7, width=6, style=style, sim_model=sim_model,
+                          hard_lanes=hard_lanes, en_group=2)
+    assert mul.en_group == 2 and len(mul.en) == 4 and MultiplierArray().en_group is None
+    rng = np.random.default_rng(5)
+    a = rng.integers(-32, 32, (120, 7))
+    b = rng.integers(-32, 32, (120, 7))
+    en = rng.integers(0, 16, 120)
+    got = simulate(mul, list(zip(a.tolist(), b.tolist(), strict=True)), en.tolist())
+    held = [0] * 7
+    for k in range(120):
+        held = [int(a[k, i] * b[k, i]) if en[k] >> (i // 2) & 1 else held[i] for i in range(7)]
+        assert got[k] == held
 
 
 def test_fabric_product_exhaustive():
@@ -201,10 +228,12 @@ endmodule
 """
 
 
-def _prove_equivalent(tmp_path, cell_source, lanes, width, style="sb_mac16", hard_lanes=None):
-    gold = MultiplierArray(lanes=lanes, width=width, style=style, sim_model=True)
+def _prove_equivalent(tmp_path, cell_source, lanes, width, style="sb_mac16", hard_lanes=None,
+                      en_group=None):
+    gold = MultiplierArray(lanes=lanes, width=width, style=style, sim_model=True,
+                           en_group=en_group)
     gate = MultiplierArray(lanes=lanes, width=width, style=style, sim_model=False,
-                           hard_lanes=hard_lanes)
+                           hard_lanes=hard_lanes, en_group=en_group)
     (tmp_path / "gold.il").write_text(rtlil.convert(gold, name="gold"))
     (tmp_path / "gate.il").write_text(rtlil.convert(gate, name="gate"))
     (tmp_path / "cell.v").write_text(cell_source)
@@ -225,6 +254,8 @@ def test_sb_mac16_instance_equals_behavioural_model(tmp_path):
     # model of the cell) and the behavioural model give the same products every cycle.
     source = _sb_mac16_source()
     assert _prove_equivalent(tmp_path, source, lanes=3, width=6)
+    # With an enable per DSP (en_group = 2): each cell's CE is its own bit.
+    assert _prove_equivalent(tmp_path, source, lanes=4, width=4, en_group=2)
     # And the check can fail: an SB_MAC16 that treated the low bytes as unsigned differs.
     broken = source.replace("A_SIGNED && MODE_8x8", "1'b0")
     assert broken != source
@@ -239,6 +270,9 @@ def test_mult18x18d_instance_equals_behavioural_model(tmp_path):
     # With a fabric lane beside the hard one (the Baugh-Wooley sum).
     assert _prove_equivalent(tmp_path, _mult18x18d_source(), lanes=2, width=4,
                              style="mult18x18d", hard_lanes=1)
+    # With an enable per lane (en_group = 1), the fabric lane's too.
+    assert _prove_equivalent(tmp_path, _mult18x18d_source(), lanes=3, width=4,
+                             style="mult18x18d", hard_lanes=2, en_group=1)
     # And the check can fail: a cell whose input registers ignored CE0 differs (with two A
     # inputs swapped: the slow test below). (Signedness cannot be seen: the operands are
     # sign-extended to 18 bits and only the low 2 × width product bits are used.)

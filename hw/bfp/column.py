@@ -100,6 +100,12 @@ class BFPColumn(wiring.Component):
         ``G = N / B`` (``N · B / max(N, B)`` MAC/cycle with ``G = 1``). The bias still takes
         one beat per cycle; the output unit still emits one element per cycle. The same
         results (each lane's sums are combined in the same order).
+    input_stage : bool
+        ``pipelined`` only: a register stage in front of the multipliers (``x`` in one copy per
+        group of four lanes, the weights in one register per lane, the enables per group; see
+        :class:`BFPLanes`), so that the column's inputs fan out to ``N / 4`` registers rather
+        than to ``N`` multipliers (the 64-lane column's input path on the ECP5-85F). One cycle
+        more from a beat to its product; the same handshake and the same results.
 
     Members
     -------
@@ -148,11 +154,15 @@ class BFPColumn(wiring.Component):
     def __init__(self, *, lanes=16, block=16, width=8, exp_bits=8, max_blocks=16, frac_bits=3,
                  rand_bits=8, mult="lut", sim_model=True, stat_shift=4, predictor=True,
                  stochastic=True, acc_block_ram=False, pipelined=True, window=None,
-                 pipelined_combiner=False, hard_lanes=None, drain_lanes=1):
+                 pipelined_combiner=False, hard_lanes=None, drain_lanes=1, input_stage=False):
         try:
             self._validate(lanes, block, width, exp_bits, max_blocks, frac_bits, rand_bits,
                            mult, sim_model, stat_shift, predictor, stochastic, acc_block_ram,
                            pipelined, pipelined_combiner)
+            if not isinstance(input_stage, bool):
+                raise TypeError(f"input_stage must be a bool, not {input_stage!r}")
+            if input_stage and not pipelined:
+                raise ValueError("input_stage needs pipelined=True")
             check_hard_lanes(hard_lanes, lanes)
             check_drain_lanes(drain_lanes, lanes, pipelined)
             if window is not None:
@@ -169,6 +179,7 @@ class BFPColumn(wiring.Component):
         self._window = window
         self._hard_lanes = hard_lanes
         self._drain_lanes = drain_lanes
+        self._input_stage = input_stage
         self._pw, self._aw = column_widths(block=block, width=width, max_blocks=max_blocks,
                                            frac_bits=frac_bits)
         elem = _elem_layout(width, exp_bits)
@@ -241,6 +252,8 @@ class BFPColumn(wiring.Component):
     hard_lanes = property(lambda self: self._hard_lanes)
     #: Lanes the drain moves into the combiners per cycle.
     drain_lanes = property(lambda self: self._drain_lanes)
+    #: A register stage in front of the multipliers.
+    input_stage = property(lambda self: self._input_stage)
     #: Width of the exact block sum.
     pw = property(lambda self: self._pw)
     #: Width of the accumulator.
@@ -255,7 +268,8 @@ class BFPColumn(wiring.Component):
         m.submodules.pe = pe = BFPLanes(lanes=n, block=self._block, width=self._width,
                                         exp_bits=eb, mult=self._mult, sim_model=self._sim_model,
                                         pipelined=self._pipelined,
-                                        hard_lanes=self._hard_lanes, drain_lanes=gd)
+                                        hard_lanes=self._hard_lanes, drain_lanes=gd,
+                                        input_stage=self._input_stage)
         # One combiner per drain lane g: combiner g updates lanes g, g + G, g + 2G, ... in its
         # own accumulator memory (index l // G).
         combs = []

@@ -31,6 +31,14 @@ class BFPLanes(wiring.Component):
     drain_lanes : int
         Lanes ``G`` the drain shifts out per pop (``pipelined`` only; ``G`` divides ``N``):
         a pass of ``N / G`` pops.
+    input_stage : bool
+        ``pipelined`` only: a register stage I in front of the multipliers, under the same stall
+        as stages M and R. ``x`` goes into one copy per group of four lanes, the weights and
+        exponents into one register per lane, the beat's valid into one flip-flop per group,
+        which with that group's stall copy is the group's multiplier enable. The inputs then
+        fan out to 16 registers, not to every multiplier (on the ECP5-85F, 64 MULT18X18D
+        across the die). One cycle more from a beat to its product; the same handshake (still
+        ``ready = valid & ~hold``) and the same results.
 
     Members
     -------
@@ -65,14 +73,17 @@ class BFPLanes(wiring.Component):
     """
 
     def __init__(self, *, lanes, block, width, exp_bits, mult, sim_model, pipelined=True,
-                 hard_lanes=None, drain_lanes=1):
+                 hard_lanes=None, drain_lanes=1, input_stage=False):
         self._lanes, self._block, self._width, self._exp_bits = lanes, block, width, exp_bits
         self._pipelined = pipelined
         assert lanes % drain_lanes == 0 and (pipelined or drain_lanes == 1)
+        assert pipelined or not input_stage
         self._drain = drain_lanes
+        self._input_stage = input_stage
         self._pw = 2 * width + _clog2(block)
         self._mult = MultiplierArray(lanes=lanes, width=width, style=mult, sim_model=sim_model,
-                                     hard_lanes=hard_lanes)
+                                     hard_lanes=hard_lanes,
+                                     en_group=_GROUP if input_stage else None)
         self._mult_style = mult
         head = data.StructLayout({"p": signed(self._pw), "e": signed(exp_bits + 1), "nan": 1})
         super().__init__({
@@ -101,10 +112,12 @@ class BFPLanes(wiring.Component):
             fire.eq(self.i_w.valid & self.i_x.valid & ~hold),
             self.i_w.ready.eq(self.i_x.valid & ~hold),
             self.i_x.ready.eq(self.i_w.valid & ~hold),
-            mult.en.eq(fire),
         ]
-        for i in range(n):
-            m.d.comb += [mult.a[i].eq(self.i_w.payload.m[i]), mult.b[i].eq(self.i_x.payload.m)]
+        if not self._input_stage:
+            m.d.comb += mult.en.eq(fire)
+            for i in range(n):
+                m.d.comb += [mult.a[i].eq(self.i_w.payload.m[i]),
+                             mult.b[i].eq(self.i_x.payload.m)]
 
         if self._pipelined:
             self._elaborate_pipelined(m, fire, hold)
@@ -213,6 +226,29 @@ class BFPLanes(wiring.Component):
         ctl = {nm: [Signal(name=f"{nm}_g{g}", init=nm == "z") for g in range(ng)]
                for nm in ("pv", "pl", "full", "z", "hold", "en", "load")}
         hold_g, en_g, load_g, z_g = ctl["hold"], ctl["en"], ctl["load"], ctl["z"]
+        x_e, w_e = self.i_x.payload.e, self.i_w.payload.e
+        if self._input_stage:
+            # Stage I: each group's copy of x and of the valid, and its multipliers' enable
+            # (the copies' enables are the group's stall copies, so synthesis keeps them
+            # apart). The beat that enters stage M is the one in stage I.
+            i_v = [Signal(name=f"i_v_g{g}") for g in range(ng)]
+            i_xm = [Signal(signed(w), name=f"i_xm_g{g}") for g in range(ng)]
+            i_wm = [Signal(signed(w), name=f"i_wm{i}") for i in range(n)]
+            i_we = [Signal(signed(eb), name=f"i_we{i}") for i in range(n)]
+            i_xe = Signal(signed(eb))
+            for g in range(ng):
+                with m.If(~hold_g[g]):
+                    m.d.sync += [i_v[g].eq(self.i_w.valid & self.i_x.valid),
+                                 i_xm[g].eq(self.i_x.payload.m)]
+                m.d.comb += mult.en[g].eq(i_v[g] & ~hold_g[g])
+            with m.If(~hold_g[0]):
+                m.d.sync += i_xe.eq(x_e)
+            for i in range(n):
+                with m.If(~hold_g[grp[i]]):
+                    m.d.sync += [i_wm[i].eq(self.i_w.payload.m[i]), i_we[i].eq(w_e[i])]
+                m.d.comb += [mult.a[i].eq(i_wm[i]), mult.b[i].eq(i_xm[grp[i]])]
+            fire = i_v[0] & ~hold
+            x_e, w_e = i_xe, i_we
         beat_last = Signal()    # beat == B - 1, a register
         with m.If(~hold):
             m.d.sync += [m_valid.eq(fire), m_last.eq(fire & beat_last)]
@@ -227,10 +263,10 @@ class BFPLanes(wiring.Component):
         # `i_x`'s exponent goes to one register: a test of it fanned out to every lane was
         # the 64-lane column's critical path.
         with m.If(~hold_g[0] & beat_last):
-            m.d.sync += m_ex.eq(self.i_x.payload.e)
+            m.d.sync += m_ex.eq(x_e)
         for i in range(n):
             with m.If(~hold_g[grp[i]] & beat_last):
-                m.d.sync += m_we[i].eq(self.i_w.payload.e[i])
+                m.d.sync += m_we[i].eq(w_e[i])
         # Stage R: a fabric register after the hard multipliers (their outputs route slowly).
         prod = [Signal(signed(2 * w), name=f"prod{i}") for i in range(n)]
         for i in range(n):

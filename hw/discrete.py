@@ -69,6 +69,13 @@ class DiscreteUnit(wiring.Component):
         ``ceil(sqrt(lanes))`` lanes and then the groups' sums, instead of one (default False):
         one cycle more of ``DOT`` latency and a shorter adder tree between registers, for the
         clock of wide units. The results are the same.
+    local_book : bool
+        Each group of four lanes reads a copy of the code book of its own, in flip-flops beside
+        it, two cycles behind ``book`` (default False): the book fans out to ``ceil(lanes /
+        4)`` copies instead of to every lane's decoder (on the ECP5-85F, 64 lanes across the
+        die). A copy loads the book in the cycle after it differs from it, so each copy's next
+        state reads its own flip-flops and synthesis keeps the copies apart. Change ``book``
+        at least two cycles before the beats that use it.
 
     Members
     -------
@@ -101,14 +108,14 @@ class DiscreteUnit(wiring.Component):
     Raises
     ------
     TypeError
-        If a parameter is not an integer (bools rejected), or ``tables`` or ``split_sum`` is not
-        a bool.
+        If a parameter is not an integer (bools rejected), or ``tables``, ``split_sum`` or
+        ``local_book`` is not a bool.
     ValueError
         If a parameter is out of range.
     """
 
     def __init__(self, *, lanes=4, width=8, code_bits=2, acc_width=None, tables=True,
-                 split_sum=False):
+                 split_sum=False, local_book=False):
         self._lanes = _check_int("Lane count", lanes, 1, 64)
         self._width = _check_int("Operand width", width, 3, 24)
         self._code_bits = _check_int("Code width", code_bits, 1, 3)
@@ -121,6 +128,9 @@ class DiscreteUnit(wiring.Component):
         if not isinstance(split_sum, bool):
             raise TypeError(f"Split sum must be a bool, not {split_sum!r}")
         self._split_sum = split_sum
+        if not isinstance(local_book, bool):
+            raise TypeError(f"Local book must be a bool, not {local_book!r}")
+        self._local_book = local_book
         n = self._code_bits
         members = {
             "book": In(data.ArrayLayout(CodeEntry, 1 << n)),
@@ -166,6 +176,10 @@ class DiscreteUnit(wiring.Component):
     def split_sum(self):
         return self._split_sum
 
+    @property
+    def local_book(self):
+        return self._local_book
+
     def elaborate(self, platform):
         m = Module()
         L, W, n, A = self._lanes, self._width, self._code_bits, self._acc_width
@@ -189,6 +203,16 @@ class DiscreteUnit(wiring.Component):
             # when ``op`` changes to DOT never reach the accumulator.
             m.d.sync += [v1.eq(self.i.valid), last1.eq(self.i.payload.last),
                          dot1.eq(op == DiscreteOp.DOT)]
+        books = [self.book] * L
+        if self._local_book:
+            books = []
+            for g in range((L + 3) // 4):
+                copy = Signal.like(self.book, name=f"book_g{g}")
+                load = Signal(name=f"book_load_g{g}")
+                m.d.sync += load.eq(copy.as_value() != self.book.as_value())
+                with m.If(load):
+                    m.d.sync += copy.eq(self.book)
+                books += [copy] * 4
         lut_data = []
         if self._tables:
             table = m.submodules.table = Memory(shape=unsigned(W), depth=4 << (2 * n), init=[])
@@ -202,7 +226,7 @@ class DiscreteUnit(wiring.Component):
             with m.Switch(w[k]):
                 for c in range(1 << n):
                     with m.Case(c):
-                        m.d.comb += entry.eq(self.book[c])
+                        m.d.comb += entry.eq(books[k][c])
             # One right shifter serves both directions: a left shift is the bit-reversed right
             # shift of the bit-reversed magnitude, and the bits it drops are the overflow.
             mag_in = x[k][:mw]

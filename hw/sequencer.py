@@ -174,10 +174,16 @@ class Sequencer(wiring.Component):
           the shift, the saturation; each into a register) and written from the last (three
           cycles more per row);
         * the discrete unit sums a beat's lane terms in two stages
-          (:class:`lowbit.hw.discrete.DiscreteUnit` ``split_sum``, a cycle more per row);
+          (:class:`lowbit.hw.discrete.DiscreteUnit` ``split_sum``, a cycle more per row), its
+          result is always taken (so its pipeline never stalls), and DM_SUM's saturation
+          reads the top bits of two parallel sums;
         * the discrete unit's code book and ``CODE_WIDTH``'s mask of the codes are copies of the
           registers in flip-flops (a cycle behind them), the mask applied as the codes enter
-          their registers beside the lanes;
+          their registers beside the lanes, and the unit keeps a copy of the book per four
+          lanes (``local_book``, two cycles behind its port);
+        * the BFP column has a register stage in front of its multipliers (x in one copy per
+          four lanes, :class:`lowbit.hw.bfp.BFPColumn` ``input_stage``; a cycle more from a
+          beat to its product);
         * the reader has a second stage, a register of the scratchpad's word, which every
           consumer reads (a read latency of 2: a cycle more per instruction fetch, per range
           read and per single read of MOVE and DM_BIAS), and the x buffer's reads go through a
@@ -375,7 +381,8 @@ class Sequencer(wiring.Component):
                             acc_block_ram=self._bfp_acc_block_ram,
                             pipelined=self._bfp_pipelined,
                             pipelined_combiner=self._bfp_pipelined_combiner,
-                            hard_lanes=self._hard_lanes, drain_lanes=self._drain_lanes)
+                            hard_lanes=self._hard_lanes, drain_lanes=self._drain_lanes,
+                            input_stage=self._pipelined and self._bfp_pipelined)
             m.submodules.column = col
             m.d.comb += [
                 col.cfg_width.eq(mant_width if self._bfp_mant_width else 8),
@@ -408,7 +415,7 @@ class Sequencer(wiring.Component):
         if self._discrete:
             du = DiscreteUnit(lanes=N, width=8, code_bits=self._code_bits,
                               acc_width=DISCRETE_ACC_WIDTH, tables=False,
-                              split_sum=self._pipelined)
+                              split_sum=self._pipelined, local_book=self._pipelined)
             m.submodules.discrete = du
             m.d.comb += du.op.eq(DiscreteOp.DOT)
             # With ``pipelined``, the unit's code book is a copy in flip-flops beside it, a
@@ -821,7 +828,11 @@ class Sequencer(wiring.Component):
                 # The unit's inputs are the gather's registers in every state, not only in
                 # DM_RUN: g_full is set in DM_RUN alone and cleared by its last beat, so the
                 # FSM's state need not gate 64 lanes' payload (a path across the die).
-                m.d.comb += [du.i.valid.eq(g_full & dm_codes_ok), du.i.payload.last.eq(g_last)]
+                # Its result is always taken (DM_WAIT reads it; a row's only output comes
+                # while the FSM waits for it in DM_WAIT), so the unit's pipeline never stalls
+                # and its enable, fanned out to every lane, is a constant.
+                m.d.comb += [du.i.valid.eq(g_full & dm_codes_ok), du.i.payload.last.eq(g_last),
+                             du.o.ready.eq(1)]
                 for k in range(N):
                     m.d.comb += [du.i.payload.x[k].eq(gather.word_select(k, 8)),
                                  du.i.payload.w[k].eq(dm_codes[k])]
@@ -1464,8 +1475,18 @@ class Sequencer(wiring.Component):
                         m.next = "DM_SUM"
                 with m.State("DM_SUM"):
                     lim = (1 << (DISCRETE_ACC_WIDTH - 1)) - 1
-                    s = acc_q + bias_q
-                    m.d.sync += v_q.eq(Mux(s > lim, lim, Mux(s < -lim, -lim, s)))
+                    if self._pipelined:
+                        # The saturation from the top bits of two parallel sums, s and s - 1,
+                        # not from comparators after the adder (as the discrete unit's).
+                        A = DISCRETE_ACC_WIDTH
+                        s = acc_q + bias_q
+                        s_m1 = acc_q + (bias_q - 1)
+                        pos = ~s[-1] & s[A - 1:].any()
+                        neg = s_m1[-1] & ~s_m1[A - 1:].all()
+                        m.d.sync += v_q.eq(Mux(pos, lim, Mux(neg, -lim, s)))
+                    else:
+                        s = acc_q + bias_q
+                        m.d.sync += v_q.eq(Mux(s > lim, lim, Mux(s < -lim, -lim, s)))
                     m.next = "DM_POST"
                 with m.State("DM_POST"):
                     # |v| <= 2^15 - 1, so every shift from 16 up gives 0: a 4-bit shifter.

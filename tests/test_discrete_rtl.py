@@ -56,7 +56,7 @@ def run_rtl(dut, op, x, w, book, *, last=None, n_out=None, lut_op=0, tables=None
                     await ctx.tick()
         if dut.tables:
             ctx.set(dut.tbl_en, 0)
-        await ctx.tick()
+        await ctx.tick().repeat(3 if dut.local_book else 1)
 
     beats = [{"x": [int(v) for v in xb], "w": [int(v) for v in wb], "last": int(lb)}
              for xb, wb, lb in zip(x, w, last, strict=True)]
@@ -93,6 +93,7 @@ def all_pairs(width, n, lanes):
     ({"acc_width": 16.0}, TypeError, "Accumulator width must be an integer"),
     ({"tables": 1}, TypeError, "Tables must be a bool, not 1"),
     ({"split_sum": 0}, TypeError, "Split sum must be a bool, not 0"),
+    ({"local_book": None}, TypeError, "^Local book must be a bool, not None$"),
 ])
 def test_parameter_validation(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
@@ -104,9 +105,11 @@ def test_defaults_properties_and_signature():
     assert ((dut.lanes, dut.width, dut.code_bits, dut.acc_width, dut.tables, dut.split_sum)
             == (4, 8, 2, 16, True, False))
     assert DiscreteUnit(split_sum=True).split_sum
+    assert DiscreteUnit(local_book=True).local_book and not dut.local_book
     assert DiscreteUnit(width=12).acc_width == 20
     assert "tbl_en" not in DiscreteUnit(tables=False).signature.members
-    for attr in ("lanes", "width", "code_bits", "acc_width", "tables", "split_sum"):
+    for attr in ("lanes", "width", "code_bits", "acc_width", "tables", "split_sum",
+                 "local_book"):
         with pytest.raises(AttributeError):
             setattr(dut, attr, 1)
     members = dut.signature.members
@@ -406,3 +409,57 @@ def test_switch_to_dot_right_after_last_output(prev):
     sim.run()
     want = dot(np.array([[1, 0, 0, 0]]), np.array([[3] * 4]), book, SMFormat(8, 0), acc_width=16)
     assert res == [int(want[0])]
+
+
+def test_local_book_follows_the_port_two_cycles_later():
+    """``local_book`` on 9 lanes (three copies, the last of one lane): the model's products in
+    MUL mode and its dot products with the book of the port; after each change of the book,
+    the beats two cycles later use the new one in every lane, the beats one cycle later the
+    old one in some."""
+    from amaranth.sim import Simulator
+
+    rng = np.random.default_rng(12)
+    lanes = 9
+    dut = cached(DiscreteUnit, lanes=lanes, code_bits=3, tables=False, local_book=True)
+    fmt = SMFormat(8)
+    book = random_book(rng, 3)
+    x, c = rng.integers(0, 256, (40, lanes)), rng.integers(0, 8, (40, lanes))
+    y, _ = run_rtl(dut, DiscreteOp.MUL, x, c, book, seed=3)
+    assert (y == mul_cd(x.ravel(), c.ravel(), book, fmt).reshape(-1, lanes)).all()
+    vectors = [(rng.integers(0, 256, k), rng.integers(0, 8, k)) for k in (3, 9, 20)]
+    xd, cd, last = dot_beats(dut, vectors)
+    _, acc = run_rtl(dut, DiscreteOp.DOT, xd, cd, book, last=last, n_out=3, seed=4)
+    assert acc.tolist() == [int(dot(vx, vc, book, fmt, lanes=lanes)) for vx, vc in vectors]
+
+    books = [random_book(rng, 3) for _ in range(4)]
+    xs = rng.integers(0, 256, lanes)
+    cs = np.arange(lanes) % 8
+    got = {}
+
+    async def bench(ctx):
+        ctx.set(dut.op, DiscreteOp.MUL)
+        ctx.set(dut.o.ready, 1)
+        ctx.set(dut.i.payload, {"x": xs.tolist(), "w": cs.tolist(), "last": 0})
+        outs = []
+        for b in books:
+            for k, word in enumerate(b.words()):
+                ctx.set(dut.book[k].as_value(), word)
+            # Cycles 0..4 after the change: beats in cycles 1 and 2, then two idle cycles for
+            # them to leave (a latency of 2).
+            for cycle in range(5):
+                ctx.set(dut.i.valid, int(cycle in (1, 2)))
+                await ctx.tick()
+                if ctx.get(dut.o.valid):
+                    outs.append(np.array([ctx.get(dut.o.payload.y[k]) for k in range(lanes)]))
+        assert len(outs) == 2 * len(books)
+        for j in range(len(books)):
+            got[j, 1], got[j, 2] = outs[2 * j], outs[2 * j + 1]
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    for j, b in enumerate(books):
+        want = mul_cd(xs, cs, b, fmt)
+        assert (got[j, 2] == want).all()
+        assert (got[j, 1] != want).any()

@@ -1081,17 +1081,20 @@ def test_icebreaker_matvec_equals_machine(icebreaker):
 
 
 @pytest.mark.slow                      # 10 CPU-s: the 64-lane column in Amaranth's simulator
-def test_64_lanes_matvec_equals_machine():
+@pytest.mark.parametrize("seq_pipelined", [False, True])
+def test_64_lanes_matvec_equals_machine(seq_pipelined):
     """The widest column the sequencer takes (N = 64, the ULX3S's): LOADW and a MATVEC of one and
     a half tiles with bias (the second tile's unused rows in the lanes' upper half), and a
     one-tile MATVEC with a fixed exponent, equal lowbit.sim.program.Machine word for word and
     lowbit.sim.network.bfp_dense; the busy count is T · K. With B = 4 the column's drain moves
-    16 lanes a cycle into 16 combiners (``drain_lanes``, by default N / B)."""
+    16 lanes a cycle into 16 combiners (``drain_lanes``, by default N / B). ``[True]``: with
+    the ULX3S's ``seq_pipelined``, so the column's input stage (x in 16 copies, one per four
+    lanes) too."""
     from lowbit.sim.program import Design, Machine
     n, b, k = 64, 4, 4
     params = dict(matrix_lanes=n, block=b, max_blocks=1, weight_depth=16, discrete=False,
                   quantiser=False, grand=False, lanes=1, lut_tables=0, bfp_predictor=False,
-                  scratch_bytes=2048)
+                  scratch_bytes=2048, seq_pipelined=seq_pipelined)
     dev = Device(**params)
     assert dev.top.drain_lanes == 16
     machine = Machine(Design(matrix_lanes=n, block=b, max_blocks=1, weight_depth=16,

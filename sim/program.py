@@ -94,6 +94,7 @@ per element in order.
 """
 
 import dataclasses
+import operator
 import struct
 
 import numpy as np
@@ -562,8 +563,10 @@ class Machine:
         return (words & np.uint64((1 << self.design.rand_bits) - 1)).astype(np.int64)
 
     def grand_take(self, count):
-        """The next ``count`` grand results as ``(f16, f32)`` int pairs, lane order."""
+        """The next ``count`` grand results as ``(f16, f32)`` int pairs, lane order. ``count`` is
+        any integer (a NumPy one too: its arithmetic would wrap in its own width)."""
         from .grand import WORDS_PER_RESULT, results_from_words
+        count = operator.index(count)
         while len(self.grand_pending) < count:
             need = -(-(count - len(self.grand_pending)) // self.design.lanes)
             words = self.grand_prng.take(need * WORDS_PER_RESULT[self.grand_mode])

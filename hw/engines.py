@@ -279,10 +279,9 @@ class GrandHandler(wiring.Component):
         Modes of the unit (:class:`lowbit.hw.grand.GrandUnit`; default all).
     pipelined : bool
         For fast clocks on a large die (default ``False``): the unit's ``split_stall`` and
-        the state's shift (``16 * lanes`` bytes,
-        ``128 * lanes`` flip-flops) a cycle after each byte is taken, from a register of the
-        byte and of the shift's enable, so that the argument handshake does not reach the
-        state's clock enables. The same replies.
+        the state's shift (``16 * lanes`` bytes, ``128 * lanes`` flip-flops) a cycle after
+        each byte is taken, from a register of the byte and of the shift's enable, so that the
+        argument handshake does not reach the state's clock enables. The same replies.
 
     Members
     -------

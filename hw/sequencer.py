@@ -1475,17 +1475,16 @@ class Sequencer(wiring.Component):
                         m.next = "DM_SUM"
                 with m.State("DM_SUM"):
                     lim = (1 << (DISCRETE_ACC_WIDTH - 1)) - 1
+                    s = acc_q + bias_q
                     if self._pipelined:
                         # The saturation from the top bits of two parallel sums, s and s - 1,
                         # not from comparators after the adder (as the discrete unit's).
                         A = DISCRETE_ACC_WIDTH
-                        s = acc_q + bias_q
                         s_m1 = acc_q + (bias_q - 1)
                         pos = ~s[-1] & s[A - 1:].any()
                         neg = s_m1[-1] & ~s_m1[A - 1:].all()
                         m.d.sync += v_q.eq(Mux(pos, lim, Mux(neg, -lim, s)))
                     else:
-                        s = acc_q + bias_q
                         m.d.sync += v_q.eq(Mux(s > lim, lim, Mux(s < -lim, -lim, s)))
                     m.next = "DM_POST"
                 with m.State("DM_POST"):

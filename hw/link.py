@@ -22,6 +22,7 @@ from amaranth.lib.wiring import In, Out
 from lowbit.sim.link import MAX_LENGTH, SOF_REPLY, SOF_REQUEST, Status
 
 from .common import any_of
+from .common import check_bool as _check_bool
 from .common import check_int as _check_int
 from .crc import CRC16
 from .ports import load_or_step
@@ -89,6 +90,10 @@ class HostLink(wiring.Component):
         Largest request payload, the depth of the frame buffer (16 to 65535).
     timeout_cycles : int
         Inter-byte timeout inside a frame, in clock cycles (at least 2).
+    arg_register : bool
+        The ``arg`` payload comes from a register of the frame buffer's output, at one byte per
+        three cycles, instead of from the buffer's output itself (one per two): no handler's
+        logic follows a block RAM's clock-to-out (ECP5 at high clocks). Default ``False``.
 
     Members
     -------
@@ -118,9 +123,10 @@ class HostLink(wiring.Component):
     """
 
     @quiet_on_error
-    def __init__(self, *, frame_bytes=512, timeout_cycles=120_000):
+    def __init__(self, *, frame_bytes=512, timeout_cycles=120_000, arg_register=False):
         self._frame_bytes = _check_int("Frame buffer size", frame_bytes, 16, MAX_LENGTH)
         self._timeout_cycles = _check_int("Timeout in cycles", timeout_cycles, 2, 1 << 30)
+        self._arg_register = _check_bool("arg_register", arg_register)
         super().__init__({
             "i": In(stream.Signature(8)),
             "o": Out(stream.Signature(8)),
@@ -135,6 +141,10 @@ class HostLink(wiring.Component):
     @property
     def frame_bytes(self):
         return self._frame_bytes
+
+    @property
+    def arg_register(self):
+        return self._arg_register
 
     @property
     def timeout_cycles(self):
@@ -206,10 +216,21 @@ class HostLink(wiring.Component):
         avail = Signal()
         stale = Signal()
         take_arg = Signal()
+        # With ``arg_register`` the payload is a register of the buffer's output, loaded every
+        # cycle, and ``avail`` is set a cycle later (``stale`` delayed): the byte at the new
+        # ``ptr`` reaches it two cycles after the step. The first byte is there already: ``ptr``
+        # is 0 from CRC_LO on, at least three cycles before DISPATCH.
+        if self._arg_register:
+            arg_q = Signal(8, reset_less=True)
+            stale_q = Signal()
+            m.d.sync += [arg_q.eq(rd.data), stale_q.eq(stale)]
+            payload, refill = arg_q, stale_q
+        else:
+            payload, refill = rd.data, stale
         m.d.comb += [
             take_arg.eq(arg.valid & arg.ready),
             arg.valid.eq(avail),
-            arg.payload.eq(rd.data),
+            arg.payload.eq(payload),
             rd.addr.eq(ptr),
             wr.data.eq(byte),
             wr.addr.eq(ptr),
@@ -226,7 +247,7 @@ class HostLink(wiring.Component):
         # choice, so that synthesis makes no enable of the handlers' ready: it meets only the
         # flip-flop's last LUT.
         avail_set = Signal()
-        m.d.comb += avail_set.eq(stale | (cmd.valid & cmd.ready))
+        m.d.comb += avail_set.eq(refill | (cmd.valid & cmd.ready))
         m.d.sync += avail.eq(~rx_ready & ~take_arg
                              & ((avail_set & (ptr != length)) | (~avail_set & avail)))
 

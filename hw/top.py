@@ -834,7 +834,8 @@ class Accelerator(wiring.Component):
         through a register (a read latency of 2; :class:`lowbit.hw.sequencer.Sequencer`
         ``pipelined``, :class:`MemoryHandler` ``read_latency``; the same results), and the
         GRAND handler's registers for fast clocks (:class:`lowbit.hw.engines.GrandHandler`
-        ``pipelined``). Default ``False``.
+        ``pipelined``), and the link's ``arg`` bytes from a register of its frame buffer
+        (:class:`lowbit.hw.link.HostLink` ``arg_register``). Default ``False``.
     scratch_write_addr : bool or None
         The sequencer writes the block-RAM scratchpad at an address of its own while it reads
         (:attr:`scratch_write_addr`); ``None`` (default): wherever the scratchpad is block RAM
@@ -1032,7 +1033,8 @@ class Accelerator(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         link = HostLink(frame_bytes=self._frame_bytes,
-                        timeout_cycles=self._timeout_bits * self._divisor)
+                        timeout_cycles=self._timeout_bits * self._divisor,
+                        arg_register=self.seq_pipelined)
         m.submodules.link = link
         m.submodules.dispatch = dispatch = Dispatcher(self.dispatch_table(),
                                                       echo=(Opcode.PING,))

@@ -463,6 +463,9 @@ def test_link_parameter_validation():
         HostLink(timeout_cycles=True)
     with pytest.raises(ValueError, match="Timeout in cycles must be an integer between 2"):
         HostLink(timeout_cycles=1)
+    with pytest.raises(TypeError, match="arg_register must be a bool, not 1"):
+        HostLink(arg_register=1)
+    assert HostLink(arg_register=True).arg_register and not HostLink().arg_register
     with pytest.raises(ValueError, match="Opcode 0x01 appears twice"):
         Dispatcher([(1, 2), (1,)])
     with pytest.raises(ValueError, match="Opcode must be an integer between 0 and 255, not 256"):
@@ -484,10 +487,12 @@ def test_dispatcher_echo_opcodes():
 
 # -- stream behaviour ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_link_under_gaps_and_backpressure(seed):
+@pytest.mark.parametrize("seed, arg_register", [(0, False), (1, False), (2, True)])
+def test_link_under_gaps_and_backpressure(seed, arg_register):
     """Random valid gaps on requests and back-pressure on replies: the reply stream obeys the
-    stream rules (checked by the harness) and equals the model's, byte for byte."""
+    stream rules (checked by the harness) and equals the model's, byte for byte. With
+    ``arg_register`` (the top's ``seq_pipelined``) the handlers' argument bytes come from a
+    register of the frame buffer."""
     rng = random.Random(seed)
     rq = L.encode_request
     frames = [
@@ -503,7 +508,8 @@ def test_link_under_gaps_and_backpressure(seed):
     request = b"".join(frames)
     model = L.DeviceModel(scratch_bytes=256, frame_bytes=64)
     expected = model.feed(request)
-    top = Accelerator(uart=False, scratch_bytes=256, frame_bytes=64, timeout_bits=100)
+    top = Accelerator(uart=False, scratch_bytes=256, frame_bytes=64, timeout_bits=100,
+                      seq_pipelined=arg_register)
     out = run_stream(top, {"i": list(request)}, {"o": len(expected)}, valid_prob=0.6,
                      ready_prob=0.5, seed=seed)
     assert bytes(out["o"]) == expected

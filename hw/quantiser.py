@@ -109,6 +109,12 @@ class Quantiser(wiring.Component):
         Also build the ``"ceil_lop"`` shared-exponent rule (seed 002 claim 8 as written,
         ``ceil(log2 amax) - (W - 2)``): the ``rule`` port becomes 2 bits wide. Default
         ``False`` (the ``rule`` port is 1 bit, the accelerator top's ``QUANT_RULE``).
+    compare_first : bool
+        For fast clocks: the discrete path compares the unclamped value with each code value
+        and applies the clamp of NaN, infinities and overflows to the comparisons' outcomes
+        (against the clamped values' comparisons, kept in registers beside the code values,
+        a cycle behind them), so no multiplexer is in front of the carry chains. The same
+        results. Default ``False``.
 
     Members
     -------
@@ -161,7 +167,8 @@ class Quantiser(wiring.Component):
     """
 
     def __init__(self, *, fmt="f16", width=32, frac_bits=16, lanes=2, block=16, w_max=8,
-                 exp_bits=8, rand_bits=8, mult_bits=12, code_bits=3, ceil_lop=False):
+                 exp_bits=8, rand_bits=8, mult_bits=12, code_bits=3, ceil_lop=False,
+                 compare_first=False):
         if not isinstance(fmt, str):
             raise TypeError(f"Input format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         if fmt not in FORMATS:
@@ -179,6 +186,7 @@ class Quantiser(wiring.Component):
         _check_int("Multiplier width", mult_bits, 0, 16)
         _check_int("Code width", code_bits, 0, 3)
         check_bool("ceil_lop", ceil_lop)
+        check_bool("compare_first", compare_first)
         if fmt == "fixed" and width + mult_bits > 53:
             raise ValueError(f"Fixed-point width plus multiplier width must be at most 53, "
                              f"not {width + mult_bits}")
@@ -196,6 +204,7 @@ class Quantiser(wiring.Component):
         self._exp_bits, self._rand_bits, self._mult_bits = exp_bits, rand_bits, mult_bits
         self._code_bits = code_bits
         self._ceil_lop = ceil_lop
+        self._compare_first = compare_first
 
         elem = unsigned(16) if fmt == "f16" else signed(width)
         members = {
@@ -230,6 +239,7 @@ class Quantiser(wiring.Component):
     mult_bits = property(lambda self: self._mult_bits)
     code_bits = property(lambda self: self._code_bits)
     ceil_lop = property(lambda self: self._ceil_lop)
+    compare_first = property(lambda self: self._compare_first)
 
     @property
     def out_bits(self):
@@ -775,6 +785,15 @@ class Quantiser(wiring.Component):
                     m.d.comb += index.eq(c)
             return onehot, index
 
+        if self._compare_first:
+            # The clamped values' comparisons with each code value (y = 0, +y_max, -y_max).
+            ge_zero = [Signal(name=f"cfg_ge_zero{c}") for c in range(nc)]
+            ge_pmax = [Signal(name=f"cfg_ge_pmax{c}") for c in range(nc)]
+            ge_nmax = [Signal(name=f"cfg_ge_nmax{c}") for c in range(nc)]
+            for c in range(nc):
+                thr = cfg_v[c] << G
+                m.d.sync += [ge_zero[c].eq(thr <= 0), ge_pmax[c].eq(thr <= y_max),
+                             ge_nmax[c].eq(thr <= -y_max)]
         _, min_idx = pick(cfg_valid, beats_min, "cfg_min")
         _, max_idx = pick(cfg_valid, beats_max, "cfg_max")
         cfg_min_code = Signal(n_max)
@@ -800,7 +819,14 @@ class Quantiser(wiring.Component):
             with m.If(en):
                 m.d.sync += [d5_y.eq(y), d5_s.eq(sticky), d5_r.eq(s5_rand[lane])]
                 for c in range(nc):
-                    m.d.sync += d5_le[c].eq(cfg_valid[c] & (y >= (cfg_v[c] << G)))
+                    if self._compare_first:
+                        ge_raw = s5_y[lane] >= (cfg_v[c] << G)
+                        ge_big = Mux(s5_neg[lane], ge_nmax[c], ge_pmax[c])
+                        ge = Mux(s5_special[lane] & s5_isnan[lane], ge_zero[c],
+                                 Mux(s5_special[lane] | s5_big[lane], ge_big, ge_raw))
+                    else:
+                        ge = y >= (cfg_v[c] << G)
+                    m.d.sync += d5_le[c].eq(cfg_valid[c] & ge)
 
             # Stage 5b (discrete): the neighbours lo <= x < hi and their codes.
             gt = Signal(nc, name=f"d5_gt{lane}")

@@ -139,6 +139,7 @@ def check(dut, elems, **kw):
     ({"code_bits": 2.0}, TypeError, "Code width"),
     ({"code_bits": False}, TypeError, "Code width"),
     ({"ceil_lop": 1}, TypeError, "ceil_lop must be a bool, not 1"),
+    ({"compare_first": "yes"}, TypeError, "compare_first must be a bool, not 'yes'"),
 ])
 def test_validation(kwargs, exc, match):
     with pytest.raises(exc, match=match):
@@ -542,10 +543,27 @@ def test_discrete_every_f16_code(n, which, rounding):
           book=_book(n, which))
 
 
-def test_discrete_books_in_sequence():
+@pytest.mark.parametrize("n,which,rounding", [
+    (3, "default", "stochastic"), pytest.param(2, 5, "zero", marks=pytest.mark.slow),
+    pytest.param(3, 4, "nearest", marks=pytest.mark.slow),
+    pytest.param(1, 1, "stochastic", marks=pytest.mark.slow)])
+def test_discrete_compare_first(n, which, rounding):
+    """``compare_first`` (the ULX3S's sequencer): the clamp applied to the comparisons'
+    outcomes gives the same codes, specials and values beyond the book included."""
+    book = _book(n, which)
+    dut = cached(Quantiser, lanes=8, mult_bits=0, rand_bits=5, compare_first=True)
+    assert dut.compare_first and not cached(Quantiser).compare_first
+    codes = np.concatenate([SOME_F16, _near_book_values(book, dut.rand_bits)])
+    codes = np.concatenate([codes, np.zeros(-codes.size % 8, dtype=np.int64)])
+    check(dut, codes, target="discrete", rounding=rounding, book=book)
+
+
+@pytest.mark.parametrize("compare_first", [False, True])
+def test_discrete_books_in_sequence(compare_first):
     """One quantiser, several books and widths loaded in turn (the configuration registers
     follow the book; narrower books leave junk in the unused entries)."""
-    dut = cached(Quantiser, lanes=4, mult_bits=0, code_bits=3, rand_bits=3)
+    dut = cached(Quantiser, lanes=4, mult_bits=0, code_bits=3, rand_bits=3,
+                 compare_first=compare_first)
     rng = np.random.default_rng(3)
     for k, n in enumerate((3, 1, 2)):
         book = random_book(n, 40 + k)

@@ -163,8 +163,9 @@ class Sequencer(wiring.Component):
         5.7 ns clock-to-out on ECP5) met logic and long routes:
 
         * LOADW's writes reach the weight banks through a register of the data, the entry and
-          one enable per bank (each write lands a cycle later; no instruction reads the
-          weights within a fetch of LOADW's end);
+          one enable per bank, the data and the entry in one copy per eight banks (each write
+          lands a cycle later; no instruction reads the weights within a fetch of LOADW's
+          end);
         * the discrete unit takes its weight codes from a register after the banks' outputs
           (a beat waits until it holds its entry, two cycles after the entry changes);
         * DMATVEC's x words reach the gather register a cycle after they are taken, through a
@@ -188,10 +189,19 @@ class Sequencer(wiring.Component):
           consumer reads (a read latency of 2: a cycle more per instruction fetch, per range
           read and per single read of MOVE and DM_BIAS), and the x buffer's reads go through a
           register the same way; the weight banks read in step with the second stage, so the
-          column's x and weights both come from registers beside their memories.
+          column's x and weights both come from registers beside their memories;
+        * the reader's skid register takes the scratchpad's word when a read is issued over it
+          while the second stage is full, so that reads are issued from flip-flops alone (no
+          consumer's handshake reaches the scratchpad's read enable), and ``rd_ptr + 1`` is a
+          register of its own, and so is the next address to read (no carry chain and no
+          multiplexer on ``fresh`` in front of the scratchpad's address); the banks' read
+          enable in MATVEC's x phase follows the column's readiness alone;
+        * the quantiser compares before it clamps (:class:`lowbit.hw.quantiser.Quantiser`
+          ``compare_first``).
 
-        The same results; ``lanes · (1 + code_bits) + 55 + log2(weight_depth)`` flip-flops
-        more (17 more with the x buffer), and the discrete unit's group sums.
+        The same results; about ``lanes · (1 + code_bits) + 104 + log2(weight_depth)``
+        flip-flops more, ``16 + log2(weight_depth)`` more per eight lanes past the first eight
+        (LOADW's copies), 17 more with the x buffer, and the discrete unit's group sums.
     simulation : bool
         Behavioural multiplier models (for Amaranth's simulator).
     write_addr : bool
@@ -334,12 +344,19 @@ class Sequencer(wiring.Component):
         w_rd_en = Signal()
         if self._pipelined:
             # LOADW's write, registered with its bank decoded: the scratchpad's output reaches
-            # a flip-flop beside it, not every bank across the die.
-            wq_addr = Signal.like(w_wr_addr)
-            wq_data = Signal(16)
+            # a flip-flop beside it, not every bank across the die. The entry and the data in
+            # one copy per eight banks, each loaded only by a write to its banks (so synthesis
+            # keeps the copies apart): no net of them spans the die.
             wq_en = Signal(N)
-            m.d.sync += [wq_addr.eq(w_wr_addr), wq_data.eq(w_wr_data),
-                         wq_en.eq(Cat((w_wr_en & (w_wr_lane == k)) for k in range(N)))]
+            m.d.sync += wq_en.eq(Cat((w_wr_en & (w_wr_lane == k)) for k in range(N)))
+            wq_addr, wq_data = [], []
+            for g in range(-(-N // 8)):
+                addr_g = Signal.like(w_wr_addr, name=f"wq_addr{g}")
+                data_g = Signal(16, name=f"wq_data{g}")
+                with m.If(w_wr_en & (w_wr_lane[3:] == g) if N > 8 else w_wr_en):
+                    m.d.sync += [addr_g.eq(w_wr_addr), data_g.eq(w_wr_data)]
+                wq_addr.append(addr_g)
+                wq_data.append(data_g)
         for k in range(N):
             # LOADW writes and the engines read at different times, so read-write collisions
             # never happen: ``no_rw_check`` spares synthesis the collision logic (on iCE40 about
@@ -351,7 +368,8 @@ class Sequencer(wiring.Component):
             rp = mem.read_port(domain="comb")
             rdata_k = Signal(16, name=f"bank{k}")
             if self._pipelined:
-                m.d.comb += [wp.addr.eq(wq_addr), wp.data.eq(wq_data), wp.en.eq(wq_en[k])]
+                m.d.comb += [wp.addr.eq(wq_addr[k // 8]), wp.data.eq(wq_data[k // 8]),
+                             wp.en.eq(wq_en[k])]
             else:
                 m.d.comb += [wp.addr.eq(w_wr_addr), wp.data.eq(w_wr_data),
                              wp.en.eq(w_wr_en & (w_wr_lane == k))]
@@ -398,7 +416,7 @@ class Sequencer(wiring.Component):
         if self._quantiser:
             qu = Quantiser(fmt="f16", lanes=1, block=B, w_max=8, exp_bits=8,
                            rand_bits=RAND_BITS, mult_bits=self._quant_mult_bits,
-                           code_bits=self._code_bits)
+                           code_bits=self._code_bits, compare_first=self._pipelined)
             m.submodules.quantiser = qu
             m.d.comb += [
                 qu.target.eq(self.quant_format), qu.rounding.eq(rounding),
@@ -666,7 +684,9 @@ class Sequencer(wiring.Component):
         # rd_ptr's next value where a read steps (rp_inc). No multiplexer picks between it and
         # rd_ptr in front of the adder, which synthesis would turn into rd_ptr + rp_inc, a late
         # carry-in.
-        rd_inc = Signal(16)
+        # With ``pipelined`` it is a register loaded with rd_ptr's next value plus one, so that
+        # no carry chain reaches the scratchpad's address.
+        rd_inc = Signal(16, init=int(self._pipelined))
         # The scratchpad address from flip-flops only (the memory holds its output while the
         # reader does not read, so the address never waits for the reader's late decision,
         # which reaches the memory as ``re`` alone): the next address to read (rd_next), or a
@@ -718,21 +738,44 @@ class Sequencer(wiring.Component):
         if self._pipelined:
             rd_fill = Signal()
             rd_last = Signal()
-            # Two stages: the memory's output register (``rd_mem``: it holds a word read for the
-            # stage) and a register of the word (``rd_word``) that the consumers read, so that
-            # no logic and no route across the die follows a block RAM's clock-to-out. A read
-            # is issued while either stage has room (or the held word is taken): one word a
-            # cycle, as with one stage; each range's last word takes a cycle more to arrive.
+            # Two stages: the memory's output (``rd_mem``: it holds a word read in the last
+            # cycle) and a register of the word (``rd_word``) that the consumers read, so that
+            # no logic and no route across the die follows a block RAM's clock-to-out; and two
+            # skid registers (``rd_skid``, ``skid_v``) behind it. The scratchpad reads in every
+            # cycle of a RUN (``mem.re`` is ``busy``), so no decision reaches the read enable
+            # fanned out to its block RAMs, and each word read must enter the stage or a skid
+            # register in the next cycle: a read is issued while fewer than three words are
+            # read and not taken, from flip-flops alone, never waiting for a consumer's
+            # ``take``. One word a cycle, as with one stage; each range's last word takes a
+            # cycle more to arrive. Words enter the stage in order, the skids' first.
             rd_mem = Signal()
-            m.d.comb += [rd_fill.eq(rd_mem & (~rd_valid | take)),
-                         issue.eq(reading & rd_more & (~rd_mem | ~rd_valid | take) & port_free),
-                         rd_last.eq(~rd_more & ~rd_mem)]
-            m.d.sync += [rd_mem.eq(issue | (rd_mem & ~rd_fill)),
-                         rd_valid.eq(rd_fill | (rd_valid & ~take))]
-            # Loaded whenever the stage has room, not only on ``rd_fill``: the fetch and the
-            # single reads of MOVE and DM_BIAS read it two cycles after their reads.
-            with m.If(~rd_valid | take):
-                m.d.sync += rd_word.eq(p.rdata)
+            rd_skid = [Signal(16, name=f"rd_skid{k}", reset_less=True) for k in range(2)]
+            skid_v = [Signal(name=f"skid_v{k}") for k in range(2)]
+            has_room = Signal()       # the stage takes a word this cycle
+            m.d.comb += [
+                has_room.eq(~rd_valid | take),
+                rd_fill.eq((rd_mem | skid_v[0]) & has_room),
+                issue.eq(reading & rd_more & port_free
+                         & ~((rd_valid + rd_mem + skid_v[0] + skid_v[1]) >= 3)),
+                rd_last.eq(~rd_more & ~rd_mem & ~skid_v[0]),
+            ]
+            # The words held in the skids and arriving: the first goes to the stage when it has
+            # room, the rest to the skids in order.
+            held = Signal(2)
+            m.d.comb += held.eq(skid_v[0] + skid_v[1] + rd_mem)
+            with m.If(has_room):
+                m.d.sync += [rd_valid.eq(held >= 1), skid_v[0].eq(held >= 2),
+                             skid_v[1].eq(held >= 3),
+                             rd_word.eq(Mux(skid_v[0], rd_skid[0], p.rdata)),
+                             rd_skid[0].eq(Mux(skid_v[1], rd_skid[1], p.rdata)),
+                             rd_skid[1].eq(p.rdata)]
+            with m.Else():
+                m.d.sync += [skid_v[0].eq(held >= 1), skid_v[1].eq(held >= 2)]
+                with m.If(~skid_v[0]):
+                    m.d.sync += rd_skid[0].eq(p.rdata)
+                with m.If(~skid_v[1]):
+                    m.d.sync += rd_skid[1].eq(p.rdata)
+            m.d.sync += rd_mem.eq(issue)
             m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
         else:
             # (The one-stage branches here and in the x buffer keep their statements in the
@@ -745,8 +788,18 @@ class Sequencer(wiring.Component):
         # The write data: the write register's, but in MOVE_WR and DM_POST (not gated by
         # ``we``: only a multiplexer on flip-flops' choice in front of the memory).
         m.d.comb += [p.wmask.eq(0b11), p.wdata.eq(wr_data)]
-        m.d.comb += [rd_inc.eq(rd_ptr + 1), rd_next.eq(Mux(fresh, rd_ptr, rd_inc)),
-                     addr_base.eq(rd_next), p.addr.eq(Mux(running, addr_base, 0)), p.re.eq(re)]
+        if not self._pipelined:
+            m.d.comb += rd_inc.eq(rd_ptr + 1)
+        if self._pipelined:
+            # rd_next as a register of its own (``rd_na``, below): no multiplexer on ``fresh``
+            # in front of the scratchpad's address.
+            rd_na = Signal(16)
+            m.d.comb += rd_next.eq(rd_na)
+        else:
+            m.d.comb += rd_next.eq(Mux(fresh, rd_ptr, rd_inc))
+        m.d.comb += [addr_base.eq(rd_next), p.addr.eq(Mux(running, addr_base, 0))]
+        # (With ``pipelined`` the scratchpad reads in every cycle of a RUN: the reader above.)
+        m.d.comb += p.re.eq(running if self._pipelined else re)
         # Every write goes to wr_ptr: with a write address of its own the reads keep theirs.
         w_addr = addr_base
         if self._write_addr:
@@ -929,6 +982,14 @@ class Sequencer(wiring.Component):
         # The reader's bias words are taken: by the column, or by the bias FIFO.
         b_ready = Signal() if self._bfp and self._bias_fifo else (
             col.i_bias.ready if self._bfp else Const(0))
+        # The banks' read enable in MATVEC's x phase: ``rd_fill`` there, written with the
+        # column's readiness alone (the reader's only consumer then) instead of ``take``'s OR of
+        # every consumer, so that the enable fanned out to every bank follows fewer LUTs.
+        # (``take_x``: the same for the x buffer's write, a word taken in the x phase.)
+        fill_x, take_x = rd_fill, take & mv_x
+        if self._pipelined and self._bfp:
+            fill_x = (rd_mem | skid_v[0]) & (~rd_valid | col.i_x.ready)
+            take_x = rd_valid & mv_x & col.i_x.ready
         # ---- x buffer (MATVEC's later tiles) -----------------------------------------------
         if self._bfp and self._x_buffer:
             kmax = self._max_blocks * B
@@ -954,7 +1015,7 @@ class Sequencer(wiring.Component):
             if self._pipelined:
                 xb_fill = Signal()
                 xb_last = Signal()
-                m.d.comb += [xb_wr.en.eq(take & mv_x), xb_wr.addr.eq(xb_widx),
+                m.d.comb += [xb_wr.en.eq(take_x), xb_wr.addr.eq(xb_widx),
                              xb_wr.data.eq(rdata), xb_rd.en.eq(xb_issue), xb_rd.addr.eq(xb_ridx)]
                 xb_mem = Signal()
                 xb_word = Signal(16)
@@ -967,7 +1028,7 @@ class Sequencer(wiring.Component):
                              xb_valid.eq(xb_fill | (xb_valid & ~col.i_x.ready))]
                 with m.If(~xb_valid | col.i_x.ready):
                     m.d.sync += xb_word.eq(xb_rd.data)
-                with m.If(take & mv_x):
+                with m.If(take_x):
                     m.d.sync += xb_widx.eq(xb_widx + 1)
             else:
                 xb_data, xb_fill, xb_last = xb_rd.data, xb_issue, ~xb_more
@@ -987,9 +1048,9 @@ class Sequencer(wiring.Component):
             with m.If(xb_start):
                 m.d.sync += [xb_x.eq(1), xb_ridx.eq(0), xb_left.eq(len_src), xb_more.eq(1)]
             m.d.sync += b_pend.eq(b_pend + b_inc - b_dec)
-            m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(rd_fill & mv_x | xb_fill | st_dm)]
+            m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(fill_x & mv_x | xb_fill | st_dm)]
         else:
-            m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(rd_fill & mv_x | st_dm)]
+            m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(fill_x & mv_x | st_dm)]
         # The column's results: taken as they come, or, with the bias memory and one address,
         # held in the output unit's FIFO while the reader feeds the column x (``o_ready`` is a
         # register: taken while the reader has no x left to read or waits for the column). So
@@ -1646,9 +1707,20 @@ class Sequencer(wiring.Component):
         with m.Elif(rp_src):
             m.d.sync += rd_left.eq(len_src)
         rp_sel = Cat(rp_pc, rp_src, rp_bias, rp_inc)
+        rp_next = (Mux(rp_pc, pc, 0) | Mux(rp_src, src, 0) | Mux(rp_bias, bias_ptr, 0)
+                   | Mux(rp_inc, rd_inc, 0))
         with m.If(rp_sel.any()):
-            m.d.sync += rd_ptr.eq(Mux(rp_pc, pc, 0) | Mux(rp_src, src, 0)
-                                  | Mux(rp_bias, bias_ptr, 0) | Mux(rp_inc, rd_inc, 0))
+            m.d.sync += rd_ptr.eq(rp_next)
+            if self._pipelined:
+                m.d.sync += rd_inc.eq(rp_next[:16] + 1)
         with m.If(rp_pc | rp_src | rp_bias):
             m.d.sync += fresh.eq(1)
+        if self._pipelined:
+            # rd_next = Mux(fresh, rd_ptr, rd_inc) a cycle ahead: a load's value, or one
+            # further where a read steps rd_ptr (rp_inc) or reads at a fresh one (an issue or a
+            # fetch, which clear ``fresh``).
+            with m.If(rp_pc | rp_src | rp_bias):
+                m.d.sync += rd_na.eq(rp_next)
+            with m.Elif(rp_inc | fresh & (issue | fetching)):
+                m.d.sync += rd_na.eq(rd_na + 1)
         return m

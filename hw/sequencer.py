@@ -190,12 +190,13 @@ class Sequencer(wiring.Component):
           read and per single read of MOVE and DM_BIAS), and the x buffer's reads go through a
           register the same way; the weight banks read in step with the second stage, so the
           column's x and weights both come from registers beside their memories;
-        * the reader's skid register takes the scratchpad's word when a read is issued over it
-          while the second stage is full, so that reads are issued from flip-flops alone (no
-          consumer's handshake reaches the scratchpad's read enable), and ``rd_ptr + 1`` is a
-          register of its own, and so is the next address to read (no carry chain and no
-          multiplexer on ``fresh`` in front of the scratchpad's address); the banks' read
-          enable in MATVEC's x phase follows the column's readiness alone;
+        * the scratchpad reads in every cycle of a RUN and two skid registers behind the
+          second stage take each word that it cannot, so that reads are issued from
+          flip-flops alone (fewer than three words read and not taken: no consumer's handshake
+          reaches the scratchpad's read enable), and ``rd_ptr + 1`` is a register of its own,
+          and so is the next address to read (no carry chain and no multiplexer on ``fresh``
+          in front of the scratchpad's address); the banks' read enable in MATVEC's x phase
+          follows the column's readiness alone;
         * the quantiser compares before it clamps (:class:`lowbit.hw.quantiser.Quantiser`
           ``compare_first``).
 
@@ -788,15 +789,13 @@ class Sequencer(wiring.Component):
         # The write data: the write register's, but in MOVE_WR and DM_POST (not gated by
         # ``we``: only a multiplexer on flip-flops' choice in front of the memory).
         m.d.comb += [p.wmask.eq(0b11), p.wdata.eq(wr_data)]
-        if not self._pipelined:
-            m.d.comb += rd_inc.eq(rd_ptr + 1)
         if self._pipelined:
-            # rd_next as a register of its own (``rd_na``, below): no multiplexer on ``fresh``
-            # in front of the scratchpad's address.
+            # rd_inc and rd_next as registers of their own (``rd_na``, below): no carry chain
+            # and no multiplexer on ``fresh`` in front of the scratchpad's address.
             rd_na = Signal(16)
             m.d.comb += rd_next.eq(rd_na)
         else:
-            m.d.comb += rd_next.eq(Mux(fresh, rd_ptr, rd_inc))
+            m.d.comb += [rd_inc.eq(rd_ptr + 1), rd_next.eq(Mux(fresh, rd_ptr, rd_inc))]
         m.d.comb += [addr_base.eq(rd_next), p.addr.eq(Mux(running, addr_base, 0))]
         # (With ``pipelined`` the scratchpad reads in every cycle of a RUN: the reader above.)
         m.d.comb += p.re.eq(running if self._pipelined else re)

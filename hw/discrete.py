@@ -76,6 +76,12 @@ class DiscreteUnit(wiring.Component):
         die). A copy loads the book in the cycle after it differs from it, so each copy's next
         state reads its own flip-flops and synthesis keeps the copies apart. Change ``book``
         at least two cycles before the beats that use it.
+    entry_stage : bool
+        A register stage in front of the shifters (default False): each lane's code book
+        entry, looked up from its code, and its operand (and, with ``tables``, its code) go into
+        registers, and the shift and saturation work from them: one cycle more of latency in
+        every mode and no book lookup and shifter in one cycle, for the clock of wide units.
+        The results are the same.
 
     Members
     -------
@@ -101,21 +107,22 @@ class DiscreteUnit(wiring.Component):
         an ``acc_width``-bit sign-magnitude word, ``y`` all zero.
 
     Latency from an accepted input beat to its output beat is 2 cycles (``MUL``, ``DIV``,
-    ``LUT``) or 4 cycles (``DOT``; 5 with ``split_sum``); one beat per cycle when ``o.ready``
+    ``LUT``) or 4 cycles (``DOT``; 5 with ``split_sum``), a cycle more with ``entry_stage``;
+    one beat per cycle when ``o.ready``
     stays high. ``i.ready`` is high whenever the output register is empty or being taken (it
     follows ``o.ready`` combinationally; ``o.valid`` never depends on ``o.ready``).
 
     Raises
     ------
     TypeError
-        If a parameter is not an integer (bools rejected), or ``tables``, ``split_sum`` or
-        ``local_book`` is not a bool.
+        If a parameter is not an integer (bools rejected), or ``tables``, ``split_sum``,
+        ``local_book`` or ``entry_stage`` is not a bool.
     ValueError
         If a parameter is out of range.
     """
 
     def __init__(self, *, lanes=4, width=8, code_bits=2, acc_width=None, tables=True,
-                 split_sum=False, local_book=False):
+                 split_sum=False, local_book=False, entry_stage=False):
         self._lanes = _check_int("Lane count", lanes, 1, 64)
         self._width = _check_int("Operand width", width, 3, 24)
         self._code_bits = _check_int("Code width", code_bits, 1, 3)
@@ -131,6 +138,9 @@ class DiscreteUnit(wiring.Component):
         if not isinstance(local_book, bool):
             raise TypeError(f"Local book must be a bool, not {local_book!r}")
         self._local_book = local_book
+        if not isinstance(entry_stage, bool):
+            raise TypeError(f"Entry stage must be a bool, not {entry_stage!r}")
+        self._entry_stage = entry_stage
         n = self._code_bits
         members = {
             "book": In(data.ArrayLayout(CodeEntry, 1 << n)),
@@ -180,6 +190,10 @@ class DiscreteUnit(wiring.Component):
     def local_book(self):
         return self._local_book
 
+    @property
+    def entry_stage(self):
+        return self._entry_stage
+
     def elaborate(self, platform):
         m = Module()
         L, W, n, A = self._lanes, self._width, self._code_bits, self._acc_width
@@ -198,11 +212,21 @@ class DiscreteUnit(wiring.Component):
         # register.
         v1, last1, dot1 = Signal(), Signal(), Signal()
         y1 = [Signal(W, name=f"y1_{k}") for k in range(L)]
+        i_valid, i_last = self.i.valid, self.i.payload.last
+        if self._entry_stage:
+            # Stage 0: the beat's operands, codes and book entries in registers.
+            i_valid, i_last = Signal(name="v0"), Signal(name="last0")
+            x0 = [Signal(W, name=f"x0_{k}") for k in range(L)]
+            w0 = [Signal(n, name=f"w0_{k}") for k in range(L)]
+            with m.If(adv):
+                m.d.sync += [i_valid.eq(self.i.valid), i_last.eq(self.i.payload.last)]
+                m.d.sync += [x0[k].eq(x[k]) for k in range(L)]
+                if self._tables:
+                    m.d.sync += [w0[k].eq(w[k]) for k in range(L)]
         with m.If(adv):
             # ``dot1`` marks beats taken in DOT mode, so MUL/DIV/LUT beats still in the pipeline
             # when ``op`` changes to DOT never reach the accumulator.
-            m.d.sync += [v1.eq(self.i.valid), last1.eq(self.i.payload.last),
-                         dot1.eq(op == DiscreteOp.DOT)]
+            m.d.sync += [v1.eq(i_valid), last1.eq(i_last), dot1.eq(op == DiscreteOp.DOT)]
         books = [self.book] * L
         if self._local_book:
             books = []
@@ -227,9 +251,15 @@ class DiscreteUnit(wiring.Component):
                 for c in range(1 << n):
                     with m.Case(c):
                         m.d.comb += entry.eq(books[k][c])
+            xk, wk = x[k], w[k]
+            if self._entry_stage:
+                entry0 = Signal(CodeEntry, name=f"entry0_{k}")
+                with m.If(adv):
+                    m.d.sync += entry0.eq(entry)
+                entry, xk, wk = entry0, x0[k], w0[k]
             # One right shifter serves both directions: a left shift is the bit-reversed right
             # shift of the bit-reversed magnitude, and the bits it drops are the overflow.
-            mag_in = x[k][:mw]
+            mag_in = xk[:mw]
             to_left = Signal(name=f"to_left{k}")
             m.d.comb += to_left.eq(entry.direction ^ (op == DiscreteOp.DIV))
             r = Mux(to_left, Cat(*reversed(list(mag_in))), mag_in)
@@ -241,10 +271,10 @@ class DiscreteUnit(wiring.Component):
             m.d.comb += mag.eq(Mux(to_left, Mux(ovf, max_mag, Cat(*reversed(list(shifted)))),
                                    shifted))
             with m.If(adv):
-                m.d.sync += y1[k].eq(Cat(mag, x[k][mw] ^ entry.sign))
+                m.d.sync += y1[k].eq(Cat(mag, xk[mw] ^ entry.sign))
             if self._tables:
                 rp = table.read_port()
-                m.d.comb += [rp.en.eq(adv), rp.addr.eq(Cat(w[k], x[k][:n], self.lut_op))]
+                m.d.comb += [rp.en.eq(adv), rp.addr.eq(Cat(wk, xk[:n], self.lut_op))]
                 lut_data.append(rp.data)
             else:
                 lut_data.append(Const(0, W))

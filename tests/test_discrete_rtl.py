@@ -94,6 +94,7 @@ def all_pairs(width, n, lanes):
     ({"tables": 1}, TypeError, "Tables must be a bool, not 1"),
     ({"split_sum": 0}, TypeError, "Split sum must be a bool, not 0"),
     ({"local_book": None}, TypeError, "^Local book must be a bool, not None$"),
+    ({"entry_stage": 1}, TypeError, "^Entry stage must be a bool, not 1$"),
 ])
 def test_parameter_validation(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
@@ -106,10 +107,11 @@ def test_defaults_properties_and_signature():
             == (4, 8, 2, 16, True, False))
     assert DiscreteUnit(split_sum=True).split_sum
     assert DiscreteUnit(local_book=True).local_book and not dut.local_book
+    assert DiscreteUnit(entry_stage=True).entry_stage and not dut.entry_stage
     assert DiscreteUnit(width=12).acc_width == 20
     assert "tbl_en" not in DiscreteUnit(tables=False).signature.members
     for attr in ("lanes", "width", "code_bits", "acc_width", "tables", "split_sum",
-                 "local_book"):
+                 "local_book", "entry_stage"):
         with pytest.raises(AttributeError):
             setattr(dut, attr, 1)
     members = dut.signature.members
@@ -320,6 +322,74 @@ def test_split_sum_equals_model_one_cycle_later(lanes, acc_width):
     one = DiscreteUnit(lanes=lanes, code_bits=3, acc_width=acc_width, tables=False)
     assert latency(one) == [4]
     assert latency(dut) == [5]
+
+
+def _first_output_cycle(unit, book, op, payload, lut_op=0):
+    """Cycles from one beat taken (``payload``, ``last`` 1) to the first ``o.valid``."""
+    from amaranth.sim import Simulator
+    seen = []
+
+    async def bench(ctx):
+        for k, word in enumerate(book.words()):
+            ctx.set(unit.book[k].as_value(), word)
+        ctx.set(unit.op, op)
+        ctx.set(unit.lut_op, lut_op)
+        ctx.set(unit.o.ready, 1)
+        await ctx.tick().repeat(3)
+        ctx.set(unit.i.valid, 1)
+        ctx.set(unit.i.payload, {**payload, "last": 1})
+        await ctx.tick()
+        ctx.set(unit.i.valid, 0)
+        for cycle in range(1, 10):
+            if ctx.get(unit.o.valid):
+                seen.append(cycle)
+                return
+            await ctx.tick()
+
+    sim = Simulator(unit)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    return seen
+
+
+@pytest.mark.parametrize("local_book", [False, True])
+def test_entry_stage_equals_model_one_cycle_later(local_book):
+    """``entry_stage`` (with and without ``local_book``, as the ULX3S's DMATVEC has both):
+    every 8-bit operand against every 2-bit code in MUL and DIV, every LUT entry of the four
+    tables, and dot products (saturating ones among them) under random stalls equal the
+    model; the first output comes a cycle later than without the stage in each mode."""
+    rng = np.random.default_rng(80 + local_book)
+    n, lanes = 2, 5
+    dut = cached(DiscreteUnit, lanes=lanes, code_bits=n, acc_width=12, entry_stage=True,
+                 local_book=local_book)
+    fmt = SMFormat(8, 3)
+    book = random_book(rng, n)
+    x, c = all_pairs(8, n, lanes)
+    for op, model in ((DiscreteOp.MUL, mul_cd), (DiscreteOp.DIV, div_cd)):
+        y, acc = run_rtl(dut, op, x, c, book, valid_prob=0.6, ready_prob=0.5, seed=op.value)
+        assert (y.ravel() == model(x, c, book, fmt)).all() and (acc == 0).all()
+    tables = {t: dd_table(book, name, fmt) for t, name in enumerate(DD_OPS)}
+    a, b = np.meshgrid(np.arange(1 << n), np.arange(1 << n), indexing="ij")
+    a, b = np.r_[a.ravel(), a.ravel()[:4]], np.r_[b.ravel(), b.ravel()[:4]]
+    xl = a | rng.integers(0, 1 << (8 - n), len(a)) << n
+    for t, name in enumerate(DD_OPS):
+        y, _ = run_rtl(dut, DiscreteOp.LUT, xl, b, book, lut_op=t, tables=tables, seed=t)
+        assert (y.ravel() == tables[t][a, b]).all(), name
+    big = int(np.argmax(book.exponents()))
+    top = 127 | book.entries[big][0] << 7
+    vectors = [(rng.integers(0, 256, k), rng.integers(0, 4, k)) for k in (1, 5, 11, 23)]
+    vectors.append((np.full(4 * lanes, top), np.full(4 * lanes, big)))
+    xd, cd, last = dot_beats(dut, vectors)
+    _, acc = run_rtl(dut, DiscreteOp.DOT, xd, cd, book, last=last, n_out=len(vectors), seed=9)
+    assert acc.tolist() == [int(dot(vx, vc, book, fmt, acc_width=12, lanes=lanes))
+                            for vx, vc in vectors]
+    plain = DiscreteUnit(lanes=lanes, code_bits=n, acc_width=12, local_book=local_book)
+    beat = {"x": [1] * lanes, "w": [0] * lanes}
+    for op in (DiscreteOp.MUL, DiscreteOp.LUT, DiscreteOp.DOT):
+        before = _first_output_cycle(plain, book, op, beat)
+        assert before == [4 if op == DiscreteOp.DOT else 2]
+        assert _first_output_cycle(dut, book, op, beat) == [before[0] + 1]
 
 
 def test_matvec_and_transpose():

@@ -115,6 +115,11 @@ class Quantiser(wiring.Component):
         (against the clamped values' comparisons, kept in registers beside the code values,
         a cycle behind them), so no multiplexer is in front of the carry chains. The same
         results. Default ``False``.
+    gap_register : bool
+        For fast clocks: the discrete path's gap between the neighbouring code values
+        (``hi - lo``, the factor of stage 6's stochastic product) is computed in stage 5b
+        into a register, so the hard multiplier's input is a flip-flop, not a carry chain.
+        The same results and latency. Default ``False``.
 
     Members
     -------
@@ -168,7 +173,7 @@ class Quantiser(wiring.Component):
 
     def __init__(self, *, fmt="f16", width=32, frac_bits=16, lanes=2, block=16, w_max=8,
                  exp_bits=8, rand_bits=8, mult_bits=12, code_bits=3, ceil_lop=False,
-                 compare_first=False):
+                 compare_first=False, gap_register=False):
         if not isinstance(fmt, str):
             raise TypeError(f"Input format must be one of {', '.join(FORMATS)}, not {fmt!r}")
         if fmt not in FORMATS:
@@ -187,6 +192,7 @@ class Quantiser(wiring.Component):
         _check_int("Code width", code_bits, 0, 3)
         check_bool("ceil_lop", ceil_lop)
         check_bool("compare_first", compare_first)
+        check_bool("gap_register", gap_register)
         if fmt == "fixed" and width + mult_bits > 53:
             raise ValueError(f"Fixed-point width plus multiplier width must be at most 53, "
                              f"not {width + mult_bits}")
@@ -205,6 +211,7 @@ class Quantiser(wiring.Component):
         self._code_bits = code_bits
         self._ceil_lop = ceil_lop
         self._compare_first = compare_first
+        self._gap_register = gap_register
 
         elem = unsigned(16) if fmt == "f16" else signed(width)
         members = {
@@ -240,6 +247,7 @@ class Quantiser(wiring.Component):
     code_bits = property(lambda self: self._code_bits)
     ceil_lop = property(lambda self: self._ceil_lop)
     compare_first = property(lambda self: self._compare_first)
+    gap_register = property(lambda self: self._gap_register)
 
     @property
     def out_bits(self):
@@ -858,9 +866,13 @@ class Quantiser(wiring.Component):
             gap = Signal(unsigned(_CODE_FRAC + 9), name=f"dgap{lane}")
             z = Signal(signed(y_bits + 2), name=f"dz{lane}")
             mid = Signal(signed(y_bits + 2), name=f"dmid{lane}")
+            if self._gap_register:
+                # (stage 5b's neighbours, a register beside d6's)
+                with m.If(en):
+                    m.d.sync += gap.eq(hi_v - lo_v)
             m.d.comb += [
                 diff.eq(d6["y"] - lo_scaled + d6["s"]),
-                gap.eq(d6["hi"] - d6["lo"]),
+                *([] if self._gap_register else [gap.eq(d6["hi"] - d6["lo"])]),
                 z.eq((d6["y"] << 1) + d6["s"]),
                 mid.eq((d6["lo"] + d6["hi"]) << G),
             ]

@@ -140,6 +140,7 @@ def check(dut, elems, **kw):
     ({"code_bits": False}, TypeError, "Code width"),
     ({"ceil_lop": 1}, TypeError, "ceil_lop must be a bool, not 1"),
     ({"compare_first": "yes"}, TypeError, "compare_first must be a bool, not 'yes'"),
+    ({"gap_register": 1}, TypeError, "gap_register must be a bool, not 1"),
 ])
 def test_validation(kwargs, exc, match):
     with pytest.raises(exc, match=match):
@@ -548,22 +549,26 @@ def test_discrete_every_f16_code(n, which, rounding):
     pytest.param(3, 4, "nearest", marks=pytest.mark.slow),
     pytest.param(1, 1, "stochastic", marks=pytest.mark.slow)])
 def test_discrete_compare_first(n, which, rounding):
-    """``compare_first`` (the ULX3S's sequencer): the clamp applied to the comparisons'
-    outcomes gives the same codes, specials and values beyond the book included."""
+    """``compare_first`` and ``gap_register`` (the ULX3S's sequencer): the clamp applied to the
+    comparisons' outcomes and the gap between neighbours from stage 5b's register give the
+    same codes, specials and values beyond the book included."""
     book = _book(n, which)
-    dut = cached(Quantiser, lanes=8, mult_bits=0, rand_bits=5, compare_first=True)
+    dut = cached(Quantiser, lanes=8, mult_bits=0, rand_bits=5, compare_first=True,
+                 gap_register=True)
     assert dut.compare_first and not cached(Quantiser).compare_first
+    assert dut.gap_register and not cached(Quantiser).gap_register
     codes = np.concatenate([SOME_F16, _near_book_values(book, dut.rand_bits)])
     codes = np.concatenate([codes, np.zeros(-codes.size % 8, dtype=np.int64)])
     check(dut, codes, target="discrete", rounding=rounding, book=book)
 
 
-@pytest.mark.parametrize("compare_first", [False, True])
-def test_discrete_books_in_sequence(compare_first):
+@pytest.mark.parametrize("fast", [False, True])
+def test_discrete_books_in_sequence(fast):
     """One quantiser, several books and widths loaded in turn (the configuration registers
-    follow the book; narrower books leave junk in the unused entries)."""
+    follow the book; narrower books leave junk in the unused entries); ``[True]`` with
+    ``compare_first`` and ``gap_register``."""
     dut = cached(Quantiser, lanes=4, mult_bits=0, code_bits=3, rand_bits=3,
-                 compare_first=compare_first)
+                 compare_first=fast, gap_register=fast)
     rng = np.random.default_rng(3)
     for k, n in enumerate((3, 1, 2)):
         book = random_book(n, 40 + k)

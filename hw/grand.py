@@ -205,7 +205,8 @@ class GrandUnit(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.prng = prng = Xoroshiro128aox(lanes=self._lanes,
-                                                   reset_seed=self._reset_seed)
+                                                   reset_seed=self._reset_seed,
+                                                   per_lane_ready=self._split_stall)
         lanes = range(self._lanes)
         has = self._modes.__contains__
         # Output skid buffer: the pipeline's last register (main: out_valid, out) feeds o
@@ -241,10 +242,16 @@ class GrandUnit(wiring.Component):
         # every cycle; it fans out to one lane's clock enables, not to all of them.
         if self._split_stall:
             adv_k = [Signal(init=1, name=f"adv_{k}") for k in lanes]
+            # Stage A's enable too (the PRNG lane's step and its word's register), each from
+            # its lane's stall copy.
+            en_a_k = [Signal(name=f"en_a_{k}") for k in lanes]
             for k in lanes:
-                m.d.sync += adv_k[k].eq(Mux(adv_k[k], ~out_valid, 0) | self.o.ready)
+                adv_kn = Mux(adv_k[k], ~out_valid, 0) | self.o.ready
+                m.d.sync += [adv_k[k].eq(adv_kn), en_a_k[k].eq(adv_kn & take_n)]
+                m.d.comb += prng.lane_ready[k].eq(en_a_k[k])
         else:
             adv_k = [adv for k in lanes]
+            en_a_k = [en_a for k in lanes]
         # valid[i]: stage i holds the last word of a result, or that result.
         valid = [Signal(name=f"valid_{i}") for i in range(self.LATENCY - 1)]
         raw_valid = Signal()    # stage A holds a raw result (it bypasses the arithmetic)
@@ -294,11 +301,16 @@ class GrandUnit(wiring.Component):
                          ctl[0][0].eq(first), ctl[0][1].eq(eff)]
             with m.If(first):
                 m.d.sync += cur.eq(mode_q)
-            for k in lanes:
-                m.d.sync += wa[k].eq(prng.o.payload[k][:60])
+            if not self._split_stall:
+                for k in lanes:
+                    m.d.sync += wa[k].eq(prng.o.payload[k][:60])
         with m.Elif(adv):
             m.d.sync += [valid[0].eq(0), raw_valid.eq(0),
                          ctl[0][0].eq(0), ctl[0][1].eq(GrandMode.RAW)]
+        if self._split_stall:
+            for k in lanes:
+                with m.If(en_a_k[k]):
+                    m.d.sync += wa[k].eq(prng.o.payload[k][:60])
         with m.If(adv):
             for i in range(1, len(ctl)):
                 m.d.sync += [a.eq(b) for a, b in zip(ctl[i], ctl[i - 1], strict=True)]
@@ -544,4 +556,5 @@ class GrandUnit(wiring.Component):
                          adv.eq(1), first.eq(1), take.eq(0), en_a.eq(0)]
             if self._split_stall:
                 m.d.sync += [a.eq(1) for a in adv_k]
+                m.d.sync += [e.eq(0) for e in en_a_k]
         return m

@@ -47,6 +47,9 @@ class Xoroshiro128aox(wiring.Component):
         Number of lanes ``L``, 1 to 64.
     reset_seed : int
         64-bit seed of the reset state, 0 ≤ reset_seed < 2^64.
+    per_lane_ready : bool
+        Each lane steps on its own bit of ``lane_ready`` instead of ``o.ready`` (default
+        False).
 
     Members
     -------
@@ -56,27 +59,35 @@ class Xoroshiro128aox(wiring.Component):
         State to load; element ``k`` is lane ``k``'s ``{s1, s0}``.
     seed_load : In(1)
         Load strobe.
+    lane_ready : In(lanes)
+        With ``per_lane_ready`` only: lane ``k`` steps on ``lane_ready[k]`` instead of ``o.ready``
+        (for fast clocks: a copy of the transfer per lane, each beside its lane, so that no
+        enable fans out to every lane's state). The user keeps every bit equal to ``o.ready``.
 
     Raises
     ------
     TypeError
-        If ``lanes`` or ``reset_seed`` is not an integer.
+        If ``lanes`` or ``reset_seed`` is not an integer, or ``per_lane_ready`` not a bool.
     ValueError
         If ``lanes`` or ``reset_seed`` is out of range.
     """
 
-    def __init__(self, *, lanes=1, reset_seed=0):
+    def __init__(self, *, lanes=1, reset_seed=0, per_lane_ready=False):
         try:
             self._lanes = _check_int("Lane count", lanes, 1, 64)
             self._reset_seed = _check_int("Reset seed", reset_seed, 0, MASK64)
+            if not isinstance(per_lane_ready, bool):
+                raise TypeError(f"Per-lane ready must be a bool, not {per_lane_ready!r}")
         except (TypeError, ValueError):
             self._MustUse__silence = True       # a rejected component is not an unused one
             raise
+        self._per_lane_ready = per_lane_ready
         self._reset_state = seed_lanes(self._reset_seed, self._lanes)
         super().__init__({
             "o": Out(stream.Signature(data.ArrayLayout(64, self._lanes))),
             "seed": In(data.ArrayLayout(lane_state_layout, self._lanes)),
             "seed_load": In(1),
+            **({"lane_ready": In(self._lanes)} if per_lane_ready else {}),
         })
 
     @property
@@ -86,6 +97,10 @@ class Xoroshiro128aox(wiring.Component):
     @property
     def reset_seed(self):
         return self._reset_seed
+
+    @property
+    def per_lane_ready(self):
+        return self._per_lane_ready
 
     @property
     def reset_state(self):
@@ -105,7 +120,7 @@ class Xoroshiro128aox(wiring.Component):
             lane_seed = self.seed[k]
             with m.If(self.seed_load):
                 m.d.sync += [s0.eq(lane_seed.s0), s1.eq(lane_seed.s1 | 1)]
-            with m.Elif(self.o.ready):
+            with m.Elif(self.lane_ready[k] if self._per_lane_ready else self.o.ready):
                 m.d.sync += [
                     s0.eq(_rotl(s0, 55) ^ sx ^ sx.shift_left(14)[:64]),
                     s1.eq(_rotl(sx, 36)),

@@ -206,6 +206,33 @@ def test_rtl_holds_state_without_ready():
     assert seen == [int(Xoroshiro128aox(0, 1).next()[0])] * 4
 
 
+def test_rtl_per_lane_ready_steps_each_lane_on_its_bit():
+    """``per_lane_ready``: lane k steps on ``lane_ready[k]`` alone (``o.ready`` is not read),
+    so each lane's words are its stream of the model, taken at its own cycles."""
+    dut = PrngRTL(lanes=3, reset_seed=5, per_lane_ready=True)
+    assert dut.per_lane_ready and not PrngRTL().per_lane_ready
+    assert "lane_ready" not in PrngRTL().signature.members
+    rng = np.random.default_rng(2)
+    steps = rng.integers(0, 2, (40, 3))
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 0)
+        for row in steps:
+            ctx.set(dut.lane_ready, int(row[0] | row[1] << 1 | row[2] << 2))
+            got.append([ctx.get(dut.o.payload[k]) for k in range(3)])
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    words = Xoroshiro128aox(5, 3).take(41)
+    for k in range(3):
+        index = np.concatenate([[0], np.cumsum(steps[:-1, k])])
+        assert [g[k] for g in got] == words[index, k].tolist()
+
+
 @pytest.mark.parametrize("kwargs, exc, msg", [
     ({"lanes": 0}, ValueError, "Lane count must be an integer between 1 and 64, not 0"),
     ({"lanes": 65}, ValueError, "Lane count must be an integer between 1 and 64, not 65"),
@@ -214,6 +241,7 @@ def test_rtl_holds_state_without_ready():
     ({"reset_seed": -1}, ValueError, "Reset seed must be an integer between"),
     ({"reset_seed": 1 << 64}, ValueError, "Reset seed must be an integer between"),
     ({"reset_seed": None}, TypeError, "Reset seed must be an integer"),
+    ({"per_lane_ready": 1}, TypeError, "^Per-lane ready must be a bool, not 1$"),
 ])
 def test_rtl_validation(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):

@@ -543,7 +543,9 @@ class MemoryHandler(wiring.Component):
         1: the reply's bytes come from the scratchpad's output; 2: from a register of it (for
         fast clocks, where a block RAM's clock-to-out leaves no time for the byte multiplexer
         and the link behind it): a cycle more after each pointer step, against the line's
-        10 bit periods a byte.
+        10 bit periods a byte; 3: the same, and the port's address, enables and data are
+        registers too (``mem`` is flip-flops: no state decode in front of the block RAMs'
+        enables), a cycle more again.
 
     Members
     -------
@@ -555,7 +557,7 @@ class MemoryHandler(wiring.Component):
 
     @quiet_on_error
     def __init__(self, *, size, frame_bytes, addr_width, block=16, tile=8, read_latency=1):
-        self._read_latency = _check_int("Read latency", read_latency, 1, 2)
+        self._read_latency = _check_int("Read latency", read_latency, 1, 3)
         self._size = size
         self._frame_bytes = frame_bytes
         self._block = block
@@ -571,6 +573,11 @@ class MemoryHandler(wiring.Component):
         m = Module()
         c = self.command
         p = self.mem
+        if self._read_latency == 3:
+            p = self.mem.signature.create(path=("mem_cmd",))
+            m.d.sync += [self.mem.addr.eq(p.addr), self.mem.we.eq(p.we), self.mem.re.eq(p.re),
+                         self.mem.wmask.eq(p.wmask), self.mem.wdata.eq(p.wdata)]
+            m.d.comb += p.rdata.eq(self.mem.rdata)
         writing = Signal()
         packed = Signal()        # a packed transfer: one lane, the pointer steps by 2
         high = Signal()          # MEM_READ_HIGH / MEM_FILL_HIGH: spans of several words
@@ -621,10 +628,12 @@ class MemoryHandler(wiring.Component):
         moved = Signal()
         # With a read latency of 2, ``rdata`` is a register of the memory's output and the word
         # at a new address arrives a cycle later still (``moved2``).
-        if self._read_latency == 2:
-            moved2 = Signal()
+        moved_more = []
+        if self._read_latency >= 2:
+            moved_more = [Signal(name=f"moved{k}") for k in range(2, self._read_latency + 1)]
             rdata = Signal(16)
-            m.d.sync += [rdata.eq(p.rdata), moved2.eq(moved)]
+            m.d.sync += [rdata.eq(p.rdata), moved_more[0].eq(moved)]
+            m.d.sync += [b.eq(a) for a, b in zip(moved_more[:-1], moved_more[1:], strict=True)]
         else:
             rdata = p.rdata
         addend = Cat(stepping & ~packed, stepping & packed, load.replicate(aw - 2))
@@ -723,8 +732,8 @@ class MemoryHandler(wiring.Component):
                 # cycles (three with a read latency of 2); words skipped within a span need no
                 # data.
                 fresh = ~stepping & ~moved
-                if self._read_latency == 2:
-                    fresh = fresh & ~moved2
+                for moved_k in moved_more:
+                    fresh = fresh & ~moved_k
                 m.d.comb += [c.data.valid.eq(span_end & fresh),
                              c.data.payload.eq(Mux(ptr[0], rdata[8:], rdata[:8]))]
                 with m.If((c.data.ready & fresh) | ~span_end):
@@ -830,9 +839,10 @@ class Accelerator(wiring.Component):
     seq_pipelined : bool
         Register stages for fast clocks: LOADW's writes, the discrete unit's weight codes,
         DMATVEC's x words and results go through registers and the discrete unit sums its lanes
-        in two stages, and the scratchpad's words reach the sequencer and the memory handler
-        through a register (a read latency of 2; :class:`lowbit.hw.sequencer.Sequencer`
-        ``pipelined``, :class:`MemoryHandler` ``read_latency``; the same results), and the
+        in two stages, and the scratchpad's port goes through registers: the memory handler's
+        address, enables and data and the memory's output (:class:`MemoryHandler`
+        ``read_latency`` 3), and the sequencer's the same way, its reader a stage more
+        (:class:`lowbit.hw.sequencer.Sequencer` ``pipelined``; the same results), and the
         GRAND handler's registers for fast clocks (:class:`lowbit.hw.engines.GrandHandler`
         ``pipelined``), and the link's ``arg`` bytes from a register of its frame buffer
         (:class:`lowbit.hw.link.HostLink` ``arg_register``). Default ``False``.
@@ -994,10 +1004,10 @@ class Accelerator(wiring.Component):
 
     @property
     def scratch_read_latency(self):
-        """Cycles from a scratchpad read to the register its reader takes the word from: 2
-        with the sequencer's ``seq_pipelined`` (the sequencer's reader and the memory handler
-        read through a register of the memory's output), else 1."""
-        return 2 if self._sequencer and self._seq_params["pipelined"] else 1
+        """Cycles from the memory handler's scratchpad read to the register it takes the word
+        from: 3 with the sequencer's ``seq_pipelined`` (its port and the memory's output
+        through registers, as the sequencer's reader, which has a stage more), else 1."""
+        return 3 if self._sequencer and self._seq_params["pipelined"] else 1
 
     @property
     def scratch_write_addr(self):

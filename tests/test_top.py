@@ -110,9 +110,9 @@ def test_parameter_validation(kw, exc, msg):
 
 
 @pytest.mark.parametrize("latency,exc,msg", [
-    (0, ValueError, "Read latency must be an integer between 1 and 2, not 0"),
-    (3, ValueError, "Read latency must be an integer between 1 and 2, not 3"),
-    (2.0, TypeError, "Read latency must be an integer between 1 and 2, not 2.0"),
+    (0, ValueError, "Read latency must be an integer between 1 and 3, not 0"),
+    (4, ValueError, "Read latency must be an integer between 1 and 3, not 4"),
+    (2.0, TypeError, "Read latency must be an integer between 1 and 3, not 2.0"),
     (True, TypeError, "Read latency must be an integer"),
 ])
 def test_memory_handler_read_latency_validation(latency, exc, msg):
@@ -121,12 +121,12 @@ def test_memory_handler_read_latency_validation(latency, exc, msg):
 
 
 def test_memory_handler_latency_follows_seq_pipelined():
-    """The top's scratchpad read latency (its memory handler's and its sequencer's reader's)
-    is 2 exactly when the sequencer's reader has its second stage (``seq_pipelined``)."""
-    assert Accelerator(sequencer=True, seq_pipelined=True).scratch_read_latency == 2
+    """The top's memory handler reads the scratchpad with a latency of 3 (its port and the
+    memory's output through registers) exactly with the sequencer's ``seq_pipelined``."""
+    assert Accelerator(sequencer=True, seq_pipelined=True).scratch_read_latency == 3
     assert Accelerator(sequencer=True).scratch_read_latency == 1
     assert Accelerator(seq_pipelined=True).scratch_read_latency == 1
-    assert MemoryHandler(size=64, frame_bytes=16, addr_width=5, read_latency=2).read_latency == 2
+    assert MemoryHandler(size=64, frame_bytes=16, addr_width=5, read_latency=3).read_latency == 3
 
 
 def test_grand_split_stall_follows_seq_pipelined():
@@ -265,12 +265,12 @@ def test_every_opcode_matches_model(shared):
 
 
 @pytest.mark.parametrize("top", [{}, {"sequencer": True, "seq_pipelined": True}],
-                         ids=["latency1", "latency2"])
+                         ids=["latency1", "latency3"])
 def test_packed_transfers_match_model(top):
     """MEM_WRITE_LOW / MEM_FILL_HIGH / MEM_READ_LOW / MEM_READ_HIGH against the model: lanes,
-    spans (block 4, tile 8 words), every refusal, and the scratchpad afterwards. ``latency2``:
-    the memory handler reads through a register of the scratchpad's output (``seq_pipelined``,
-    :class:`lowbit.hw.top.MemoryHandler` ``read_latency=2``)."""
+    spans (block 4, tile 8 words), every refusal, and the scratchpad afterwards. ``latency3``:
+    the memory handler's port and the scratchpad's output through registers
+    (``seq_pipelined``, :class:`lowbit.hw.top.MemoryHandler` ``read_latency=3``)."""
     rng = random.Random(5)
     port = SimulatedSerial(level="byte", **PARAMS, block=4, matrix_lanes=8, **top)
     model = L.DeviceModel(**PARAMS, block=4, matrix_lanes=8, **top)

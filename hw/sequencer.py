@@ -169,13 +169,17 @@ class Sequencer(wiring.Component):
         * the discrete unit takes its weight codes from a register after the banks' outputs
           (a beat waits until it holds its entry, two cycles after the entry changes);
         * DMATVEC's x words reach the gather register a cycle after they are taken, through a
-          register of the raw byte beside the scratchpad (the sign-magnitude conversion
-          after it), so each group of ``N`` words takes a cycle more;
+          register of the word in sign-magnitude form, so each group of ``N`` words takes a
+          cycle more; the gather is written in groups of eight lanes, each with registers of
+          its own (the word's lane in the group, and whether the row's last word is in or
+          below the group, which sets the lanes past it to 0), and is never cleared, so no
+          beat, state or single enable reaches its ``8·N`` flip-flops;
         * DMATVEC's result is rounded and saturated in three stages (the rounding's addition,
           the shift, the saturation; each into a register) and written from the last (three
           cycles more per row);
-        * the discrete unit sums a beat's lane terms in two stages
-          (:class:`lowbit.hw.discrete.DiscreteUnit` ``split_sum``, a cycle more per row), its
+        * the discrete unit looks up each lane's code book entry into a register before it
+          shifts (:class:`lowbit.hw.discrete.DiscreteUnit` ``entry_stage``) and sums a beat's
+          lane terms in two stages (``split_sum``; each a cycle more per row), its
           result is always taken (so its pipeline never stalls), and DM_SUM's saturation
           reads the top bits of two parallel sums;
         * the discrete unit's code book and ``CODE_WIDTH``'s mask of the codes are copies of the
@@ -185,24 +189,30 @@ class Sequencer(wiring.Component):
         * the BFP column has a register stage in front of its multipliers (x in one copy per
           four lanes, :class:`lowbit.hw.bfp.BFPColumn` ``input_stage``; a cycle more from a
           beat to its product);
-        * the reader has a second stage, a register of the scratchpad's word, which every
-          consumer reads (a read latency of 2: a cycle more per instruction fetch, per range
-          read and per single read of MOVE and DM_BIAS), and the x buffer's reads go through a
+        * the scratchpad's port (``mem``: its address, enables and write data) is a register,
+          so every read and write reaches the memory a cycle after it is decided, in order,
+          and ``busy`` lasts a cycle past the RUN for the last one;
+        * the reader has a register of the scratchpad's output beside its block RAMs and a
+          second stage, a register of the word, which every consumer reads (a read latency of
+          4 with the port's register: three cycles more per instruction fetch, per range read
+          and per single read of MOVE and DM_BIAS), and the x buffer's reads go through a
           register the same way; the weight banks read in step with the second stage, so the
           column's x and weights both come from registers beside their memories;
-        * the scratchpad reads in every cycle of a RUN and two skid registers behind the
+        * the scratchpad reads in every cycle of a RUN and four skid registers behind the
           second stage take each word that it cannot, so that reads are issued from
-          flip-flops alone (fewer than three words read and not taken: no consumer's handshake
-          reaches the scratchpad's read enable), and ``rd_ptr + 1`` is a register of its own,
+          flip-flops alone (fewer than five words read and not taken, a thermometer code in
+          flip-flops stepped by issues and takes: no consumer's handshake and no count reaches
+          the scratchpad's read enable), and ``rd_ptr + 1`` is a register of its own,
           and so is the next address to read (no carry chain and no multiplexer on ``fresh``
           in front of the scratchpad's address); the banks' read enable in MATVEC's x phase
           follows the column's readiness alone;
         * the quantiser compares before it clamps (:class:`lowbit.hw.quantiser.Quantiser`
           ``compare_first``).
 
-        The same results; about ``lanes · (1 + code_bits) + 104 + log2(weight_depth)``
-        flip-flops more, ``16 + log2(weight_depth)`` more per eight lanes past the first eight
-        (LOADW's copies), 17 more with the x buffer, and the discrete unit's group sums.
+        The same results; about ``lanes · (1 + code_bits) + 200 + log2(weight_depth)``
+        flip-flops more, ``22 + log2(weight_depth)`` more per eight lanes past the first eight
+        (LOADW's copies, the gather's registers), 17 more with the x buffer, and the discrete
+        unit's entry stage and group sums.
     simulation : bool
         Behavioural multiplier models (for Amaranth's simulator).
     write_addr : bool
@@ -324,6 +334,18 @@ class Sequencer(wiring.Component):
         depth = self._weight_depth
         c = self.command
         p = self.mem
+        if self._pipelined:
+            # The scratchpad's port through a register (``mem`` is flip-flops: no logic and no
+            # state decode in front of the address, enables and data fanned out to the block
+            # RAMs across the die): every read and write reaches the memory a cycle after the
+            # sequencer decides it, in the order decided.
+            p = self.mem.signature.create(path=("mem_cmd",))
+            port_q = [self.mem.addr.eq(p.addr), self.mem.we.eq(p.we), self.mem.re.eq(p.re),
+                      self.mem.wmask.eq(p.wmask), self.mem.wdata.eq(p.wdata)]
+            if self._write_addr:
+                port_q.append(self.mem.waddr.eq(p.waddr))
+            m.d.sync += port_q
+            m.d.comb += p.rdata.eq(self.mem.rdata)
 
         # ---- Rounding PRNG -------------------------------------------------------------------
         # Only the column and the quantiser round stochastically; without them there is no PRNG.
@@ -387,13 +409,20 @@ class Sequencer(wiring.Component):
         # Register values the ISA leaves open, decoded as lowbit.sim.program.Machine does: ROUNDING
         # 3
         # is nearest, EXP_SELECT 3 is fixed, MANT_WIDTH is clamped to 2..8.
+        # With ``pipelined`` the decoded values are registers, a cycle behind the register file
+        # (an instruction reads them a fetch after a CONFIG at least), so that no decode of
+        # them is in front of the engines' carry chains.
         rounding = Signal(2)
         mant_width = Signal(4)
-        m.d.comb += [
+        decoded = [
             rounding.eq(Mux(self.rounding == 3, 0, self.rounding)),
             mant_width.eq(Mux(self.mant_width < 2, 2,
                               Mux(self.mant_width > 8, 8, self.mant_width))),
         ]
+        if self._pipelined:
+            m.d.sync += decoded
+        else:
+            m.d.comb += decoded
         if self._bfp:
             col = BFPColumn(**self.column_params(), mult=self._mult, sim_model=self._simulation,
                             stochastic=self._bfp_stochastic,
@@ -417,7 +446,8 @@ class Sequencer(wiring.Component):
         if self._quantiser:
             qu = Quantiser(fmt="f16", lanes=1, block=B, w_max=8, exp_bits=8,
                            rand_bits=RAND_BITS, mult_bits=self._quant_mult_bits,
-                           code_bits=self._code_bits, compare_first=self._pipelined)
+                           code_bits=self._code_bits, compare_first=self._pipelined,
+                           gap_register=self._pipelined)
             m.submodules.quantiser = qu
             m.d.comb += [
                 qu.target.eq(self.quant_format), qu.rounding.eq(rounding),
@@ -434,7 +464,8 @@ class Sequencer(wiring.Component):
         if self._discrete:
             du = DiscreteUnit(lanes=N, width=8, code_bits=self._code_bits,
                               acc_width=DISCRETE_ACC_WIDTH, tables=False,
-                              split_sum=self._pipelined, local_book=self._pipelined)
+                              split_sum=self._pipelined, local_book=self._pipelined,
+                              entry_stage=self._pipelined)
             m.submodules.discrete = du
             m.d.comb += du.op.eq(DiscreteOp.DOT)
             # With ``pipelined``, the unit's code book is a copy in flip-flops beside it, a
@@ -515,7 +546,7 @@ class Sequencer(wiring.Component):
         fidx = Signal(4)
         # The scratchpad's words as the sequencer reads them: the memory's output, or with
         # ``pipelined`` a register of it (the reader's second stage, below), a cycle later.
-        lag = 1 if self._pipelined else 0
+        lag = 3 if self._pipelined else 0
         rd_word = Signal(16, name="rd_word") if self._pipelined else None
         rdata = rd_word if self._pipelined else p.rdata
         # F_OFS_SRC, F_OFS_DST, F_BIAS and, with the column, MATVEC's F_LUT.
@@ -536,7 +567,14 @@ class Sequencer(wiring.Component):
         sm_first = Signal()           # the MATVEC's first sample (its bias from the scratchpad)
         st_range = Signal()           # RANGE
         running = Signal()
-        m.d.comb += self.busy.eq(running)
+        if self._pipelined:
+            # A cycle longer than the RUN (the port's register applies the RUN's last cycle),
+            # as a flip-flop: set with ``running``, cleared a cycle after it.
+            busy_q = Signal()
+            m.d.sync += busy_q.eq(running)
+            m.d.comb += self.busy.eq(busy_q)
+        else:
+            m.d.comb += self.busy.eq(running)
         count_or_shift(cycles, running, busy_cycles[:8])
         count_or_shift(executed, ex_inc, cycles[:8])
 
@@ -739,43 +777,64 @@ class Sequencer(wiring.Component):
         if self._pipelined:
             rd_fill = Signal()
             rd_last = Signal()
-            # Two stages: the memory's output (``rd_mem``: it holds a word read in the last
-            # cycle) and a register of the word (``rd_word``) that the consumers read, so that
-            # no logic and no route across the die follows a block RAM's clock-to-out; and two
-            # skid registers (``rd_skid``, ``skid_v``) behind it. The scratchpad reads in every
-            # cycle of a RUN (``mem.re`` is ``busy``), so no decision reaches the read enable
-            # fanned out to its block RAMs, and each word read must enter the stage or a skid
-            # register in the next cycle: a read is issued while fewer than three words are
-            # read and not taken, from flip-flops alone, never waiting for a consumer's
-            # ``take``. One word a cycle, as with one stage; each range's last word takes a
-            # cycle more to arrive. Words enter the stage in order, the skids' first.
+            # After the port's register, the memory's output, a register of it beside the block
+            # RAMs (``rd_q``) and a register of the word (``rd_word``) that the consumers read,
+            # so that no logic and no route across the die follows a block RAM's clock-to-out;
+            # and four skid registers (``rd_skid``, ``skid_v``) behind it. The scratchpad reads
+            # in every cycle of a RUN (``mem.re`` is ``running``), so no decision reaches the
+            # read enable fanned out to its block RAMs, and each word read must enter the stage
+            # or a skid register when it leaves ``rd_q``: a read is issued while fewer than five
+            # words are read and not taken, from flip-flops alone, never waiting for a
+            # consumer's ``take``. One word a cycle, as with one stage; each range's last word
+            # takes three cycles more to arrive. Words enter the stage in order, the skids'
+            # first.
+            # A read's word on its way: in the port's register (``rd_mem``), at the memory's
+            # output (``rd_mem2``), in ``rd_q``'s register beside the block RAMs (``rd_memq``).
             rd_mem = Signal()
-            rd_skid = [Signal(16, name=f"rd_skid{k}", reset_less=True) for k in range(2)]
-            skid_v = [Signal(name=f"skid_v{k}") for k in range(2)]
+            rd_mem2 = Signal()
+            rd_memq = Signal()
+            flight = [rd_mem, rd_mem2, rd_memq]
+            rd_q = Signal(16, reset_less=True)
+            m.d.sync += [rd_q.eq(p.rdata), rd_mem2.eq(rd_mem), rd_memq.eq(rd_mem2)]
+            n_skid = len(flight) + 1
+            rd_skid = [Signal(16, name=f"rd_skid{k}", reset_less=True) for k in range(n_skid)]
+            skid_v = [Signal(name=f"skid_v{k}") for k in range(n_skid)]
             has_room = Signal()       # the stage takes a word this cycle
+            # The words read and not taken (at most n_skid + 1) as a thermometer code in
+            # flip-flops (``occ[k]``: more than k), stepped up by an issue and down by a take:
+            # the issue's room is ``~occ[n_skid]``, a flip-flop, and no adder counts.
+            occ = [Signal(name=f"rd_occ{k}") for k in range(n_skid + 1)]
+            up, down = Signal(), Signal()
+            m.d.comb += [up.eq(issue & ~take), down.eq(take & ~issue)]
+            for k in range(n_skid + 1):
+                with m.If(up):
+                    m.d.sync += occ[k].eq(occ[k - 1] if k else 1)
+                with m.Elif(down):
+                    m.d.sync += occ[k].eq(occ[k + 1] if k < n_skid else 0)
             m.d.comb += [
                 has_room.eq(~rd_valid | take),
-                rd_fill.eq((rd_mem | skid_v[0]) & has_room),
-                issue.eq(reading & rd_more & port_free
-                         & ~((rd_valid + rd_mem + skid_v[0] + skid_v[1]) >= 3)),
-                rd_last.eq(~rd_more & ~rd_mem & ~skid_v[0]),
+                rd_fill.eq((rd_memq | skid_v[0]) & has_room),
+                issue.eq(reading & rd_more & port_free & ~occ[n_skid]),
+                rd_last.eq(~rd_more & ~Cat(*flight).any() & ~skid_v[0]),
             ]
             # The words held in the skids and arriving: the first goes to the stage when it has
-            # room, the rest to the skids in order.
-            held = Signal(2)
-            m.d.comb += held.eq(skid_v[0] + skid_v[1] + rd_mem)
+            # room, the rest to the skids in order. The skids fill in order, so "at least j
+            # held" is skid j - 1's flag, or skid j - 2's with a word arriving.
+            def held_ge(j):
+                v = [Const(1)] + skid_v + [Const(0)]
+                return v[j] | rd_memq & v[j - 1]
             with m.If(has_room):
-                m.d.sync += [rd_valid.eq(held >= 1), skid_v[0].eq(held >= 2),
-                             skid_v[1].eq(held >= 3),
-                             rd_word.eq(Mux(skid_v[0], rd_skid[0], p.rdata)),
-                             rd_skid[0].eq(Mux(skid_v[1], rd_skid[1], p.rdata)),
-                             rd_skid[1].eq(p.rdata)]
+                m.d.sync += [rd_valid.eq(held_ge(1)),
+                             rd_word.eq(Mux(skid_v[0], rd_skid[0], rd_q))]
+                for k in range(n_skid):
+                    m.d.sync += skid_v[k].eq(held_ge(k + 2))
+                    m.d.sync += rd_skid[k].eq(Mux(skid_v[k + 1], rd_skid[k + 1], rd_q)
+                                              if k + 1 < n_skid else rd_q)
             with m.Else():
-                m.d.sync += [skid_v[0].eq(held >= 1), skid_v[1].eq(held >= 2)]
-                with m.If(~skid_v[0]):
-                    m.d.sync += rd_skid[0].eq(p.rdata)
-                with m.If(~skid_v[1]):
-                    m.d.sync += rd_skid[1].eq(p.rdata)
+                for k in range(n_skid):
+                    m.d.sync += skid_v[k].eq(held_ge(k + 1))
+                    with m.If(~skid_v[k]):
+                        m.d.sync += rd_skid[k].eq(rd_q)
             m.d.sync += rd_mem.eq(issue)
             m.d.sync += [wr_valid.eq(wr_in_valid), wr_data.eq(wr_in_data)]
         else:
@@ -862,21 +921,48 @@ class Sequencer(wiring.Component):
         else:
             dm_codes = [banks[k][:self._code_bits] for k in range(N)]
         # With ``pipelined``, a word DM_RUN takes reaches the gather a cycle later through
-        # registers of the raw byte (beside the scratchpad) and of its lane and flags; the
-        # reader stops while the registered word completes a group (``dm_hold``).
+        # registers of the word in sign-magnitude form and of its lane and flags; the reader
+        # stops while the registered word completes a group (``dm_hold``).
         g_lane = Signal(range(N))
         g_full = Signal()
         g_last = Signal()
         if self._pipelined:
             dm_t = Signal()           # a word is in the registers
             dm_x = Signal(8)
-            dm_lane = Signal(range(N))
             dm_full = Signal()        # it completes its group
             dm_last = Signal()        # it is the row's last
             dm_hold = dm_t & dm_full
-            m.d.sync += [dm_t.eq(take & st_dm), dm_x.eq(rdata[:8]), dm_lane.eq(g_lane),
+            dm_in = rdata[:8]
+            dm_mag = Mux(dm_in[7], -dm_in.as_signed(), dm_in)[:8]
+            # ``take`` in DM_RUN, from flip-flops alone (no other consumer's readiness).
+            dm_take = Signal()
+            m.d.comb += dm_take.eq(rd_valid & st_dm & ~g_full & ~dm_hold)
+            m.d.sync += [dm_t.eq(dm_take), dm_x.eq(Cat(Mux(dm_mag[7], 127, dm_mag[:7]),
+                                                     dm_in[7])),
                          dm_full.eq((g_lane == N - 1) | rd_last), dm_last.eq(rd_last)]
             if self._discrete:
+                # The gather's writes, in groups of eight lanes, each with flip-flops of its
+                # own loaded as a word for the group is taken (so that no enable fans out to
+                # every lane): the word's lane within the group, and whether the row's last
+                # word is below the group (all its lanes to 0) or in it (its lanes above to
+                # 0). So a row's last group has 0 past its last word and the gather is never
+                # cleared (no beat and no state reach its 8·N flip-flops).
+                gl = min(8, N)
+                for g in range(N // gl):
+                    grp = g_lane[3:] if N > gl else Const(0)
+                    here = dm_take & (grp == g)
+                    gw = Signal(name=f"dm_w_g{g}")
+                    gsub = Signal(range(gl), name=f"dm_lane_g{g}")
+                    g_below = Signal(name=f"dm_zall_g{g}")
+                    g_in = Signal(name=f"dm_zup_g{g}")
+                    m.d.sync += [gw.eq(here), g_in.eq(here & rd_last),
+                                 g_below.eq(dm_take & rd_last & (grp < g))]
+                    with m.If(here):
+                        m.d.sync += gsub.eq(g_lane[:len(gsub)])
+                    for i in range(gl):
+                        sel = gw & (gsub == i)
+                        with m.If(sel | g_below | g_in & (gsub < i)):
+                            m.d.sync += gather.word_select(g * gl + i, 8).eq(Mux(sel, dm_x, 0))
                 # The unit's inputs are the gather's registers in every state, not only in
                 # DM_RUN: g_full is set in DM_RUN alone and cleared by its last beat, so the
                 # FSM's state need not gate 64 lanes' payload (a path across the die).
@@ -897,11 +983,12 @@ class Sequencer(wiring.Component):
         nb_dec = Signal(17)
         m.d.comb += nb_dec.eq((w[4] + (N - 1)) >> lgN)
         # DMATVEC's x element in sign-magnitude form (the discrete unit's input), saturated.
-        x_in = dm_x if self._pipelined else rdata[:8]
-        x_sm = Signal(8)
-        mag = Signal(8)
-        m.d.comb += [mag.eq(Mux(x_in[7], -x_in.as_signed(), x_in)),
-                     x_sm.eq(Cat(Mux(mag[7], 127, mag[:7]), x_in[7]))]
+        if not self._pipelined:
+            x_in = rdata[:8]
+            x_sm = Signal(8)
+            mag = Signal(8)
+            m.d.comb += [mag.eq(Mux(x_in[7], -x_in.as_signed(), x_in)),
+                         x_sm.eq(Cat(Mux(mag[7], 127, mag[:7]), x_in[7]))]
 
         # DECODE's outcome (stage B of the decode pipeline): the opcode and the counts, checked
         # in the order of lowbit.sim.program.Machine (data instructions: counts here,
@@ -987,7 +1074,7 @@ class Sequencer(wiring.Component):
         # (``take_x``: the same for the x buffer's write, a word taken in the x phase.)
         fill_x, take_x = rd_fill, take & mv_x
         if self._pipelined and self._bfp:
-            fill_x = (rd_mem | skid_v[0]) & (~rd_valid | col.i_x.ready)
+            fill_x = (rd_memq | skid_v[0]) & (~rd_valid | col.i_x.ready)
             take_x = rd_valid & mv_x & col.i_x.ready
         # ---- x buffer (MATVEC's later tiles) -----------------------------------------------
         if self._bfp and self._x_buffer:
@@ -1226,6 +1313,8 @@ class Sequencer(wiring.Component):
                     m.next = "RESP_EMPTY"
                 with m.Else():
                     m.d.sync += running.eq(1)
+                    if self._pipelined:
+                        m.d.sync += busy_q.eq(1)
                     m.d.comb += run_start.eq(1)
                     m.next = "FETCH"
             with m.State("RESP_EMPTY"):
@@ -1405,10 +1494,15 @@ class Sequencer(wiring.Component):
                     m.d.sync += st_movewr.eq(1)
                     m.next = "MOVE_WR"
             if self._pipelined:
-                with m.State("MOVE_LAG"):
-                    # The word reaches the stage's register.
-                    m.d.sync += st_movewr.eq(1)
-                    m.next = "MOVE_WR"
+                # The word passes the port's register, the memory, the register beside it and
+                # reaches the stage's.
+                for k in range(1, lag + 1):
+                    with m.State("MOVE_LAG" if k == 1 else f"MOVE_LAG{k}"):
+                        if k == lag:
+                            m.d.sync += st_movewr.eq(1)
+                            m.next = "MOVE_WR"
+                        else:
+                            m.next = f"MOVE_LAG{k + 1}"
             with m.State("MOVE_WR"):
                 # The address, the write enable and the data on st_movewr (after the FSM, as the
                 # reader).
@@ -1473,8 +1567,10 @@ class Sequencer(wiring.Component):
                     m.d.comb += rp_src.eq(1)
                     if self._pipelined:
                         m.d.comb += dm_chg.eq(1)
-                    m.d.sync += [g_lane.eq(0), g_full.eq(0), gather.eq(0),
-                                 rd_more.eq(1),
+                    m.d.sync += [g_lane.eq(0), g_full.eq(0)]
+                    if not self._pipelined:
+                        m.d.sync += gather.eq(0)
+                    m.d.sync += [rd_more.eq(1),
                                  w_ptr.eq(w_base),
                                  bias_q.eq(0)]
                     with m.If(~tl_more):
@@ -1488,8 +1584,9 @@ class Sequencer(wiring.Component):
                     m.d.comb += [addr_base.eq(bias_ptr), re.eq(1)]
                     m.next = "DM_BIAS_LAG" if self._pipelined else "DM_BIAS2"
                 if self._pipelined:
-                    with m.State("DM_BIAS_LAG"):
-                        m.next = "DM_BIAS2"
+                    for k in range(1, lag + 1):
+                        with m.State("DM_BIAS_LAG" if k == 1 else f"DM_BIAS_LAG{k}"):
+                            m.next = "DM_BIAS2" if k == lag else f"DM_BIAS_LAG{k + 1}"
                 with m.State("DM_BIAS2"):
                     m.d.sync += [bias_q.eq(rdata), bias_ptr.eq(bias_ptr + 1), st_dm.eq(1)]
                     m.next = "DM_RUN"
@@ -1507,10 +1604,8 @@ class Sequencer(wiring.Component):
                     if self._pipelined:
                         with m.If(take):
                             m.d.sync += g_lane.eq(g_lane + 1)
-                        with m.If(dm_t):
-                            m.d.sync += gather.word_select(dm_lane, 8).eq(x_sm)
-                            with m.If(dm_full):
-                                m.d.sync += [g_full.eq(1), g_last.eq(dm_last)]
+                        with m.If(dm_t & dm_full):
+                            m.d.sync += [g_full.eq(1), g_last.eq(dm_last)]
                     else:
                         with m.If(take):
                             m.d.sync += [gather.word_select(g_lane, 8).eq(x_sm),
@@ -1521,8 +1616,10 @@ class Sequencer(wiring.Component):
                     with m.If(du.i.valid & du.i.ready):
                         if self._pipelined:
                             m.d.comb += dm_chg.eq(1)
-                        m.d.sync += [g_full.eq(0), gather.eq(0), g_lane.eq(0),
-                                     w_ptr.eq(w_ptr + 1)]
+                        m.d.sync += g_full.eq(0)
+                        if not self._pipelined:
+                            m.d.sync += gather.eq(0)
+                        m.d.sync += [g_lane.eq(0), w_ptr.eq(w_ptr + 1)]
                         with m.If(g_last):
                             m.d.sync += st_dm.eq(0)
                             m.next = "DM_WAIT"
@@ -1650,7 +1747,7 @@ class Sequencer(wiring.Component):
                 m.d.comb += [xb_start.eq(1), b_inc.eq(bias_en)]
                 m.d.sync += [tiles_left.eq(tiles_left - 1), tl_more.eq(tiles_left != 1)]
             with m.If(mv_x):
-                with m.If(rd_fill):
+                with m.If(fill_x):
                     m.d.sync += w_ptr.eq(w_ptr + 1)
                 with m.If(rd_last & (~rd_valid | col.i_x.ready)):
                     m.d.sync += mv_x.eq(0)
@@ -1674,7 +1771,7 @@ class Sequencer(wiring.Component):
                 m.d.sync += [rd_more.eq(1), tiles_left.eq(tiles_left - 1),
                              tl_more.eq(tiles_left != 1), mv_x.eq(1)]
             with m.If(mv_x):
-                with m.If(rd_fill):
+                with m.If(fill_x):
                     m.d.sync += w_ptr.eq(w_ptr + 1)
                 with m.If(rd_last & (~rd_valid | col.i_x.ready)):
                     m.d.sync += mv_x.eq(0)
@@ -1706,12 +1803,16 @@ class Sequencer(wiring.Component):
         with m.Elif(rp_src):
             m.d.sync += rd_left.eq(len_src)
         rp_sel = Cat(rp_pc, rp_src, rp_bias, rp_inc)
-        rp_next = (Mux(rp_pc, pc, 0) | Mux(rp_src, src, 0) | Mux(rp_bias, bias_ptr, 0)
-                   | Mux(rp_inc, rd_inc, 0))
+        rp_load = Mux(rp_pc, pc, 0) | Mux(rp_src, src, 0) | Mux(rp_bias, bias_ptr, 0)
+        rp_next = rp_load | Mux(rp_inc, rd_inc, 0)
         with m.If(rp_sel.any()):
             m.d.sync += rd_ptr.eq(rp_next)
-            if self._pipelined:
-                m.d.sync += rd_inc.eq(rp_next[:16] + 1)
+        if self._pipelined:
+            # The step's adder on rd_inc's own flip-flops: an issue (rp_inc) only picks it.
+            with m.If(rp_pc | rp_src | rp_bias):
+                m.d.sync += rd_inc.eq(rp_load[:16] + 1)
+            with m.Elif(rp_inc):
+                m.d.sync += rd_inc.eq(rd_inc + 1)
         with m.If(rp_pc | rp_src | rp_bias):
             m.d.sync += fresh.eq(1)
         if self._pipelined:
@@ -1719,7 +1820,7 @@ class Sequencer(wiring.Component):
             # further where a read steps rd_ptr (rp_inc) or reads at a fresh one (an issue or a
             # fetch, which clear ``fresh``).
             with m.If(rp_pc | rp_src | rp_bias):
-                m.d.sync += rd_na.eq(rp_next)
+                m.d.sync += rd_na.eq(rp_load)
             with m.Elif(rp_inc | fresh & (issue | fetching)):
                 m.d.sync += rd_na.eq(rd_na + 1)
         return m

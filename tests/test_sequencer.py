@@ -431,12 +431,13 @@ def test_dmatvec(seq_pipelined):
     assert status == L.Status.OK
     assert busy == 4 * rows * nbd < cycles     # busy cycles: ceil(K / N) beats per row
     # Pipelined, a cycle more per group of N words (the gather's register; the registered
-    # codes are always in before the group is) and four per row (the discrete unit's split sum,
-    # and the rounding's addition, shift and saturation a register each); the reader's second
-    # stage: a cycle more per fetch (9 instructions), per range read (LOADW's, each row's x
+    # codes are always in before the group is) and five per row (the discrete unit's entry
+    # stage and split sum, and the rounding's addition, shift and saturation a register each);
+    # the port's register, the register beside the memory and the reader's second stage:
+    # three cycles more per fetch (9 instructions), per range read (LOADW's, each row's x
     # words) and per bias word (3 of the 4 DMATVECs).
-    lag = 9 + 1 + 4 * rows + 3 * rows
-    assert cycles == 652 + (4 * rows * (nbd + 4) + lag if seq_pipelined else 0)
+    lag = 3 * (9 + 1 + 4 * rows + 3 * rows)
+    assert cycles == 652 + (4 * rows * (nbd + 5) + lag if seq_pipelined else 0)
     m, e = discrete_dense(layer, x, lanes=N)
     assert dev.get(YA, rows).tolist() == pack_elements(m, e).tolist()
     nobias = DiscreteDense(w_codes=layer.w_codes, book=book, shift=0, out_exp=-2)
@@ -456,6 +457,48 @@ def test_dmatvec(seq_pipelined):
     assert set(ident.engine_names) == {"grand", "discrete", "lut", "sequencer"}
 
 
+@pytest.mark.parametrize("seq_pipelined", [False, True])
+def test_dmatvec_groups_of_lanes(seq_pipelined):
+    """DMATVEC on 16 lanes (two of the pipelined gather's groups of eight) with rows whose
+    last group ends in the lower group (K = 19: lanes 3..15 of the second beat take no word)
+    and rows of one short group (K = 5), after rows that filled every lane: the lanes past a
+    row's last word are 0 (code 0 is the weight +1 here, so a stale x would show); and rows of
+    83 words, whose six groups each stop the reader while the unit takes them (with
+    ``seq_pipelined`` the reader's words on their way then fill its skid registers, and its
+    occupancy must stop it). Equal to lowbit.sim.network.discrete_dense."""
+    n = 16
+    dev = Device(bfp=False, quantiser=False, matrix_lanes=n, seq_pipelined=seq_pipelined)
+    rng = np.random.default_rng(16)
+    book = CodeBook(2, [(0, 0, 0), (1, 0, 1), (0, 1, 1), (1, 0, 2)])
+    w = book.words()
+    dev.reg("CODE_BOOK0", sum(v << 8 * k for k, v in enumerate(w)))
+    dev.reg("CODE_WIDTH", 2)
+    dev.reg("DISC_SHIFT", 0)
+    dev.reg("FIXED_EXP", 0)
+    rows = 3
+    ws, xs, bs, ys = 64, 360, 500, 520        # word addresses: codes, x, bias, results
+    out = {}
+    for k, kk in enumerate((19, 5, 19, 83)):
+        layer = DiscreteDense(w_codes=rng.integers(0, 4, (rows, kk)), book=book,
+                              bias=rng.integers(-300, 300, rows), shift=0,
+                              acc_width=DISCRETE_ACC_WIDTH, out_exp=0)
+        x = rng.integers(60, 128, kk) * rng.choice([-1, 1], kk)
+        nbd = -(-kk // n)
+        codes = np.zeros((rows, nbd * n), dtype=np.int64)
+        codes[:, :kk] = layer.w_codes
+        entry, dst = 8 * k, ys + 4 * k
+        dev.put(ws, codes.reshape(-1))
+        dev.put(xs, pack_elements(x, 0))
+        dev.put(bs + 4 * k, layer.bias & 0xFFFF)
+        out[dst] = (layer, x)
+        status = dev.run([I.loadw(ws, entry, rows * nbd),
+                          I.dmatvec(xs, dst, entry, kk, rows, bias=bs + 4 * k), I.halt()])[0]
+        assert status == L.Status.OK
+    for dst, (layer, x) in out.items():
+        m, e = discrete_dense(layer, x, lanes=n)
+        assert dev.get(dst, rows).tolist() == pack_elements(m, e).tolist()
+
+
 def scratch_image(dev):
     return dev.mem.read_bytes(0, BASE["scratch_bytes"])
 
@@ -466,7 +509,7 @@ def second_stage():
     register, a read latency of 2 for the memory handler), the x buffer and one scratchpad
     address (``scratch_write_addr=False``)."""
     dev = Device(seq_pipelined=True, scratch_write_addr=False)
-    assert dev.top.scratch_read_latency == 2 and dev.top.matvec_x_buffer
+    assert dev.top.scratch_read_latency == 3 and dev.top.matvec_x_buffer
     return dev
 
 

@@ -278,7 +278,6 @@ def test_dot_saturating(n, width, acc_width, lanes):
 def test_split_sum_equals_model_one_cycle_later(lanes, acc_width):
     """``split_sum``: the lane terms summed in two stages (groups, then the groups' sums) give
     the model's dot products, saturating ones among them, one cycle later than one stage."""
-    from amaranth.sim import Simulator
 
     rng = np.random.default_rng(70 + lanes)
     dut = cached(DiscreteUnit, lanes=lanes, code_bits=3, acc_width=acc_width, tables=False,
@@ -296,28 +295,8 @@ def test_split_sum_equals_model_one_cycle_later(lanes, acc_width):
                             for vx, vc in vectors]
 
     def latency(unit):
-        seen = []
-
-        async def bench(ctx):
-            for k, word in enumerate(book.words()):
-                ctx.set(unit.book[k].as_value(), word)
-            ctx.set(unit.op, DiscreteOp.DOT)
-            ctx.set(unit.o.ready, 1)
-            ctx.set(unit.i.valid, 1)
-            ctx.set(unit.i.payload, {"x": [1] * lanes, "w": [0] * lanes, "last": 1})
-            await ctx.tick()
-            ctx.set(unit.i.valid, 0)
-            for cycle in range(1, 10):
-                if ctx.get(unit.o.valid):
-                    seen.append(cycle)
-                    return
-                await ctx.tick()
-
-        sim = Simulator(unit)
-        sim.add_clock(1e-6)
-        sim.add_testbench(bench)
-        sim.run()
-        return seen
+        return _first_output_cycle(unit, book, DiscreteOp.DOT,
+                                   {"x": [1] * lanes, "w": [0] * lanes})
 
     one = DiscreteUnit(lanes=lanes, code_bits=3, acc_width=acc_width, tables=False)
     assert latency(one) == [4]

@@ -120,3 +120,16 @@ def load_or_step(value, step, load, other):
     step &= (1 << len(value)) - 1
     addend = Cat(*[~load if step >> k & 1 else load for k in range(len(value))])
     return Mux(load, other, value + addend)
+
+
+def registered_port(m, port):
+    """A user-side copy of the scratchpad ``port`` (a :class:`ScratchPortSignature` member the
+    user drives), registered onto it: the returned interface's address, enables and write data
+    reach ``port`` a cycle later (``port`` is flip-flops), its ``rdata`` is ``port``'s."""
+    p = port.signature.create(path=("mem_cmd",))
+    names = ["addr", "we", "re", "wmask", "wdata"]
+    if "waddr" in port.signature.members:
+        names.append("waddr")
+    m.d.sync += [getattr(port, n).eq(getattr(p, n)) for n in names]
+    m.d.comb += p.rdata.eq(port.rdata)
+    return p

@@ -49,6 +49,7 @@ from .ports import (
     LUTPortSignature,
     ScratchPortSignature,
     load_or_step,
+    registered_port,
 )
 from .prng import Xoroshiro128aox
 from .quantiser import Quantiser, QuantTarget
@@ -339,13 +340,7 @@ class Sequencer(wiring.Component):
             # state decode in front of the address, enables and data fanned out to the block
             # RAMs across the die): every read and write reaches the memory a cycle after the
             # sequencer decides it, in the order decided.
-            p = self.mem.signature.create(path=("mem_cmd",))
-            port_q = [self.mem.addr.eq(p.addr), self.mem.we.eq(p.we), self.mem.re.eq(p.re),
-                      self.mem.wmask.eq(p.wmask), self.mem.wdata.eq(p.wdata)]
-            if self._write_addr:
-                port_q.append(self.mem.waddr.eq(p.waddr))
-            m.d.sync += port_q
-            m.d.comb += p.rdata.eq(self.mem.rdata)
+            p = registered_port(m, self.mem)
 
         # ---- Rounding PRNG -------------------------------------------------------------------
         # Only the column and the quantiser round stochastically; without them there is no PRNG.

@@ -56,6 +56,7 @@ from .ports import (
     ConfigPortSignature,
     ScratchPortSignature,
     load_or_step,
+    registered_port,
 )
 from .sequencer import Sequencer
 from .uart import UARTReceiver, UARTTransmitter, quiet_on_error
@@ -574,10 +575,7 @@ class MemoryHandler(wiring.Component):
         c = self.command
         p = self.mem
         if self._read_latency == 3:
-            p = self.mem.signature.create(path=("mem_cmd",))
-            m.d.sync += [self.mem.addr.eq(p.addr), self.mem.we.eq(p.we), self.mem.re.eq(p.re),
-                         self.mem.wmask.eq(p.wmask), self.mem.wdata.eq(p.wdata)]
-            m.d.comb += p.rdata.eq(self.mem.rdata)
+            p = registered_port(m, self.mem)
         writing = Signal()
         packed = Signal()        # a packed transfer: one lane, the pointer steps by 2
         high = Signal()          # MEM_READ_HIGH / MEM_FILL_HIGH: spans of several words

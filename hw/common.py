@@ -1,9 +1,10 @@
 """Shapes shared by several blocks and by the accelerator's configuration registers."""
 
-from amaranth.hdl import Const
+from amaranth.hdl import Const, Signal
 from amaranth.lib import enum
 
-__all__ = ["Rounding", "ROUNDING_NAMES", "check_int", "check_bool", "any_of"]
+__all__ = ["Rounding", "ROUNDING_NAMES", "check_int", "check_bool", "any_of",
+           "register_copy"]
 
 
 class Rounding(enum.Enum, shape=2):
@@ -59,3 +60,22 @@ def any_of(terms):
         terms = [terms[k] | terms[k + 1] if k + 1 < len(terms) else terms[k]
                  for k in range(0, len(terms), 2)]
     return terms[0]
+
+
+def register_copy(m, ref, d, name):
+    """A flip-flop copy of the register ``ref``, whose next value is ``d`` in every cycle
+    (``m.d.sync += ref.eq(d)``, no enable), that synthesis keeps apart from ``ref``.
+
+    Placed beside its own readers, a copy splits a net that would otherwise span the die. Yosys
+    merges registers with the same next value, so the copy's next value is ``d ^ copy ^ ref``:
+    ``d``, as the copy equals ``ref`` from reset on (both take their reset value, 0), but read
+    from its own output. It costs a LUT input in front of each bit.
+
+    Returns
+    -------
+    Signal
+        The copy, shaped as ``ref``; ``name`` names it.
+    """
+    copy = Signal.like(ref, name=name)
+    m.d.sync += copy.eq(d ^ copy ^ ref)
+    return copy

@@ -37,6 +37,7 @@ from lowbit.sim.topparams import check_drain_lanes
 from .bfp import BFPColumn, ExpMode
 from .common import check_bool as _check_bool
 from .common import check_int as _check_int
+from .common import register_copy
 from .discrete import CodeEntry, DiscreteOp, DiscreteUnit
 from .link import CommandSignature
 from .mult import MULT_STYLES, check_hard_lanes
@@ -360,6 +361,10 @@ class Sequencer(wiring.Component):
         w_wr_en = Signal()
         w_rd_addr = Signal(range(depth))
         w_rd_en = Signal()
+        # With ``pipelined``, the read enable in one copy per eight banks (``w_rd_en_g``): each
+        # placed beside its banks, not one net fanned out to every bank across the die.
+        w_rd_en_g = [Signal(name=f"w_rd_en_g{g}") for g in range(-(-N // 8))] \
+            if self._pipelined else [w_rd_en] * -(-N // 8)
         if self._pipelined:
             # LOADW's write, registered with its bank decoded: the scratchpad's output reaches
             # a flip-flop beside it, not every bank across the die. The entry and the data in
@@ -392,7 +397,7 @@ class Sequencer(wiring.Component):
                 m.d.comb += [wp.addr.eq(w_wr_addr), wp.data.eq(w_wr_data),
                              wp.en.eq(w_wr_en & (w_wr_lane == k))]
             m.d.comb += rp.addr.eq(w_rd_addr)
-            with m.If(w_rd_en):
+            with m.If(w_rd_en_g[k // 8]):
                 m.d.sync += rdata_k.eq(rp.data)
             banks.append(rdata_k)
 
@@ -1132,6 +1137,17 @@ class Sequencer(wiring.Component):
             m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(fill_x & mv_x | xb_fill | st_dm)]
         else:
             m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(fill_x & mv_x | st_dm)]
+        if self._pipelined and self._bfp:
+            # Each copy of the enable reads a copy of its own of the word's arrival
+            # (``rd_memq``, a register_copy), so that synthesis keeps the copies apart and the
+            # placer puts each by its banks.
+            x_en = xb_fill if self._x_buffer else Const(0)
+            for g, en_g in enumerate(w_rd_en_g):
+                memq_g = register_copy(m, rd_memq, rd_mem2, f"rd_memq_g{g}")
+                fill_g = (memq_g | skid_v[0]) & (~rd_valid | col.i_x.ready)
+                m.d.comb += en_g.eq(fill_g & mv_x | x_en | st_dm)
+        elif self._pipelined:
+            m.d.comb += [en_g.eq(w_rd_en) for en_g in w_rd_en_g]
         # The column's results: taken as they come, or, with the bias memory and one address,
         # held in the output unit's FIFO while the reader feeds the column x (``o_ready`` is a
         # register: taken while the reader has no x left to read or waits for the column). So

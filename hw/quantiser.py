@@ -12,7 +12,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from lowbit.hw.common import Rounding, check_bool
+from lowbit.hw.common import Rounding, check_bool, register_copy
 from lowbit.hw.common import check_int as _check_int
 from lowbit.hw.discrete import CodeEntry
 
@@ -110,16 +110,20 @@ class Quantiser(wiring.Component):
         ``ceil(log2 amax) - (W - 2)``): the ``rule`` port becomes 2 bits wide. Default
         ``False`` (the ``rule`` port is 1 bit, the accelerator top's ``QUANT_RULE``).
     compare_first : bool
-        For fast clocks: the discrete path compares the unclamped value with each code value
-        and applies the clamp of NaN, infinities and overflows to the comparisons' outcomes
-        (against the clamped values' comparisons, kept in registers beside the code values,
-        a cycle behind them), so no multiplexer is in front of the carry chains. The same
-        results. Default ``False``.
+        For fast clocks: the discrete path takes its own copy of stage 5's value, clamped as
+        it enters the copy (NaN to 0, infinities and overflows past every code value), so no
+        multiplexer is on either side of the comparators' carry chains; the copy is loaded
+        only in discrete mode, and each lane compares with its own copies of the code values,
+        so neither the rounding path's registers nor the configuration registers' nets span
+        the lanes in front of the carry chains. The same results. Default ``False``.
     gap_register : bool
         For fast clocks: the discrete path's gap between the neighbouring code values
-        (``hi - lo``, the factor of stage 6's stochastic product) is computed in stage 5b
-        into a register, so the hard multiplier's input is a flip-flop, not a carry chain.
-        The same results and latency. Default ``False``.
+        (``hi - lo``, the factor of stage 6's stochastic product) is a register of stage 5b,
+        selected by the lower neighbour from configuration registers holding each code's gap
+        to the next larger valid value (``hi`` is that value), so neither a subtraction follows
+        the neighbours' pick nor a carry chain is in front of the hard multiplier. The same
+        results and latency; the book's gaps settle six cycles after ``book`` or
+        ``code_width`` changes, before a beat offered then reaches them. Default ``False``.
 
     Members
     -------
@@ -579,6 +583,18 @@ class Quantiser(wiring.Component):
                          s4b_rand.eq(s4_rand),
                          s5_valid.eq(s4b_valid), s5_e.eq(s4b_e), s5_nan.eq(s4b_nan),
                          s5_rand.eq(s4b_rand)]
+        # With ``compare_first``, the discrete path's own copy of stage 5's value and sticky
+        # bit, clamped as it enters (NaN to 0, infinities and overflows to +-y_max, past every
+        # code value, with no sticky bit): loaded only in discrete mode (so synthesis keeps it
+        # apart from stage 5's registers) and placed beside the comparators, which then have
+        # no multiplexer on either side.
+        d5_copy = self._compare_first and self._code_bits > 0
+        if d5_copy:
+            disc_q = Signal()
+            m.d.sync += disc_q.eq(disc)
+            d5_y_in = [Signal.like(s5_y[lane], name=f"ds5_y{lane}") for lane in range(L)]
+            d5_s_in = [Signal(name=f"ds5_sticky{lane}") for lane in range(L)]
+            y_max = (1 << (G + qw - 1)) - 1
         for lane in range(L):
             val = Signal(signed(n_v), name=f"shin{lane}")
             m.d.comb += val.eq(s4_p[lane] << (hr + G))
@@ -596,14 +612,23 @@ class Quantiser(wiring.Component):
             val, sticky = shift_steps(s4b_val[lane], s4b_sticky[lane], s4b_sh[lane],
                                       range(split - 1, -1, -1), lane, "b")
             high = val[G + qw - 1:]
+            s5 = [
+                (s5_y, val[:G + qw]), (s5_sticky, sticky),
+                (s5_big, s4b_ovf[lane] | ~(high.all() | (high == 0))),
+                (s5_neg, s4b_neg[lane]), (s5_special, s4b_special[lane]),
+                (s5_isnan, s4b_isnan[lane])]
             with m.If(en):
-                m.d.sync += [
-                    s5_y[lane].eq(val[:G + qw]), s5_sticky[lane].eq(sticky),
-                    s5_big[lane].eq(s4b_ovf[lane] | ~(high.all() | (high == 0))),
-                    s5_neg[lane].eq(s4b_neg[lane]),
-                    s5_special[lane].eq(s4b_special[lane]),
-                    s5_isnan[lane].eq(s4b_isnan[lane]),
-                ]
+                m.d.sync += [reg[lane].eq(value) for reg, value in s5]
+            if d5_copy:
+                big = s5[2][1]
+                with m.If(en & disc_q):
+                    with m.If(s4b_special[lane] & s4b_isnan[lane]):
+                        m.d.sync += [d5_y_in[lane].eq(0), d5_s_in[lane].eq(0)]
+                    with m.Elif(s4b_special[lane] | big):
+                        m.d.sync += [d5_y_in[lane].eq(Mux(s4b_neg[lane], -y_max, y_max)),
+                                     d5_s_in[lane].eq(0)]
+                    with m.Else():
+                        m.d.sync += [d5_y_in[lane].eq(val[:G + qw]), d5_s_in[lane].eq(sticky)]
 
         # Stage 5: round.
         # The saturation bounds are registered copies of the configuration (held constant while
@@ -686,7 +711,8 @@ class Quantiser(wiring.Component):
 
         if self._code_bits:
             codes = self._discrete(m, en, stoch, G, qw, s5_y, s5_big, s5_sticky, s5_neg,
-                                   s5_special, s5_isnan, s5_rand)
+                                   s5_special, s5_isnan, s5_rand,
+                                   clamped=(d5_y_in, d5_s_in) if d5_copy else None)
         else:
             codes = [Const(0, 1)] * L
 
@@ -733,7 +759,7 @@ class Quantiser(wiring.Component):
         return m
 
     def _discrete(self, m, en, stoch, G, qw, s5_y, s5_big, s5_sticky, s5_neg, s5_special,
-                  s5_isnan, s5_rand):
+                  s5_isnan, s5_rand, clamped=None):
         """Discrete-code path: three pipeline stages beside the rounding/saturation stages and
         the extra stage 7; returns the per-lane code of stage 7 (registered into the output by
         the caller).
@@ -755,6 +781,7 @@ class Quantiser(wiring.Component):
         cfg_valid = Signal(nc)
         cfg_v = [Signal(signed(_CODE_FRAC + 9), name=f"cfg_v{c}") for c in range(nc)]
         cfg_key = [Signal(5, name=f"cfg_key{c}") for c in range(nc)]
+        cfg_d = [None] * nc           # their next values
         for c in range(nc):
             entry = self.book[c]
             exp = Signal(signed(5), name=f"cfg_exp{c}")
@@ -763,21 +790,34 @@ class Quantiser(wiring.Component):
                 exp.eq(Mux(entry.direction, entry.shift, -entry.shift)),
                 mag.eq(Const(1, 1) << (exp + _CODE_FRAC).as_unsigned()[:4]),
             ]
+            cfg_d[c] = dict(valid=c < (Const(1, 4) << self.code_width),
+                            v=Mux(entry.sign, -mag, mag))
             m.d.sync += [
-                cfg_valid[c].eq(c < (Const(1, 4) << self.code_width)),
-                cfg_v[c].eq(Mux(entry.sign, -mag, mag)),
+                cfg_valid[c].eq(cfg_d[c]["valid"]),
+                cfg_v[c].eq(cfg_d[c]["v"]),
                 cfg_key[c].eq(Mux(entry.sign, 7 - exp, 23 + exp)),
             ]
         # beats_max[c][d]: c is preferred over d as "largest" (larger value, or equal value
         # and lower index); beats_min likewise for "smallest".
         beats_max = [[None] * nc for _ in range(nc)]
         beats_min = [[None] * nc for _ in range(nc)]
+        key_gt = {}               # key_gt[c, d]: code c's value is larger than code d's
         for c in range(nc):
             for d in range(c + 1, nc):
                 gt, lt = Signal(name=f"cfg_gt{c}_{d}"), Signal(name=f"cfg_lt{c}_{d}")
                 m.d.sync += [gt.eq(cfg_key[c] > cfg_key[d]), lt.eq(cfg_key[c] < cfg_key[d])]
                 beats_max[c][d], beats_max[d][c] = ~lt, lt
                 beats_min[c][d], beats_min[d][c] = ~gt, gt
+                key_gt[c, d], key_gt[d, c] = gt, lt
+
+        def select(onehot, values):
+            """The value of ``values`` that the one-hot ``onehot`` selects, as an AND-OR tree
+            (0 when none is selected)."""
+            terms = [Mux(onehot[k], v, 0) for k, v in enumerate(values)]
+            while len(terms) > 1:
+                terms = [terms[k] | terms[k + 1] if k + 1 < len(terms) else terms[k]
+                         for k in range(0, len(terms), 2)]
+            return terms[0]
 
         def pick(flags, beats, name):
             """One-hot of the preferred flagged code, and its index."""
@@ -793,15 +833,32 @@ class Quantiser(wiring.Component):
                     m.d.comb += index.eq(c)
             return onehot, index
 
-        if self._compare_first:
-            # The clamped values' comparisons with each code value (y = 0, +y_max, -y_max).
-            ge_zero = [Signal(name=f"cfg_ge_zero{c}") for c in range(nc)]
-            ge_pmax = [Signal(name=f"cfg_ge_pmax{c}") for c in range(nc)]
-            ge_nmax = [Signal(name=f"cfg_ge_nmax{c}") for c in range(nc)]
+        if clamped is not None:
+            # Each lane's copies of the code values and of their flags (register_copy),
+            # beside its comparators: no configuration register's net spans the lanes in front
+            # of a carry chain.
+            def lane_cfg(lane):
+                return [dict(v=register_copy(m, cfg_v[c], cfg_d[c]["v"], f"cfg_v{c}_l{lane}"),
+                             valid=register_copy(m, cfg_valid[c], cfg_d[c]["valid"],
+                                                 f"cfg_valid{c}_l{lane}"))
+                        for c in range(nc)]
+        if self._gap_register:
+            # Each code's gap to the next larger valid value (stage 6's factor hi - lo, as hi
+            # is the next value above lo), in two configuration stages: that value, then the
+            # difference. Stage 5b selects the gap with lo's one-hot, so no subtraction
+            # follows the neighbours' pick.
+            # Four stages of registers, so that no configuration path is deeper than a pick:
+            # the codes above, the next one up (one-hot), its value, the gap.
+            cfg_gap = [Signal(unsigned(_CODE_FRAC + 9), name=f"cfg_gap{c}") for c in range(nc)]
             for c in range(nc):
-                thr = cfg_v[c] << G
-                m.d.sync += [ge_zero[c].eq(thr <= 0), ge_pmax[c].eq(thr <= y_max),
-                             ge_nmax[c].eq(thr <= -y_max)]
+                above = Signal(nc, name=f"cfg_above{c}")
+                m.d.sync += above.eq(Cat(Const(0) if d == c else cfg_valid[d] & key_gt[d, c]
+                                         for d in range(nc)))
+                up_hot = Signal(nc, name=f"cfg_up{c}")
+                m.d.sync += up_hot.eq(Cat(pick(above, beats_min, f"cfg_up{c}")[0]))
+                up_v = Signal(signed(_CODE_FRAC + 9), name=f"cfg_up_v{c}")
+                m.d.sync += [up_v.eq(select(up_hot, cfg_v)),
+                             cfg_gap[c].eq(up_v - cfg_v[c])]
         _, min_idx = pick(cfg_valid, beats_min, "cfg_min")
         _, max_idx = pick(cfg_valid, beats_max, "cfg_max")
         cfg_min_code = Signal(n_max)
@@ -811,30 +868,28 @@ class Quantiser(wiring.Component):
         codes = []
         for lane in range(L):
             # Stage 5 (discrete): clamp specials, compare with every code value.
-            y = Signal(signed(y_bits), name=f"dy{lane}")
-            sticky = Signal(name=f"dsticky{lane}")
-            with m.If(s5_special[lane] & s5_isnan[lane]):
-                m.d.comb += [y.eq(0), sticky.eq(0)]
-            with m.Elif(s5_special[lane] | s5_big[lane]):
-                # Beyond every code value, so the outer code whatever the sticky bit.
-                m.d.comb += [y.eq(Mux(s5_neg[lane], -y_max, y_max)), sticky.eq(0)]
-            with m.Else():
-                m.d.comb += [y.eq(s5_y[lane]), sticky.eq(s5_sticky[lane])]
+            if clamped is not None:
+                y, sticky = clamped[0][lane], clamped[1][lane]
+            else:
+                y = Signal(signed(y_bits), name=f"dy{lane}")
+                sticky = Signal(name=f"dsticky{lane}")
+                with m.If(s5_special[lane] & s5_isnan[lane]):
+                    m.d.comb += [y.eq(0), sticky.eq(0)]
+                with m.Elif(s5_special[lane] | s5_big[lane]):
+                    # Beyond every code value, so the outer code whatever the sticky bit.
+                    m.d.comb += [y.eq(Mux(s5_neg[lane], -y_max, y_max)), sticky.eq(0)]
+                with m.Else():
+                    m.d.comb += [y.eq(s5_y[lane]), sticky.eq(s5_sticky[lane])]
             d5_le = Signal(nc, name=f"d5_le{lane}")
             d5_y = Signal(signed(y_bits), name=f"d5_y{lane}")
             d5_s = Signal(name=f"d5_s{lane}")
             d5_r = Signal(G, name=f"d5_r{lane}")
+            lc = lane_cfg(lane) if clamped is not None else [
+                dict(v=cfg_v[c], valid=cfg_valid[c]) for c in range(nc)]
             with m.If(en):
                 m.d.sync += [d5_y.eq(y), d5_s.eq(sticky), d5_r.eq(s5_rand[lane])]
                 for c in range(nc):
-                    if self._compare_first:
-                        ge_raw = s5_y[lane] >= (cfg_v[c] << G)
-                        ge_big = Mux(s5_neg[lane], ge_nmax[c], ge_pmax[c])
-                        ge = Mux(s5_special[lane] & s5_isnan[lane], ge_zero[c],
-                                 Mux(s5_special[lane] | s5_big[lane], ge_big, ge_raw))
-                    else:
-                        ge = y >= (cfg_v[c] << G)
-                    m.d.sync += d5_le[c].eq(cfg_valid[c] & ge)
+                    m.d.sync += d5_le[c].eq(lc[c]["valid"] & (y >= (lc[c]["v"] << G)))
 
             # Stage 5b (discrete): the neighbours lo <= x < hi and their codes.
             gt = Signal(nc, name=f"d5_gt{lane}")
@@ -843,11 +898,14 @@ class Quantiser(wiring.Component):
             hi_hot, hi_idx = pick(gt, beats_min, f"hi{lane}")
             lo_v = Signal(signed(_CODE_FRAC + 9), name=f"lo_v{lane}")
             hi_v = Signal(signed(_CODE_FRAC + 9), name=f"hi_v{lane}")
-            for c in range(nc):
-                with m.If(lo_hot[c]):
-                    m.d.comb += lo_v.eq(cfg_v[c])
-                with m.If(hi_hot[c]):
-                    m.d.comb += hi_v.eq(cfg_v[c])
+            if self._gap_register:
+                m.d.comb += [lo_v.eq(select(lo_hot, cfg_v)), hi_v.eq(select(hi_hot, cfg_v))]
+            else:
+                for c in range(nc):
+                    with m.If(lo_hot[c]):
+                        m.d.comb += lo_v.eq(cfg_v[c])
+                    with m.If(hi_hot[c]):
+                        m.d.comb += hi_v.eq(cfg_v[c])
             d6 = {name: Signal(shape, name=f"d6_{name}{lane}") for name, shape in [
                 ("y", signed(y_bits)), ("s", 1), ("r", G), ("lo", signed(_CODE_FRAC + 9)),
                 ("hi", signed(_CODE_FRAC + 9)), ("lo_idx", n_max), ("hi_idx", n_max),
@@ -867,9 +925,11 @@ class Quantiser(wiring.Component):
             z = Signal(signed(y_bits + 2), name=f"dz{lane}")
             mid = Signal(signed(y_bits + 2), name=f"dmid{lane}")
             if self._gap_register:
-                # (stage 5b's neighbours, a register beside d6's)
+                # (stage 5b's lower neighbour's gap, a register beside d6's)
+                lo_gap = Signal.like(gap, name=f"lo_gap{lane}")
+                m.d.comb += lo_gap.eq(select(lo_hot, cfg_gap))
                 with m.If(en):
-                    m.d.sync += gap.eq(hi_v - lo_v)
+                    m.d.sync += gap.eq(lo_gap)
             m.d.comb += [
                 diff.eq(d6["y"] - lo_scaled + d6["s"]),
                 *([] if self._gap_register else [gap.eq(d6["hi"] - d6["lo"])]),

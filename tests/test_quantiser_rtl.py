@@ -36,10 +36,11 @@ RULE = {"floor": 0, "ceil": 1, "ceil_lop": 2}
 
 def run_rtl(dut, elems, *, target="bfp", rounding="nearest", width=8, rule="floor", shift=0,
             mult=1, zero=0, rand=None, book=None, valid_prob=1.0, ready_prob=1.0, seed=0,
-            rule_code=None):
+            rule_code=None, settle=3):
     """Stream the flat ``elems`` through ``dut``; return (flat outputs, exponent per beat).
 
-    ``rule_code`` overrides the ``rule`` port's value (the model still follows ``rule``)."""
+    ``rule_code`` overrides the ``rule`` port's value (the model still follows ``rule``);
+    ``settle`` is the cycles between setting ``book`` and the stream's start."""
     L = dut.lanes
     elems = np.asarray(elems, dtype=np.int64)
     assert elems.size % L == 0
@@ -64,7 +65,8 @@ def run_rtl(dut, elems, *, target="bfp", rounding="nearest", width=8, rule="floo
             ctx.set(dut.book, [{"shift": w & 7, "direction": (w >> 3) & 1, "sign": w >> 4}
                                for w in words])
             ctx.set(dut.code_width, book.n)
-            await ctx.tick().repeat(3)
+            if settle:
+                await ctx.tick().repeat(settle)
 
     # The harness gives i and i_rand independent random valid gaps.
     out = run_stream(dut, inputs, {"o": len(beats)}, setup=setup, valid_prob=valid_prob,
@@ -98,7 +100,7 @@ def check(dut, elems, **kw):
     rand = kw.get("rand")
     if kw.get("rounding") == "stochastic" and rand is None:
         kw["rand"] = rand = prng_rand(len(elems), dut.rand_bits)
-    sim_kw = {k: kw.pop(k) for k in ("valid_prob", "ready_prob", "seed", "rule_code")
+    sim_kw = {k: kw.pop(k) for k in ("valid_prob", "ready_prob", "seed", "rule_code", "settle")
               if k in kw}
     got_q, got_e = run_rtl(dut, elems, **kw, **sim_kw)
     want_q, want_e = model(elems, dut, **kw)
@@ -549,9 +551,10 @@ def test_discrete_every_f16_code(n, which, rounding):
     pytest.param(3, 4, "nearest", marks=pytest.mark.slow),
     pytest.param(1, 1, "stochastic", marks=pytest.mark.slow)])
 def test_discrete_compare_first(n, which, rounding):
-    """``compare_first`` and ``gap_register`` (the ULX3S's sequencer): the clamp applied to the
-    comparisons' outcomes and the gap between neighbours from stage 5b's register give the
-    same codes, specials and values beyond the book included."""
+    """``compare_first`` and ``gap_register`` (the ULX3S's sequencer): the clamp applied as
+    the value enters the discrete path's copy, each lane's copies of the code values and the
+    gap from the lower neighbour's configuration register give the same codes, specials and
+    values beyond the book included."""
     book = _book(n, which)
     dut = cached(Quantiser, lanes=8, mult_bits=0, rand_bits=5, compare_first=True,
                  gap_register=True)
@@ -560,6 +563,25 @@ def test_discrete_compare_first(n, which, rounding):
     codes = np.concatenate([SOME_F16, _near_book_values(book, dut.rand_bits)])
     codes = np.concatenate([codes, np.zeros(-codes.size % 8, dtype=np.int64)])
     check(dut, codes, target="discrete", rounding=rounding, book=book)
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_discrete_book_set_as_the_stream_starts(fast):
+    """The book's configuration registers (with ``gap_register`` four stages of them) settle
+    before the first beat reaches them: a book set in the cycle the first beat is offered
+    quantises that beat, random books of duplicates and gaps of every size included."""
+    dut = cached(Quantiser, lanes=4, mult_bits=0, code_bits=3, rand_bits=3,
+                 compare_first=fast, gap_register=fast)
+    for k, book in enumerate([CodeBook.default(3), random_book(3, 60), random_book(3, 61)]):
+        # Points between neighbours, where the stochastic choice weighs the gap: the first
+        # two beats, then values on and next to the book's.
+        vals = np.unique(book.values())
+        between = vals[:-1] + (vals[1:] - vals[:-1]) * (np.arange(1, len(vals)) % 7 + 1) / 8
+        first = np.resize(np.array(between, dtype=np.float16).view(np.uint16), 8)
+        codes = np.concatenate([first, _near_book_values(book, 3)]).astype(np.int64)
+        codes = np.concatenate([codes, np.zeros(-codes.size % 4, dtype=np.int64)])
+        check(dut, codes, target="discrete", rounding="stochastic", book=book, seed=k,
+              settle=0)
 
 
 @pytest.mark.parametrize("fast", [False, True])

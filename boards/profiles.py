@@ -136,7 +136,7 @@ BOARDS = {
     ),
     "ulx3s": BoardProfile(
         name="ulx3s", title="Radiona ULX3S (ECP5 LFE5U-85F)",
-        platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", device="ecp5-85f", clk_freq=75e6,
+        platform="amaranth_boards.ulx3s:ULX3S_85F_Platform", device="ecp5-85f", clk_freq=80e6,
         top=dict(lanes=8, multiplier="mult18x18d", use_spram=False, scratch_bytes=65536,
                  baud=3_000_000, sequencer=True, matrix_lanes=64, block=16, max_blocks=16,
                  weight_depth=1024, bfp=True, quantiser=True, discrete=True, code_bits=3,
@@ -144,8 +144,8 @@ BOARDS = {
         programmer="openFPGALoader", programmer_env="OPENFPGALOADER", bitstream="bit",
         notes="156 MULT18X18D, 208 DP16KD: a 64-lane BFP column (its drain four lanes a "
               "cycle, drain_lanes), MATVEC's x buffer and the sequencer's register stages "
-              "(seq_pipelined); 75 MHz from the PLL (EHXPLLL on the 25 MHz oscillator); UART "
-              "over the FT231X at 3 Mbaud, its fastest (25 cycles per bit). The scratchpad "
+              "(seq_pipelined); 80 MHz from the PLL (EHXPLLL on the 25 MHz oscillator); UART "
+              "over the FT231X at 3 Mbaud, its fastest (80/3 cycles per bit). The scratchpad "
               "keeps one address (scratch_write_addr=False). Yosys 0.70's abc9 stops on this "
               "top, so its LUTs are mapped by the classic ABC (lut_mapping); nextpnr-ecp5 "
               "routes it with router2, where router1 did not converge with the PLL's clock "

@@ -88,7 +88,7 @@ def _check_sequencer_fsm_is_recoded_one_hot(script, il):
 
 
 def test_build_plan_options_of_the_profiles():
-    """A profile's nextpnr options and LUT mapping reach its build plan: the ULX3S (75 MHz
+    """A profile's nextpnr options and LUT mapping reach its build plan: the ULX3S (80 MHz
     from the EHXPLLL) maps LUTs with the classic ABC, since Yosys 0.70's abc9 stops on its top,
     and is routed by router2, where router1 did not converge with the PLL's clock; the other
     boards keep Yosys's and nextpnr's defaults. The plans are of a small top (the link and
@@ -108,7 +108,7 @@ def test_build_plan_options_of_the_profiles():
         return files["lowbit.ys"], nextpnr[0]
 
     ys, pnr = plan("ulx3s")
-    assert BOARDS["ulx3s"].lut_mapping == "abc" and BOARDS["ulx3s"].clk_freq == 75e6
+    assert BOARDS["ulx3s"].lut_mapping == "abc" and BOARDS["ulx3s"].clk_freq == 80e6
     lines = [ln.strip() for ln in ys.splitlines()]
     synth = lines.index("synth_ecp5 -run :map_luts -top lowbit")
     assert lines[synth + 1] == ("techmap -map +/lattice/latches_map.v; abc -dress -lut 4:7; "

@@ -158,7 +158,7 @@ def test_board_at_its_oscillator_frequency_has_no_pll():
 
 
 def test_ecp5_board_with_a_pll():
-    assert BOARDS["ulx3s"].clk_freq == 75e6          # its profile runs from the PLL
+    assert BOARDS["ulx3s"].clk_freq == 80e6          # its profile runs from the PLL
     profile = dataclasses.replace(BOARDS["ulx3s"], clk_freq=40e6)
     files = _plan(profile)
     assert "cell \\EHXPLLL \\pll" in files["t.il"]

@@ -132,10 +132,10 @@ def test_loopback(baud):
     assert out["o"] == data
 
 
-# Periods 9/2, 25/3, 40/3, 65/3 and the ULX3S's 25.
+# Periods 9/2, 25/3, 40/3, 65/3, 25 and the ULX3S's 80/3.
 @pytest.mark.parametrize("clk, baud", [(18e6, 4_000_000), (25e6, 3_000_000),
                                        (40e6, 3_000_000), (65e6, 3_000_000),
-                                       (75e6, 3_000_000)])
+                                       (75e6, 3_000_000), (80e6, 3_000_000)])
 def test_loopback_fractional(clk, baud):
     rng = random.Random(baud)
     data = [0x00, 0xFF, 0x55, 0xAA] + [rng.randrange(256) for _ in range(8)]
@@ -213,15 +213,16 @@ def test_rx_baud_mismatch(error):
 # The boards' periods: 3 (12 Mbaud at 36 MHz), 4 (3 Mbaud at 12 MHz, 12 Mbaud at 48 MHz),
 # 9/2 (4 Mbaud at 18 MHz), 25/3 (3 Mbaud at 25 MHz), 40/3 (3 Mbaud at 40 MHz, the ULX3S until
 # session 25), 20 (3 Mbaud at 60 MHz, session 25's ULX3S), 65/3 (3 Mbaud at 65 MHz, session
-# 26's ULX3S), 25 (3 Mbaud at 75 MHz, the ULX3S).
+# 26's ULX3S), 25 (3 Mbaud at 75 MHz, sessions 27-28's ULX3S), 80/3 (3 Mbaud at 80 MHz, the
+# ULX3S).
 PERIODS = [Fraction(3), Fraction(4), Fraction(9, 2), Fraction(25, 3), Fraction(40, 3),
-           Fraction(20), Fraction(65, 3), Fraction(25)]
+           Fraction(20), Fraction(65, 3), Fraction(25), Fraction(80, 3)]
 
 
 @pytest.mark.parametrize("period", [
-    # The ULX3S's 25 and two fractional periods, 65/3 and 40/3, in the quick suite (both
-    # ways); the other periods with -m slow.
-    p if p in (Fraction(25), Fraction(65, 3), Fraction(40, 3))
+    # The ULX3S's 80/3 and two other fractional periods, 65/3 and 40/3, in the quick suite
+    # (both ways); the other periods with -m slow.
+    p if p in (Fraction(80, 3), Fraction(65, 3), Fraction(40, 3))
     else pytest.param(p, marks=pytest.mark.slow)
     for p in PERIODS],
     ids=str)

@@ -51,8 +51,8 @@ def check_bool(name, value):
 
 
 def any_of(terms):
-    """OR of the 1-bit values ``terms`` as a balanced tree (a chain of ORs is mapped as a chain
-    of LUTs); ``Const(0)`` when there are none."""
+    """OR of the values ``terms`` (bitwise, so also of multi-bit ones) as a balanced tree (a
+    chain of ORs is mapped as a chain of LUTs); ``Const(0)`` when there are none."""
     terms = list(terms)
     if not terms:
         return Const(0)

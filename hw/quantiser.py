@@ -12,7 +12,7 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from lowbit.hw.common import Rounding, check_bool, register_copy
+from lowbit.hw.common import Rounding, any_of, check_bool, register_copy
 from lowbit.hw.common import check_int as _check_int
 from lowbit.hw.discrete import CodeEntry
 
@@ -612,15 +612,14 @@ class Quantiser(wiring.Component):
             val, sticky = shift_steps(s4b_val[lane], s4b_sticky[lane], s4b_sh[lane],
                                       range(split - 1, -1, -1), lane, "b")
             high = val[G + qw - 1:]
+            big = s4b_ovf[lane] | ~(high.all() | (high == 0))
             s5 = [
-                (s5_y, val[:G + qw]), (s5_sticky, sticky),
-                (s5_big, s4b_ovf[lane] | ~(high.all() | (high == 0))),
+                (s5_y, val[:G + qw]), (s5_sticky, sticky), (s5_big, big),
                 (s5_neg, s4b_neg[lane]), (s5_special, s4b_special[lane]),
                 (s5_isnan, s4b_isnan[lane])]
             with m.If(en):
                 m.d.sync += [reg[lane].eq(value) for reg, value in s5]
             if d5_copy:
-                big = s5[2][1]
                 with m.If(en & disc_q):
                     with m.If(s4b_special[lane] & s4b_isnan[lane]):
                         m.d.sync += [d5_y_in[lane].eq(0), d5_s_in[lane].eq(0)]
@@ -813,11 +812,7 @@ class Quantiser(wiring.Component):
         def select(onehot, values):
             """The value of ``values`` that the one-hot ``onehot`` selects, as an AND-OR tree
             (0 when none is selected)."""
-            terms = [Mux(onehot[k], v, 0) for k, v in enumerate(values)]
-            while len(terms) > 1:
-                terms = [terms[k] | terms[k + 1] if k + 1 < len(terms) else terms[k]
-                         for k in range(0, len(terms), 2)]
-            return terms[0]
+            return any_of(Mux(onehot[k], v, 0) for k, v in enumerate(values))
 
         def pick(flags, beats, name):
             """One-hot of the preferred flagged code, and its index."""
@@ -844,11 +839,10 @@ class Quantiser(wiring.Component):
                         for c in range(nc)]
         if self._gap_register:
             # Each code's gap to the next larger valid value (stage 6's factor hi - lo, as hi
-            # is the next value above lo), in two configuration stages: that value, then the
-            # difference. Stage 5b selects the gap with lo's one-hot, so no subtraction
-            # follows the neighbours' pick.
-            # Four stages of registers, so that no configuration path is deeper than a pick:
-            # the codes above, the next one up (one-hot), its value, the gap.
+            # is the next value above lo), in four configuration stages, so that no
+            # configuration path is deeper than a pick: the codes above, the next one up
+            # (one-hot), its value, the gap. Stage 5b selects the gap with lo's one-hot, so no
+            # subtraction follows the neighbours' pick.
             cfg_gap = [Signal(unsigned(_CODE_FRAC + 9), name=f"cfg_gap{c}") for c in range(nc)]
             for c in range(nc):
                 above = Signal(nc, name=f"cfg_above{c}")

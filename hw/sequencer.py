@@ -1074,7 +1074,10 @@ class Sequencer(wiring.Component):
         # (``take_x``: the same for the x buffer's write, a word taken in the x phase.)
         fill_x, take_x = rd_fill, take & mv_x
         if self._pipelined and self._bfp:
-            fill_x = (rd_memq | skid_v[0]) & (~rd_valid | col.i_x.ready)
+            def fill_on(memq):
+                """``fill_x`` with the word's arrival flag ``memq`` (``rd_memq`` or a copy)."""
+                return (memq | skid_v[0]) & (~rd_valid | col.i_x.ready)
+            fill_x = fill_on(rd_memq)
             take_x = rd_valid & mv_x & col.i_x.ready
         # ---- x buffer (MATVEC's later tiles) -----------------------------------------------
         if self._bfp and self._x_buffer:
@@ -1144,8 +1147,7 @@ class Sequencer(wiring.Component):
             x_en = xb_fill if self._x_buffer else Const(0)
             for g, en_g in enumerate(w_rd_en_g):
                 memq_g = register_copy(m, rd_memq, rd_mem2, f"rd_memq_g{g}")
-                fill_g = (memq_g | skid_v[0]) & (~rd_valid | col.i_x.ready)
-                m.d.comb += en_g.eq(fill_g & mv_x | x_en | st_dm)
+                m.d.comb += en_g.eq(fill_on(memq_g) & mv_x | x_en | st_dm)
         elif self._pipelined:
             m.d.comb += [en_g.eq(w_rd_en) for en_g in w_rd_en_g]
         # The column's results: taken as they come, or, with the bias memory and one address,

@@ -455,6 +455,19 @@ def test_dmatvec(seq_pipelined):
     assert dev.run([I.quant(XA, YA, 4)])[:3] == (L.Status.BAD_OPCODE, 0, 0)
     ident = L.Identity.from_bytes(dev.ok(L.Opcode.IDENTIFY))
     assert set(ident.engine_names) == {"grand", "discrete", "lut", "sequencer"}
+    # Small shifts without bias, where the results fall inside the int8 range: the rounding's
+    # half (added before the shift) changes them, unlike the saturated or shift-0 rows above.
+    x_small = x // 4
+    dev.put(XA, pack_elements(x_small, 3))
+    for shift in (1, 2):
+        dev.reg("DISC_SHIFT", shift)
+        assert dev.run([I.dmatvec(XA, ZA + 24, 1, cols, rows), I.halt()])[0] == L.Status.OK
+        half = DiscreteDense(w_codes=layer.w_codes, book=book, shift=shift, out_exp=-2)
+        m, e = discrete_dense(half, x_small, lanes=N)
+        floor = DiscreteDense(w_codes=layer.w_codes, book=book, shift=0, out_exp=-2)
+        assert (discrete_dense(floor, x_small, lanes=N)[0] >> shift != m).any()
+        assert (np.abs(m) < 127).all()
+        assert dev.get(ZA + 24, rows).tolist() == pack_elements(m, e).tolist()
 
 
 @pytest.mark.parametrize("seq_pipelined", [False, True])

@@ -1079,6 +1079,13 @@ class Sequencer(wiring.Component):
                 return (memq | skid_v[0]) & (~rd_valid | col.i_x.ready)
             fill_x = fill_on(rd_memq)
             take_x = rd_valid & mv_x & col.i_x.ready
+
+        def bank_en(fill):
+            """The weight banks' read enable, with the x phase's ``fill`` (``fill_x`` or a
+            copy's): MATVEC's x words, the x buffer's reads, DMATVEC."""
+            if self._bfp and self._x_buffer:
+                return fill & mv_x | xb_fill | st_dm
+            return fill & mv_x | st_dm
         # ---- x buffer (MATVEC's later tiles) -----------------------------------------------
         if self._bfp and self._x_buffer:
             kmax = self._max_blocks * B
@@ -1137,17 +1144,14 @@ class Sequencer(wiring.Component):
             with m.If(xb_start):
                 m.d.sync += [xb_x.eq(1), xb_ridx.eq(0), xb_left.eq(len_src), xb_more.eq(1)]
             m.d.sync += b_pend.eq(b_pend + b_inc - b_dec)
-            m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(fill_x & mv_x | xb_fill | st_dm)]
-        else:
-            m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(fill_x & mv_x | st_dm)]
+        m.d.comb += [w_rd_addr.eq(w_ptr), w_rd_en.eq(bank_en(fill_x))]
         if self._pipelined and self._bfp:
             # Each copy of the enable reads a copy of its own of the word's arrival
             # (``rd_memq``, a register_copy), so that synthesis keeps the copies apart and the
             # placer puts each by its banks.
-            x_en = xb_fill if self._x_buffer else Const(0)
             for g, en_g in enumerate(w_rd_en_g):
                 memq_g = register_copy(m, rd_memq, rd_mem2, f"rd_memq_g{g}")
-                m.d.comb += en_g.eq(fill_on(memq_g) & mv_x | x_en | st_dm)
+                m.d.comb += en_g.eq(bank_en(fill_on(memq_g)))
         elif self._pipelined:
             m.d.comb += [en_g.eq(w_rd_en) for en_g in w_rd_en_g]
         # The column's results: taken as they come, or, with the bias memory and one address,

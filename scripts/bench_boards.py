@@ -7,8 +7,11 @@ cycles per image from ``docs/bench/demo.json`` and the open peer beside it) betw
 ``accelerator`` markers of ``docs/PERFORMANCE.md``.
 
 A board build is recorded with the digest of its top's logic (``benchcommon.board_digest``, of
-the :class:`lowbit.hw.top.Accelerator` with the board's parameters); ``--resume`` keeps the seeds
-already recorded for the same digest and builds only the rest.
+the :class:`lowbit.hw.top.Accelerator` with the board's parameters) and of its build plan
+(``plan``: :func:`lowbit.boards.buildcache.board_digest`, the design with its pins, constraints,
+Yosys script and nextpnr options); ``--resume`` keeps the seeds already recorded for the same
+two digests and builds only the rest, so that a build of another router or floorplan of the same
+logic is built again.
 
     python scripts/bench_boards.py --boards icebreaker            # seeds 1-3, ~3-7 min each
     python scripts/bench_boards.py --boards icebreaker --resume   # only what is missing
@@ -49,11 +52,18 @@ def seed_row(report):
             "timing_met": report["timing_met"], "seconds": report.get("seconds")}
 
 
+def plan_digest(board):
+    """The digest of ``board``'s build plan, seed aside (what ``--resume`` also compares)."""
+    from lowbit.boards.buildcache import board_digest as digest_of_plan
+    return digest_of_plan(board)
+
+
 def board_entry(board, digest, seeds):
     """The ``boards.json`` entry of ``board`` from its per-seed rows."""
     fmax = [s["fmax_mhz"] for s in seeds]
     last = seeds[-1]
-    return {"params": board_top(board), "digest": digest, "seeds": seeds,
+    return {"params": board_top(board), "digest": digest, "plan": plan_digest(board),
+            "seeds": seeds,
             "lcs": last["lcs"], "dsps": last["dsps"], "rams": last["rams"],
             "spram": last["spram"], "fmax_mhz_all": fmax,
             "fmax_mhz_median": round(statistics.median(fmax), 2),
@@ -64,7 +74,8 @@ def bench_board(board, seeds, *, known=None, build_dir, say):
     """Build ``board`` for every seed not in ``known`` (an entry with the same digest)."""
     digest = board_digest(board)
     done = {s["seed"]: s for s in (known or {}).get("seeds", [])} \
-        if known and known.get("digest") == digest else {}
+        if known and known.get("digest") == digest and known.get("plan") == plan_digest(board) \
+        else {}
     rows = []
     for seed in seeds:
         if seed in done:

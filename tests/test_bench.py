@@ -245,6 +245,7 @@ def test_bench_boards_records_finished_builds_of_the_current_plan(tmp_path, monk
                             k: v.replace("--seed 1", f"--seed {seed}" + " --write r.json"
                                          * routed_netlist) for k, v in plan.items()}))
     monkeypatch.setattr(bench_boards, "board_digest", lambda board: "D" * 32)
+    monkeypatch.setattr(bench_boards, "plan_digest", lambda board: "P" * 32)
 
     def build_dir(seed, files=plan, board="icebreaker"):
         d = tmp_path / f"s{seed}"
@@ -261,6 +262,7 @@ def test_bench_boards_records_finished_builds_of_the_current_plan(tmp_path, monk
     entry = bench_boards.recorded_board("icebreaker", [build_dir(2), build_dir(1)],
                                         say=lambda msg: None)
     assert entry["digest"] == "D" * 32 and [s["seed"] for s in entry["seeds"]] == [1, 2]
+    assert entry["plan"] == "P" * 32
     assert entry["fmax_mhz_all"] == [37.0, 38.0] and entry["lcs"] == 5000
     moved = dict(plan, **{"lowbit.il": plan["lowbit.il"].replace("a.py:1", "b.py:9")})
     assert bench_boards.recorded_board("icebreaker", [build_dir(3, moved)],
@@ -274,3 +276,32 @@ def test_bench_boards_records_finished_builds_of_the_current_plan(tmp_path, monk
                         ([build_dir(6), str(tmp_path / "s6")], "same seed")):
         with pytest.raises(SystemExit, match=match):
             bench_boards.recorded_board("icebreaker", dirs, say=lambda msg: None)
+
+
+def test_bench_boards_resume_needs_the_same_plan(monkeypatch, tmp_path):
+    """``bench_boards.py --resume`` keeps a recorded seed only when both the top's logic and the
+    build plan (router, floorplan, constraints: ``plan``) are the ones recorded: the same
+    logic under another nextpnr option is built again."""
+    import bench_boards
+
+    monkeypatch.setattr(bench_boards, "board_digest", lambda board: "D" * 32)
+    monkeypatch.setattr(bench_boards, "plan_digest", lambda board: "P" * 32)
+    monkeypatch.setattr(bench_boards, "board_top", lambda board: {})
+    built = []
+
+    def fake_build(board, *, seed, build_dir, progress):
+        built.append(seed)
+        return {"seed": seed, "timing_met": True, "seconds": 1.0,
+                "fmax": {"clk": {"achieved": 90.0 + seed}},
+                "resources": {k: {"used": 1} for k in ("lcs", "dsps", "rams", "spram")}}
+
+    monkeypatch.setattr(bench_boards, "build_board", fake_build)
+    old = {"seed": 1, "fmax_mhz": 85.0, "lcs": 1, "dsps": 1, "rams": 1, "spram": 1,
+           "timing_met": True, "seconds": 1.0}
+    for plan, rebuilt in (("P" * 32, [2]), ("Q" * 32, [1, 2]), (None, [1, 2])):
+        built.clear()
+        known = {"digest": "D" * 32, "seeds": [old], **({"plan": plan} if plan else {})}
+        entry = bench_boards.bench_board("ulx3s", [1, 2], known=known, build_dir=tmp_path,
+                                         say=lambda msg: None)
+        assert built == rebuilt and entry["plan"] == "P" * 32
+        assert entry["fmax_mhz_all"] == ([85.0, 92.0] if rebuilt == [2] else [91.0, 92.0])

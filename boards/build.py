@@ -19,12 +19,13 @@ from amaranth.build import ResourceError
 from amaranth.hdl import Cat, ClockDomain, Elaboratable, Module
 from amaranth.lib import io
 
+from .floorplan import column_floorplan, floorplan_script
 from .profiles import get_board
 from .toolchain import DEVICES, ToolchainError, parse_nextpnr_report, setup_toolchain_env
 
 __all__ = ["BoardTop", "top_parameters", "board_profile", "board_plan", "build_board",
            "flash_board", "format_report", "check_bitstream", "FlashError", "BITSTREAM_NAME",
-           "LC_WARN_FRACTION"]
+           "LC_WARN_FRACTION", "synth_options"]
 
 BITSTREAM_NAME = "lowbit"
 
@@ -234,8 +235,30 @@ def board_plan(board, *, seed=1, top=None, routed_netlist=None):
                     _routed_netlist(routed_netlist, profile), profile)
 
 
+def synth_options(profile):
+    """The Yosys options of ``profile``'s build (Amaranth's ``synth_opts`` and
+    ``script_after_synth``): the LUT mapping's, then the floorplan's ``BEL`` attributes.
+
+    Raises
+    ------
+    ValueError
+        A floorplan that does not fit the profile's device or top
+        (:func:`lowbit.boards.floorplan.column_floorplan`).
+    """
+    synth = dict(CLASSIC_ABC) if profile.lut_mapping == "abc" else {}
+    if profile.floorplan:
+        t = profile.top
+        plan = column_floorplan(profile.device, lanes=t.get("matrix_lanes"),
+                                multiplier=t.get("multiplier"),
+                                weight_depth=t.get("weight_depth"), hard_lanes=t.get("dsp_lanes"))
+        synth["script_after_synth"] = "\n".join(
+            [s for s in (synth.get("script_after_synth"), floorplan_script(BITSTREAM_NAME, plan))
+             if s])
+    return synth
+
+
 def _prepare(platform, top, seed, routed_netlist, profile):
-    synth = CLASSIC_ABC if profile.lut_mapping == "abc" else {}
+    synth = synth_options(profile)
     return platform.prepare(top, name=BITSTREAM_NAME, script_after_read=YOSYS_AFTER_READ,
                             nextpnr_opts=_nextpnr_opts(seed, routed_netlist,
                                                        profile.nextpnr_opts), **synth)

@@ -53,6 +53,11 @@ class BoardProfile:
         ECP5: how Yosys maps the LUTs, ``synth_ecp5``'s own abc9 (default) or the classic ABC
         in its ``map_luts`` step (as :func:`lowbit.boards.toolchain.implement`'s fallback), for
         netlists on which abc9 stops.
+    floorplan : bool
+        ECP5: place the BFP column's lanes, each lane's multiplier and weight bank in the same
+        columns and each group of four lanes in one period of the hard-block rows
+        (:mod:`lowbit.boards.floorplan`), instead of where nextpnr's placer puts them. Off on
+        every board: measured on the ULX3S, it was slower (docs/sequencer.md, session 31).
     """
     name: str
     title: str
@@ -68,10 +73,13 @@ class BoardProfile:
     notes: str = ""
     nextpnr_opts: tuple = ()
     lut_mapping: str = "abc9"
+    floorplan: bool = False
 
     def __post_init__(self):
         if self.lut_mapping not in ("abc9", "abc"):
             raise ValueError(f"LUT mapping must be 'abc9' or 'abc', not {self.lut_mapping!r}")
+        if not isinstance(self.floorplan, bool):
+            raise TypeError(f"Floorplan must be a bool, not {self.floorplan!r}")
         object.__setattr__(self, "top", {**self.top, "clk_freq": self.clk_freq})
 
     def platform_class(self):
@@ -148,9 +156,9 @@ BOARDS = {
               "over the FT231X at 3 Mbaud, its fastest (80/3 cycles per bit). The scratchpad "
               "keeps one address (scratch_write_addr=False). Yosys 0.70's abc9 stops on this "
               "top, so its LUTs are mapped by the classic ABC (lut_mapping); nextpnr-ecp5 "
-              "routes it with router2, where router1 did not converge with the PLL's clock "
-              "(docs/sequencer.md)",
-        nextpnr_opts=("--router", "router2"), lut_mapping="abc",
+              "routes it with router1 (nextpnr_opts), whose routes of the same placements are "
+              "faster than router2's (docs/sequencer.md, session 31)",
+        nextpnr_opts=("--router", "router1"), lut_mapping="abc",
     ),
     "orangecrab": BoardProfile(
         name="orangecrab", title="Good Stuff Department OrangeCrab r0.2 (ECP5 LFE5U-25F)",

@@ -90,7 +90,8 @@ def _check_sequencer_fsm_is_recoded_one_hot(script, il):
 def test_build_plan_options_of_the_profiles():
     """A profile's nextpnr options and LUT mapping reach its build plan: the ULX3S (80 MHz
     from the EHXPLLL) maps LUTs with the classic ABC, since Yosys 0.70's abc9 stops on its top,
-    and is routed by router2, where router1 did not converge with the PLL's clock; the other
+    and is routed by router1, named, whose routes of its placements are faster than router2's
+    (docs/sequencer.md, session 31); the other
     boards keep Yosys's and nextpnr's defaults. The plans are of a small top (the link and
     the board's clock, PLL and UART: 0.5 CPU-s each instead of 4-5 for the boards' own tops);
     the options and the mapping are the profile's, whatever its top holds."""
@@ -113,7 +114,7 @@ def test_build_plan_options_of_the_profiles():
     synth = lines.index("synth_ecp5 -run :map_luts -top lowbit")
     assert lines[synth + 1] == ("techmap -map +/lattice/latches_map.v; abc -dress -lut 4:7; "
                                 "clean; synth_ecp5 -top lowbit -run map_cells:")
-    assert " --router router2 " in pnr and "--seed 1 " in pnr
+    assert " --router router1 " in pnr and "--seed 1 " in pnr
     for board in ("icebreaker", "orangecrab"):
         ys, pnr = plan(board)
         assert "abc -dress" not in ys and "-run" not in ys and "--router" not in pnr
@@ -214,7 +215,7 @@ def test_default_board_places_and_routes(tmp_path, reuse_finished_build):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("board", [
-    # The ULX3S (router2, 12-20 CPU-minutes) is left to `-m slow` and scripts/bench_boards.py,
+    # The ULX3S (router1, 12-20 CPU-minutes) is left to `-m slow` and scripts/bench_boards.py,
     # which builds it for every figure it records; the OrangeCrab keeps the ECP5 flow (and its
     # DFU suffix) in CI's slow run every day, at 2-4 CPU-minutes.
     pytest.param(b, marks=pytest.mark.heavy) if b == "ulx3s" else b
@@ -222,3 +223,81 @@ def test_default_board_places_and_routes(tmp_path, reuse_finished_build):
 def test_other_boards_place_and_route(board, tmp_path):
     report = build_board(board, build_dir=tmp_path, seed=1)
     _check_report(report, tmp_path, board)
+
+
+def test_column_floorplan_of_the_ulx3s():
+    """The column floorplan of the ULX3S's 64-lane top (``floorplan``, off in the profile:
+    docs/sequencer.md, session 31): each group of four lanes in one period of the hard-block
+    rows, its four MULT18X18D in DSP row 34 or 58 and its four weight banks in the same columns
+    twelve rows away (EBR row 22 or 70), every site used once; the drain's neighbours (group
+    g + 1 -> g) in the same row and adjacent periods, or the same period across; the drain's
+    head near the die's centre. With ``floorplan`` the Yosys script sets each BEL after
+    asserting its cell, after the LUT mapping and before the netlist is written."""
+    import dataclasses
+    import re
+
+    from lowbit.boards.build import board_plan, synth_options
+    from lowbit.boards.floorplan import BANK_CELL, MULT_CELL, column_floorplan
+
+    t = BOARDS["ulx3s"].top
+    assert t["matrix_lanes"] == 64 and not any(b.floorplan for b in BOARDS.values())
+    plan = dict(column_floorplan("ecp5-85f", lanes=64, multiplier="mult18x18d",
+                                 weight_depth=t["weight_depth"]))
+    assert len(plan) == 128 and len(set(plan.values())) == 128
+    site = re.compile(r"X(\d+)/Y(\d+)/(MULT18_[0145]|EBR[0-3])$")
+    period = {}
+    for k in range(64):
+        xm, ym, bm = site.match(plan[MULT_CELL.format(k=k)]).groups()
+        xb, yb, bb = site.match(plan[BANK_CELL.format(k=k)]).groups()
+        i = k % 4
+        assert bm == f"MULT18_{(0, 1, 4, 5)[i]}" and bb == f"EBR{i}"
+        p = int(xm) - (0, 1, 4, 5)[i]
+        assert int(xb) - 2 * i == p and (int(ym), int(yb)) in ((34, 22), (58, 70))
+        assert period.setdefault(k // 4, (p, int(ym))) == (p, int(ym))
+    steps = {abs(period[g + 1][0] - period[g][0]) if period[g + 1][1] == period[g][1]
+             else (period[g + 1][0] - period[g][0], "across") for g in range(15)}
+    assert steps <= {9, 11, (0, "across")}          # 11: the two periods beside the centre
+    assert period[0] == (49, 34) and period[15] == (58, 34)
+    script = synth_options(dataclasses.replace(BOARDS["ulx3s"], floorplan=True))
+    ys = script["script_after_synth"].splitlines()
+    assert ys[0] == synth_options(BOARDS["ulx3s"])["script_after_synth"]   # the ABC's first
+    at = ys.index("select -assert-count 1 lowbit/" + MULT_CELL.format(k=17))
+    assert ys[at + 1] == f'setattr -set BEL "{plan[MULT_CELL.format(k=17)]}" lowbit/' \
+        + MULT_CELL.format(k=17)
+    assert sum("setattr -set BEL" in ln for ln in ys) == 128 == len(ys[1:]) // 2
+    assert "BEL" not in board_plan("ulx3s").files["lowbit.ys"]
+
+
+@pytest.mark.parametrize("kw,exc,msg", [
+    (dict(device="ecp5-25f"), ValueError, "No column floorplan for device 'ecp5-25f'"),
+    (dict(multiplier="lut"), ValueError, "needs a MULT18X18D per lane .* not 'lut'"),
+    (dict(hard_lanes=27), ValueError, "with dsp_lanes 27"),
+    (dict(weight_depth=2048), ValueError, "at most 1024 entries .* not 2048"),
+    (dict(lanes=24), ValueError, "multiple of 16 lanes, at most 96, not 24"),
+    (dict(lanes=112), ValueError, "multiple of 16 lanes, at most 96, not 112"),
+    (dict(lanes=64.0), TypeError, "lane count must be an integer, not 64.0"),
+    (dict(weight_depth=None), TypeError, "weight depth must be an integer, not None"),
+])
+def test_column_floorplan_refuses(kw, exc, msg):
+    """What the floorplan cannot place is refused with the bad value named: another device, a
+    column not on one MULT18X18D a lane, banks of more than one DP16KD, lanes not a multiple
+    of 16 or more than the DSP rows' periods hold; so is a profile's floorplan not a bool, and
+    a profile whose top the floorplan does not fit stops before its build plan."""
+    import dataclasses
+
+    from lowbit.boards.build import synth_options
+    from lowbit.boards.floorplan import column_floorplan
+
+    args = dict(device="ecp5-85f", lanes=64, multiplier="mult18x18d", weight_depth=1024,
+                hard_lanes=None)
+    args.update(kw)
+    device = args.pop("device")
+    with pytest.raises(exc, match=msg):
+        column_floorplan(device, **args)
+    assert len(column_floorplan("ecp5-85f", lanes=32, multiplier="mult18x18d",
+                                weight_depth=512)) == 64
+    with pytest.raises(TypeError, match="Floorplan must be a bool, not 'yes'"):
+        dataclasses.replace(BOARDS["ulx3s"], floorplan="yes")
+    with pytest.raises(ValueError, match="multiple of 16 lanes, at most 96, not 24"):
+        synth_options(dataclasses.replace(BOARDS["ulx3s"], floorplan=True,
+                                          top={**BOARDS["ulx3s"].top, "matrix_lanes": 24}))

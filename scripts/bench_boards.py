@@ -58,11 +58,13 @@ def plan_digest(board):
     return digest_of_plan(board)
 
 
-def board_entry(board, digest, seeds):
-    """The ``boards.json`` entry of ``board`` from its per-seed rows."""
+def board_entry(board, digest, seeds, plan=None):
+    """The ``boards.json`` entry of ``board`` from its per-seed rows (``plan``: its
+    :func:`plan_digest`, computed here if not given)."""
     fmax = [s["fmax_mhz"] for s in seeds]
     last = seeds[-1]
-    return {"params": board_top(board), "digest": digest, "plan": plan_digest(board),
+    return {"params": board_top(board), "digest": digest,
+            "plan": plan if plan is not None else plan_digest(board),
             "seeds": seeds,
             "lcs": last["lcs"], "dsps": last["dsps"], "rams": last["rams"],
             "spram": last["spram"], "fmax_mhz_all": fmax,
@@ -72,10 +74,9 @@ def board_entry(board, digest, seeds):
 
 def bench_board(board, seeds, *, known=None, build_dir, say):
     """Build ``board`` for every seed not in ``known`` (an entry with the same digest)."""
-    digest = board_digest(board)
+    digest, plan = board_digest(board), plan_digest(board)
     done = {s["seed"]: s for s in (known or {}).get("seeds", [])} \
-        if known and known.get("digest") == digest and known.get("plan") == plan_digest(board) \
-        else {}
+        if known and known.get("digest") == digest and known.get("plan") == plan else {}
     rows = []
     for seed in seeds:
         if seed in done:
@@ -88,7 +89,7 @@ def bench_board(board, seeds, *, known=None, build_dir, say):
         rows.append(seed_row(report))
         say(f"{board} seed {seed}: {rows[-1]['lcs']} LC, Fmax {rows[-1]['fmax_mhz']} MHz "
             f"({time.monotonic() - t0:.0f} s)")
-    return board_entry(board, digest, rows)
+    return board_entry(board, digest, rows, plan)
 
 
 def recorded_board(board, build_dirs, *, say):

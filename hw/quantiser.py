@@ -121,7 +121,9 @@ class Quantiser(wiring.Component):
         (``hi - lo``, the factor of stage 6's stochastic product) is a register of stage 5b,
         selected by the lower neighbour from configuration registers holding each code's gap
         to the next larger valid value (``hi`` is that value), so neither a subtraction follows
-        the neighbours' pick nor a carry chain is in front of the hard multiplier. The same
+        the neighbours' pick nor a carry chain is in front of the hard multiplier; and so is
+        the midpoint's sum ``lo + hi`` (from registers of each code's sum with that value), so
+        that stage 6 to 7 is one comparison, not an addition and a comparison. The same
         results and latency; the book's gaps settle six cycles after ``book`` or
         ``code_width`` changes, before a beat offered then reaches them. Default ``False``.
 
@@ -844,6 +846,8 @@ class Quantiser(wiring.Component):
             # (one-hot), its value, the gap. Stage 5b selects the gap with lo's one-hot, so no
             # subtraction follows the neighbours' pick.
             cfg_gap = [Signal(unsigned(_CODE_FRAC + 9), name=f"cfg_gap{c}") for c in range(nc)]
+            # (and the sum lo + hi, stage 6's midpoint, so that stage 6 is one comparison)
+            cfg_mid = [Signal(signed(_CODE_FRAC + 10), name=f"cfg_mid{c}") for c in range(nc)]
             for c in range(nc):
                 above = Signal(nc, name=f"cfg_above{c}")
                 m.d.sync += above.eq(Cat(Const(0) if d == c else cfg_valid[d] & key_gt[d, c]
@@ -852,7 +856,7 @@ class Quantiser(wiring.Component):
                 m.d.sync += up_hot.eq(Cat(pick(above, beats_min, f"cfg_up{c}")[0]))
                 up_v = Signal(signed(_CODE_FRAC + 9), name=f"cfg_up_v{c}")
                 m.d.sync += [up_v.eq(select(up_hot, cfg_v)),
-                             cfg_gap[c].eq(up_v - cfg_v[c])]
+                             cfg_gap[c].eq(up_v - cfg_v[c]), cfg_mid[c].eq(up_v + cfg_v[c])]
         _, min_idx = pick(cfg_valid, beats_min, "cfg_min")
         _, max_idx = pick(cfg_valid, beats_max, "cfg_max")
         cfg_min_code = Signal(n_max)
@@ -921,15 +925,24 @@ class Quantiser(wiring.Component):
             if self._gap_register:
                 # (stage 5b's lower neighbour's gap, a register beside d6's)
                 lo_gap = Signal.like(gap, name=f"lo_gap{lane}")
-                m.d.comb += lo_gap.eq(select(lo_hot, cfg_gap))
+                lo_mid = Signal(signed(_CODE_FRAC + 10), name=f"lo_mid{lane}")
+                d6_mid = Signal.like(lo_mid, name=f"d6_mid{lane}")
+                m.d.comb += [lo_gap.eq(select(lo_hot, cfg_gap)), lo_mid.eq(select(lo_hot, cfg_mid))]
                 with m.If(en):
-                    m.d.sync += gap.eq(lo_gap)
-            m.d.comb += [
-                diff.eq(d6["y"] - lo_scaled + d6["s"]),
-                *([] if self._gap_register else [gap.eq(d6["hi"] - d6["lo"])]),
-                z.eq((d6["y"] << 1) + d6["s"]),
-                mid.eq((d6["lo"] + d6["hi"]) << G),
-            ]
+                    m.d.sync += [gap.eq(lo_gap), d6_mid.eq(lo_mid)]
+                # (z = 2y + s with s one bit is a concatenation, no carry chain)
+                m.d.comb += [
+                    diff.eq(d6["y"] - lo_scaled + d6["s"]),
+                    z.eq(Cat(d6["s"], d6["y"]).as_signed()),
+                    mid.eq(d6_mid << G),
+                ]
+            else:
+                m.d.comb += [
+                    diff.eq(d6["y"] - lo_scaled + d6["s"]),
+                    gap.eq(d6["hi"] - d6["lo"]),
+                    z.eq((d6["y"] << 1) + d6["s"]),
+                    mid.eq((d6["lo"] + d6["hi"]) << G),
+                ]
             # The product r·(hi - lo) is registered before its comparison (stage 7), which keeps
             # the hard multiplier's combinational delay on its own.
             d7 = {name: Signal(shape, name=f"d7_{name}{lane}") for name, shape in [

@@ -196,25 +196,35 @@ class Sequencer(wiring.Component):
           and ``busy`` lasts a cycle past the RUN for the last one;
         * the reader has a register of the scratchpad's output beside its block RAMs and a
           second stage, a register of the word, which every consumer reads (a read latency of
-          4 with the port's register: three cycles more per instruction fetch, per range read
-          and per single read of MOVE and DM_BIAS), and the x buffer's reads go through a
-          register the same way; the weight banks read in step with the second stage, so the
-          column's x and weights both come from registers beside their memories;
-        * the scratchpad reads in every cycle of a RUN and four skid registers behind the
-          second stage take each word that it cannot, so that reads are issued from
-          flip-flops alone (fewer than five words read and not taken, a thermometer code in
-          flip-flops stepped by issues and takes: no consumer's handshake and no count reaches
-          the scratchpad's read enable), and ``rd_ptr + 1`` is a register of its own,
-          and so is the next address to read (no carry chain and no multiplexer on ``fresh``
-          in front of the scratchpad's address); the banks' read enable in MATVEC's x phase
-          follows the column's readiness alone;
+          4 with the port's register, 5 with ``read_register``: three cycles more, or four,
+          per instruction fetch, per range read and per single read of MOVE and DM_BIAS), and
+          the x buffer's reads go through a register the same way; the weight banks read in
+          step with the second stage, so the column's x and weights both come from registers
+          beside their memories;
+        * the scratchpad reads in every cycle of a RUN and four skid registers (five with
+          ``read_register``) behind the second stage take each word that it cannot, so that
+          reads are issued from flip-flops alone (fewer than five words read and not taken, six
+          with ``read_register``; a thermometer code in flip-flops stepped by issues and takes:
+          no consumer's handshake and no count reaches the scratchpad's read enable), and
+          ``rd_ptr + 1`` is a register of its own, and so is the next address to read (no
+          carry chain and no multiplexer on ``fresh`` in front of the scratchpad's address);
+          the banks' read enable in MATVEC's x phase follows the column's readiness alone;
         * the quantiser compares before it clamps (:class:`lowbit.hw.quantiser.Quantiser`
-          ``compare_first``).
+          ``compare_first``), and its configuration (format, rounding, width, rule, shift,
+          code width and book) is a copy of the registers in flip-flops, a cycle behind them;
+        * with the x buffer, MATVEC's bias phases start a cycle after their condition, from a
+          register (a cycle more per tile's bias).
 
         The same results; about ``lanes · (1 + code_bits) + 200 + log2(weight_depth)``
         flip-flops more, ``22 + log2(weight_depth)`` more per eight lanes past the first eight
         (LOADW's copies, the gather's registers), 17 more with the x buffer, and the discrete
         unit's entry stage and group sums.
+    read_register : bool
+        With ``pipelined``: the scratchpad's ``rdata`` is already a register of its block RAMs'
+        outputs (:class:`lowbit.hw.top.Scratchpad` ``read_register``), a cycle later, so the
+        reader's ``rd_q`` takes the registered word and the reader counts a cycle more per
+        instruction fetch, range read and single read (a read latency of 5 with the port's
+        register). Default ``False``.
     simulation : bool
         Behavioural multiplier models (for Amaranth's simulator).
     write_addr : bool
@@ -251,7 +261,7 @@ class Sequencer(wiring.Component):
                  bfp_acc_block_ram=False, bfp_pipelined=True, busy_count=True,
                  bfp_pipelined_combiner=False, bfp_mant_width=True, hard_lanes=None,
                  write_addr=False, drain_lanes=1, x_buffer=False, pipelined=False,
-                 bias_fifo=False, control=True):
+                 bias_fifo=False, control=True, read_register=False):
         _check_int("Scratchpad size", scratch_bytes, 64, 1 << 17)
         _check_int("Address width", addr_width, 1, 16)
         self._scratch_bytes, self._addr_width = scratch_bytes, addr_width
@@ -287,6 +297,10 @@ class Sequencer(wiring.Component):
         self._x_buffer = _check_bool("x_buffer", x_buffer)
         self._pipelined = _check_bool("pipelined", pipelined)
         self._bias_fifo = _check_bool("bias_fifo", bias_fifo)
+        self._read_register = _check_bool("read_register", read_register)
+        if self._read_register and not self._pipelined:
+            raise ValueError("read_register needs pipelined (the reader's stages count the "
+                             "scratchpad's read register)")
         self._control = _check_bool("control", control)
         if self._bias_fifo and self._x_buffer:
             raise ValueError("bias_fifo needs x_buffer off (with the x buffer the bias words "
@@ -318,6 +332,7 @@ class Sequencer(wiring.Component):
     x_buffer = property(lambda self: self._x_buffer)
     pipelined = property(lambda self: self._pipelined)
     bias_fifo = property(lambda self: self._bias_fifo)
+    read_register = property(lambda self: self._read_register)
     control = property(lambda self: self._control)
     write_addr = property(lambda self: self._write_addr)
 
@@ -449,17 +464,25 @@ class Sequencer(wiring.Component):
                            code_bits=self._code_bits, compare_first=self._pipelined,
                            gap_register=self._pipelined)
             m.submodules.quantiser = qu
-            m.d.comb += [
-                qu.target.eq(self.quant_format), qu.rounding.eq(rounding),
-                qu.mant_width.eq(mant_width), qu.rule.eq(self.quant_rule),
-                qu.shift.eq(self.quant_shift), qu.zero.eq(0),
-                qu.i_rand.valid.eq(1), qu.i_rand.payload[0].eq(rand),
-            ]
+            q_cfg = [qu.target.eq(self.quant_format), qu.rounding.eq(rounding),
+                     qu.mant_width.eq(mant_width), qu.rule.eq(self.quant_rule),
+                     qu.shift.eq(self.quant_shift)]
+            if self._pipelined:
+                # With ``pipelined``, the quantiser's configuration is a copy in flip-flops, a
+                # cycle behind the registers (as the discrete unit's book, below: written by
+                # CONFIG or REG_WRITE, never within a fetch of the quantiser's first beat), so
+                # that it sits by the quantiser, not by the register file across the die.
+                m.d.sync += q_cfg
+                m.d.comb += [qu.zero.eq(0), qu.i_rand.valid.eq(1), qu.i_rand.payload[0].eq(rand)]
+            else:
+                m.d.comb += [*q_cfg, qu.zero.eq(0),
+                             qu.i_rand.valid.eq(1), qu.i_rand.payload[0].eq(rand)]
             if self._quant_mult_bits:
                 m.d.comb += qu.mult.eq(1)
-            m.d.comb += qu.code_width.eq(self.code_width)
+            q_book_dom = m.d.sync if self._pipelined else m.d.comb
+            q_book_dom += qu.code_width.eq(self.code_width)
             for k in range(1 << self._code_bits):
-                m.d.comb += qu.book[k].eq(code_book.word_select(k, 8)[:CodeEntry.size])
+                q_book_dom += qu.book[k].eq(code_book.word_select(k, 8)[:CodeEntry.size])
             rand_ready.append(qu.i_rand.ready)
         if self._discrete:
             du = DiscreteUnit(lanes=N, width=8, code_bits=self._code_bits,
@@ -546,7 +569,7 @@ class Sequencer(wiring.Component):
         fidx = Signal(4)
         # The scratchpad's words as the sequencer reads them: the memory's output, or with
         # ``pipelined`` a register of it (the reader's second stage, below), a cycle later.
-        lag = 3 if self._pipelined else 0
+        lag = (4 if self._read_register else 3) if self._pipelined else 0
         rd_word = Signal(16, name="rd_word") if self._pipelined else None
         rdata = rd_word if self._pipelined else p.rdata
         # F_OFS_SRC, F_OFS_DST, F_BIAS and, with the column, MATVEC's F_LUT.
@@ -778,24 +801,33 @@ class Sequencer(wiring.Component):
             rd_fill = Signal()
             rd_last = Signal()
             # After the port's register, the memory's output, a register of it beside the block
-            # RAMs (``rd_q``) and a register of the word (``rd_word``) that the consumers read,
-            # so that no logic and no route across the die follows a block RAM's clock-to-out;
-            # and four skid registers (``rd_skid``, ``skid_v``) behind it. The scratchpad reads
-            # in every cycle of a RUN (``mem.re`` is ``running``), so no decision reaches the
-            # read enable fanned out to its block RAMs, and each word read must enter the stage
-            # or a skid register when it leaves ``rd_q``: a read is issued while fewer than five
-            # words are read and not taken, from flip-flops alone, never waiting for a
-            # consumer's ``take``. One word a cycle, as with one stage; each range's last word
-            # takes three cycles more to arrive. Words enter the stage in order, the skids'
-            # first.
+            # RAMs (``rd_q``; with ``read_register`` the scratchpad's own, and ``rd_q`` after it)
+            # and a register of the word (``rd_word``) that the consumers read, so that no
+            # logic and no route across the die follows a block RAM's clock-to-out; and four
+            # skid registers (``rd_skid``, ``skid_v``; one per word in flight, and one) behind
+            # it. The scratchpad reads in every cycle of a RUN (``mem.re`` is ``running``), so no
+            # decision reaches the read enable fanned out to its block RAMs, and each word read
+            # must enter the stage or a skid register when it leaves ``rd_q``: a read is issued
+            # while fewer than five words (six) are read and not taken, from flip-flops alone,
+            # never waiting for a consumer's ``take``. One word a cycle, as with one stage; each
+            # range's last word takes three cycles more (four) to arrive. Words enter the stage
+            # in order, the skids' first.
             # A read's word on its way: in the port's register (``rd_mem``), at the memory's
-            # output (``rd_mem2``), in ``rd_q``'s register beside the block RAMs (``rd_memq``).
+            # output (``rd_mem2``), with ``read_register`` in the scratchpad's register of it
+            # (``rd_memb``), in ``rd_q``'s register (``rd_memq``).
             rd_mem = Signal()
             rd_mem2 = Signal()
             rd_memq = Signal()
             flight = [rd_mem, rd_mem2, rd_memq]
             rd_q = Signal(16, reset_less=True)
-            m.d.sync += [rd_q.eq(p.rdata), rd_mem2.eq(rd_mem), rd_memq.eq(rd_mem2)]
+            if self._read_register:
+                rd_memb = Signal()
+                flight.insert(2, rd_memb)
+                m.d.sync += [rd_q.eq(p.rdata), rd_mem2.eq(rd_mem), rd_memb.eq(rd_mem2),
+                             rd_memq.eq(rd_memb)]
+            else:
+                rd_memb = rd_mem2
+                m.d.sync += [rd_q.eq(p.rdata), rd_mem2.eq(rd_mem), rd_memq.eq(rd_mem2)]
             n_skid = len(flight) + 1
             rd_skid = [Signal(16, name=f"rd_skid{k}", reset_less=True) for k in range(n_skid)]
             skid_v = [Signal(name=f"skid_v{k}") for k in range(n_skid)]
@@ -1150,7 +1182,7 @@ class Sequencer(wiring.Component):
             # (``rd_memq``, a register_copy), so that synthesis keeps the copies apart and the
             # placer puts each by its banks.
             for g, en_g in enumerate(w_rd_en_g):
-                memq_g = register_copy(m, rd_memq, rd_mem2, f"rd_memq_g{g}")
+                memq_g = register_copy(m, rd_memq, rd_memb, f"rd_memq_g{g}")
                 m.d.comb += en_g.eq(bank_en(fill_on(memq_g)))
         elif self._pipelined:
             m.d.comb += [en_g.eq(w_rd_en) for en_g in w_rd_en_g]
@@ -1179,6 +1211,14 @@ class Sequencer(wiring.Component):
                     m.d.comb += [self.lut.i.valid.eq(col.o.valid & o_ready),
                                  self.lut.i.payload.code.eq(col.o.payload.m[:8])]
             ready = ready | st_lut & self.lut.i.ready
+        lut_valid, lut_data = (self.lut.o.valid, self.lut.o.payload) if self._lut else (0, 0)
+        if self._lut and self._pipelined:
+            # The table's block RAM has no output register (Yosys maps it without one: 5.8 ns
+            # clock-to-out on ECP5), so its result is registered before the write mux; this
+            # was the ULX3S critical path. One cycle more per LUT or F_LUT MATVEC.
+            lut_valid = Signal(name="lut_v")
+            lut_data = Signal.like(self.lut.o.payload, name="lut_d")
+            m.d.sync += [lut_valid.eq(self.lut.o.valid), lut_data.eq(self.lut.o.payload)]
         if self._quantiser:
             m.d.comb += [qu.i.valid.eq(rd_valid & st_quant), qu.o.ready.eq(1)]
             ready = ready | st_quant & qu.i.ready
@@ -1552,9 +1592,8 @@ class Sequencer(wiring.Component):
                     finish()
             with m.State("LUT"):
                 if self._lut:
-                    lo = self.lut.o
-                    m.d.comb += [wr_in_valid.eq(lo.valid),
-                                 wr_in_data.eq(Cat(lo.payload, self.lut_exp))]
+                    m.d.comb += [wr_in_valid.eq(lut_valid),
+                                 wr_in_data.eq(Cat(lut_data, self.lut_exp))]
                 with m.If(wr_done):
                     m.d.sync += st_lut.eq(0)
                     finish()
@@ -1571,10 +1610,9 @@ class Sequencer(wiring.Component):
                     m.d.comb += [wr_in_valid.eq(col.o.valid & o_ready),
                                  wr_in_data.eq(Cat(col.o.payload.m[:8], col.o.payload.e[:8]))]
                     if self._lut:
-                        lo = self.lut.o
                         with m.If(st_mvlut):
-                            m.d.comb += [wr_in_valid.eq(lo.valid),
-                                         wr_in_data.eq(Cat(lo.payload, self.lut_exp))]
+                            m.d.comb += [wr_in_valid.eq(lut_valid),
+                                         wr_in_data.eq(Cat(lut_data, self.lut_exp))]
                 with m.If(wr_done):
                     m.d.sync += [st_mv.eq(0), st_mvlut.eq(0)]
                     finish()
@@ -1770,7 +1808,17 @@ class Sequencer(wiring.Component):
                     m.d.sync += mv_x.eq(0)
             with m.If(xb_fill):
                 m.d.sync += w_ptr.eq(w_ptr + 1)
-            with m.If(st_mv & ~x_first & ~mv_x & ~mv_b & (b_pend != 0)):
+            b_start = st_mv & ~x_first & ~mv_x & ~mv_b & (b_pend != 0)
+            if self._pipelined:
+                # A bias phase starts a cycle after its condition, from a register (``b_go``,
+                # never twice in a row: ``mv_b`` is set by then), so that the count's compare
+                # and the phase flags do not reach the reader's pointer and count, across the
+                # sequencer, in the same cycle. Nothing else in the cycle between can start a
+                # reader phase or end the MATVEC: both wait for ``b_pend == 0``.
+                b_go = Signal()
+                m.d.sync += b_go.eq(b_start & ~b_go)
+                b_start = b_go & st_mv
+            with m.If(b_start):
                 m.d.comb += [rp_bias.eq(1), b_dec.eq(1)]
                 m.d.sync += [rd_more.eq(1), mv_b.eq(1)]
             with m.If(mv_b & rd_last & (~rd_valid | col.i_bias.ready)):

@@ -134,6 +134,12 @@ class Scratchpad(wiring.Component):
         Block RAM only: writes take the port's own write address ``waddr``, and a cycle may
         read and write (the block RAM's read and write ports, side by side). The SPRAM has one
         address.
+    read_register : bool
+        Block RAM only: ``rdata`` comes a cycle later, from a register of each bank's output
+        (banks of :data:`REGISTER_BANK_WORDS` words, each a ``Memory`` of its own, ``bankK``),
+        multiplexed by the registered bank. A block RAM's clock-to-out (5.6 ns on the ECP5's
+        DP16KD without its output register, which Yosys does not use) then meets no logic and
+        no route to a far register: each register takes one block RAM's bit, beside it.
 
     Members
     -------
@@ -142,17 +148,26 @@ class Scratchpad(wiring.Component):
     Raises
     ------
     ValueError
-        ``write_addr`` with ``use_spram``.
+        ``write_addr`` or ``read_register`` with ``use_spram``.
     """
 
+    #: Words in a bank of the ``read_register`` scratchpad: the ECP5 DP16KD's deepest shape
+    #: (16384 x 1), so that each output bit of a bank is one block RAM's.
+    REGISTER_BANK_WORDS = 16384
+
     @quiet_on_error
-    def __init__(self, *, size=4096, use_spram=False, simulation=False, write_addr=False):
+    def __init__(self, *, size=4096, use_spram=False, simulation=False, write_addr=False,
+                 read_register=False):
         self._use_spram = _check_bool("use_spram", use_spram)
         self._simulation = _check_bool("simulation", simulation)
         self._write_addr = _check_bool("write_addr", write_addr)
+        self._read_register = _check_bool("read_register", read_register)
         if write_addr and use_spram:
             raise ValueError("A write address of its own needs the block-RAM scratchpad; the "
                              "SPRAM has one address")
+        if read_register and use_spram:
+            raise ValueError("A read register needs the block-RAM scratchpad; the SPRAM's "
+                             "output is not registered here")
         self._size = _check_scratch_bytes(size, use_spram)
         self._addr_width = max((self._size // 2 - 1).bit_length(), 1)
         super().__init__({"port": In(ScratchPortSignature(self._addr_width,
@@ -161,6 +176,10 @@ class Scratchpad(wiring.Component):
     @property
     def write_addr(self):
         return self._write_addr
+
+    @property
+    def read_register(self):
+        return self._read_register
 
     @property
     def size(self):
@@ -173,6 +192,33 @@ class Scratchpad(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         p = self.port
+        if not self._use_spram and self._read_register:
+            depth = self._size // 2
+            bank_words = min(depth, self.REGISTER_BANK_WORDS)
+            lb = bank_words.bit_length() - 1
+            n_banks = depth // bank_words
+            waddr = p.waddr if self._write_addr else p.addr
+            re = p.re if self._write_addr else p.re & ~p.we
+            # The bank of the words at the memories' outputs (which hold without a read), and
+            # of the registers' a cycle later.
+            bank_q, bank_qq = Signal(range(n_banks)), Signal(range(n_banks))
+            with m.If(re):
+                m.d.sync += bank_q.eq(p.addr[lb:])
+            m.d.sync += bank_qq.eq(bank_q)
+            for k in range(n_banks):
+                m.submodules[f"bank{k}"] = mem = Memory(shape=16, depth=bank_words, init=[])
+                wr = mem.write_port(granularity=8)
+                rd = mem.read_port(transparent_for=())
+                q = Signal(16, name=f"bank{k}_q", reset_less=True)
+                m.d.comb += [wr.addr.eq(waddr[:lb]), wr.data.eq(p.wdata),
+                             wr.en.eq(p.wmask & (p.we & (waddr[lb:] == k)).replicate(2)),
+                             rd.addr.eq(p.addr[:lb]), rd.en.eq(re)]
+                m.d.sync += q.eq(rd.data)
+                # Every bank reads (no bank decode on the read enable); the word is the
+                # registered bank's, two cycles after its address.
+                with m.If(bank_qq == k):
+                    m.d.comb += p.rdata.eq(q)
+            return m
         if not self._use_spram:
             m.submodules.mem = mem = Memory(shape=16, depth=self._size // 2, init=[])
             wr = mem.write_port(granularity=8)
@@ -300,6 +346,11 @@ class RegisterHandler(wiring.Component):
     design : dict, optional
         Generator parameters reported by ``ID_MATRIX`` / ``ID_ENGINE`` (keys of
         :data:`lowbit.sim.link.DESIGN_PARAMS`; missing ones take its defaults).
+    read_register : bool
+        The copy's words reach ``value`` through a register of the block RAM's output, a cycle
+        more per REG_READ / REG_WRITE / IDENTIFY (for fast clocks: the ECP5 DP16KD's 5.6 ns
+        clock-to-out then meets a route to one flip-flop, not ``value``'s multiplexer). Default
+        ``False``.
 
     Members
     -------
@@ -315,7 +366,8 @@ class RegisterHandler(wiring.Component):
     IDENT_BASE = 0x38
 
     @quiet_on_error
-    def __init__(self, identity, design=None):
+    def __init__(self, identity, design=None, *, read_register=False):
+        self._read_register = _check_bool("read_register", read_register)
         if not isinstance(identity, Identity):
             raise TypeError(f"Identity must be a lowbit.sim.link.Identity, not {identity!r}")
         if design is not None and not isinstance(design, dict):
@@ -330,6 +382,10 @@ class RegisterHandler(wiring.Component):
             elif r.name in self.DYNAMIC:
                 members[r.name.lower()] = In(r.width)
         super().__init__(members)
+
+    @property
+    def read_register(self):
+        return self._read_register
 
     def elaborate(self, platform):
         m = Module()
@@ -420,6 +476,11 @@ class RegisterHandler(wiring.Component):
         rd = copy.read_port(domain="comb")
         rd_data = Signal(32)
         m.d.sync += rd_data.eq(rd.data)
+        if self._read_register:
+            rd_word = Signal(32, reset_less=True)
+            m.d.sync += rd_word.eq(rd_data)
+        else:
+            rd_word = rd_data
         # IDENTIFY: READ / EXEC load the record's first word into ``value`` as REG_READ loads a
         # register; while SEND streams a word (``value`` shifting a byte down as each is
         # taken), the copy reads the next one, which ``value`` takes with the word's last byte.
@@ -454,14 +515,17 @@ class RegisterHandler(wiring.Component):
                         m.next = "RESP"
             with m.State("READ"):
                 # The copy's read register takes the word at the address now, for EXEC.
-                m.next = "EXEC"
+                m.next = "READ2" if self._read_register else "EXEC"
+            if self._read_register:
+                with m.State("READ2"):
+                    m.next = "EXEC"
             with m.State("EXEC"):
                 m.d.comb += in_exec.eq(1)
                 # ``ok`` is the status's test for OK, registered with it: RESP's reply length
                 # is then a choice between constants by flip-flops.
                 st = Signal(8)
                 m.d.comb += st.eq(Mux(ident, Status.OK, Status.BAD_ADDRESS))
-                m.d.sync += value.eq(rd_data)
+                m.d.sync += value.eq(rd_word)
                 with m.If(~ident & (index[ib:] == 0)):
                     with m.Switch(index[:ib]):
                         for r in REGISTERS:
@@ -489,7 +553,7 @@ class RegisterHandler(wiring.Component):
                 with m.If(c.data.ready):
                     m.d.sync += [idx.eq(idx + 1), value.eq(value >> 8)]
                     with m.If(ident & (idx[:2] == 3)):
-                        m.d.sync += [value.eq(rd_data), word.eq(word + 1)]
+                        m.d.sync += [value.eq(rd_word), word.eq(word + 1)]
                     with m.If(idx == Mux(ident, IDENTITY_BYTES - 1, 3)):
                         m.d.sync += send_on.eq(0)
                         m.next = "IDLE"
@@ -546,7 +610,8 @@ class MemoryHandler(wiring.Component):
         and the link behind it): a cycle more after each pointer step, against the line's
         10 bit periods a byte; 3: the same, and the port's address, enables and data are
         registers too (``mem`` is flip-flops: no state decode in front of the block RAMs'
-        enables), a cycle more again.
+        enables), a cycle more again; 4: the same, and the scratchpad's output is a register
+        of its block RAMs' (:class:`Scratchpad` ``read_register``), a cycle more again.
 
     Members
     -------
@@ -558,7 +623,7 @@ class MemoryHandler(wiring.Component):
 
     @quiet_on_error
     def __init__(self, *, size, frame_bytes, addr_width, block=16, tile=8, read_latency=1):
-        self._read_latency = _check_int("Read latency", read_latency, 1, 3)
+        self._read_latency = _check_int("Read latency", read_latency, 1, 4)
         self._size = size
         self._frame_bytes = frame_bytes
         self._block = block
@@ -574,7 +639,7 @@ class MemoryHandler(wiring.Component):
         m = Module()
         c = self.command
         p = self.mem
-        if self._read_latency == 3:
+        if self._read_latency >= 3:
             p = registered_port(m, self.mem)
         writing = Signal()
         packed = Signal()        # a packed transfer: one lane, the pointer steps by 2
@@ -930,6 +995,8 @@ class Accelerator(wiring.Component):
             drain_lanes=p["drain_lanes"], x_buffer=p["matvec_x_buffer"],
             pipelined=p["seq_pipelined"], bias_fifo=p["matvec_bias_fifo"],
             control=p["seq_control"])
+        if self.scratch_read_register:
+            self._seq_params["read_register"] = True
         self._engines = (((1 << ENGINE_BITS["lut"]) if lut_tables else 0)
                          | ((1 << ENGINE_BITS["grand"]) if grand else 0))
         if sequencer:
@@ -1004,8 +1071,18 @@ class Accelerator(wiring.Component):
     def scratch_read_latency(self):
         """Cycles from the memory handler's scratchpad read to the register it takes the word
         from: 3 with the sequencer's ``seq_pipelined`` (its port and the memory's output
-        through registers, as the sequencer's reader, which has a stage more), else 1."""
+        through registers, as the sequencer's reader, which has a stage more), 4 with the
+        scratchpad's read register too (:attr:`scratch_read_register`), else 1."""
+        if self.scratch_read_register:
+            return 4
         return 3 if self._sequencer and self._seq_params["pipelined"] else 1
+
+    @property
+    def scratch_read_register(self):
+        """The block-RAM scratchpad's output is a register of each bank's (:class:`Scratchpad`
+        ``read_register``): with the sequencer's ``seq_pipelined``, a cycle more for its reader
+        (:class:`lowbit.hw.sequencer.Sequencer` ``read_register``) and the memory handler."""
+        return self._sequencer and self._seq_params["pipelined"] and not self._use_spram
 
     @property
     def scratch_write_addr(self):
@@ -1048,9 +1125,11 @@ class Accelerator(wiring.Component):
                                                       echo=(Opcode.PING,))
         # Engines read the configuration registers from the ``regs`` ports (e.g. regs.mant_width).
         # The register handler also answers IDENTIFY (its record is in the registers' RAM).
-        m.submodules.registers = regs = RegisterHandler(self._identity, self.design_params())
+        m.submodules.registers = regs = RegisterHandler(self._identity, self.design_params(),
+                                                        read_register=self.seq_pipelined)
         scratch = Scratchpad(size=self._scratch_bytes, use_spram=self._use_spram,
-                             simulation=self._simulation, write_addr=self.scratch_write_addr)
+                             simulation=self._simulation, write_addr=self.scratch_write_addr,
+                             read_register=self.scratch_read_register)
         m.submodules.scratch = scratch
         m.submodules.memory = mem = MemoryHandler(
             size=self._scratch_bytes, frame_bytes=self._frame_bytes,

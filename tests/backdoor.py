@@ -18,6 +18,7 @@ import numpy as np
 from amaranth.hdl import Shape, unsigned
 
 from lowbit.hw.top import SPRAM_BYTES
+from lowbit.hw.top import Scratchpad as _Scratchpad
 
 __all__ = ["Scratchpad", "FastMemoryPort"]
 
@@ -28,8 +29,9 @@ SPRAM_WORDS = SPRAM_BYTES // 2
 class Scratchpad:
     """The scratchpad words of a :class:`lowbit.sim.rtl.transport.SimulatedSerial` (Amaranth
     simulator) read and written without simulated cycles: the block-RAM scratchpad
-    (``top.scratch.mem``) or the UP5K SPRAM banks' behavioural models (``top.scratch.spramK.mem``,
-    16384 words each, word ``w`` in bank ``w >> 14``).
+    (``top.scratch.mem``, or ``top.scratch.bankK`` with its read register) or the UP5K SPRAM
+    banks' behavioural models (``top.scratch.spramK.mem``, 16384 words each, word ``w`` in bank
+    ``w >> 14``).
 
     Use it only while the top is idle (between a reply and the next request): a write is
     queued in the simulator's memory state as a write port's would be, and committed by the
@@ -45,6 +47,11 @@ class Scratchpad:
         if ("top", "scratch", "mem") in mems:
             banks = [mems["top", "scratch", "mem"]]
             self._bank_words = self.words
+        elif ("top", "scratch", "bank0") in mems:
+            # The scratchpad's ``read_register`` banks (lowbit.hw.top.Scratchpad).
+            self._bank_words = min(self.words, _Scratchpad.REGISTER_BANK_WORDS)
+            banks = [mems.get(("top", "scratch", f"bank{k}"))
+                     for k in range(self.words // self._bank_words)]
         else:
             banks = [mems.get(("top", "scratch", f"spram{k}", "mem"))
                      for k in range(-(-self.words // SPRAM_WORDS))]

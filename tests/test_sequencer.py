@@ -433,10 +433,11 @@ def test_dmatvec(seq_pipelined):
     # Pipelined, a cycle more per group of N words (the gather's register; the registered
     # codes are always in before the group is) and five per row (the discrete unit's entry
     # stage and split sum, and the rounding's addition, shift and saturation a register each);
-    # the port's register, the register beside the memory and the reader's second stage:
-    # three cycles more per fetch (9 instructions), per range read (LOADW's, each row's x
-    # words) and per bias word (3 of the 4 DMATVECs).
-    lag = 3 * (9 + 1 + 4 * rows + 3 * rows)
+    # the port's register, the scratchpad's read register, the register beside the memory and
+    # the reader's second stage: four cycles more per fetch (9 instructions), per range read
+    # (LOADW's, each row's x words) and per bias word (3 of the 4 DMATVECs).
+    assert dev.top.scratch_read_register is seq_pipelined
+    lag = 4 * (9 + 1 + 4 * rows + 3 * rows)
     assert cycles == 652 + (4 * rows * (nbd + 5) + lag if seq_pipelined else 0)
     m, e = discrete_dense(layer, x, lanes=N)
     assert dev.get(YA, rows).tolist() == pack_elements(m, e).tolist()
@@ -519,10 +520,11 @@ def scratch_image(dev):
 @pytest.fixture(scope="module")
 def second_stage():
     """The ULX3S's reader: ``seq_pipelined`` (the reader's second stage, the x buffer's
-    register, a read latency of 2 for the memory handler), the x buffer and one scratchpad
-    address (``scratch_write_addr=False``)."""
+    register, the scratchpad's read register, a read latency of 4 for the memory handler), the
+    x buffer and one scratchpad address (``scratch_write_addr=False``)."""
     dev = Device(seq_pipelined=True, scratch_write_addr=False)
-    assert dev.top.scratch_read_latency == 3 and dev.top.matvec_x_buffer
+    assert dev.top.scratch_read_latency == 4 and dev.top.matvec_x_buffer
+    assert dev.top.scratch_read_register and dev.top.sequencer_params()["read_register"]
     return dev
 
 
@@ -542,6 +544,33 @@ def test_second_stage_reader(second_stage, case, stable_seed):
      "move_overlapping": lambda: test_move_overlapping(dev),
      "batch_loop": lambda: test_batch_loop(dev),
      "samples": lambda: test_matvec_samples_equal_machine(dev, 2, 2, F_LUT)}[case]()
+
+
+def test_second_stage_quant_config_in_the_program(second_stage):
+    """With ``seq_pipelined`` the quantiser's configuration is a copy of the registers a cycle
+    behind them: CONFIGs right before each QUANT (BFP at width 5 with the floor rule, then int8
+    with a shift; the first with values unlike the registers' before the program) take effect
+    for the QUANT that follows, against the models. (The margin is wide: with the copy 25 cycles
+    behind the registers this passes, with 70 it fails; the configuration is used from the
+    block's shared exponent on, after the fetch and the block's 16 words.)"""
+    dev = second_stage
+    rng = np.random.default_rng(8)
+    codes = f16_codes(rng.normal(0, 5, 2 * B))
+    dev.put(XA, codes)
+    dev.reg("QUANT_FORMAT", 1)
+    dev.reg("ROUNDING", ROUND["nearest"])
+    dev.reg("MANT_WIDTH", 8)
+    dev.reg("QUANT_RULE", 1)
+    dev.reg("QUANT_SHIFT", 0)
+    dev.run_ok([I.config(REG["QUANT_FORMAT"], 0), I.config(REG["MANT_WIDTH"], 5),
+                I.config(REG["QUANT_RULE"], 0), I.quant(XA, YA, 2 * B),
+                I.config(REG["QUANT_FORMAT"], 1), I.config(REG["QUANT_SHIFT"], -2 & 0xFF),
+                I.config(REG["ROUNDING"], ROUND["zero"]), I.quant(XA, ZA, 2 * B), I.halt()])
+    x = decode_f16(codes)
+    m, e = quantise_bfp(x, block=B, width=5, rule="floor", rounding="nearest")
+    assert dev.get(YA, 2 * B).tolist() == pack_elements(m.reshape(-1), np.repeat(e, B)).tolist()
+    q = quantise_int8(x, shift=-2, rounding="zero")
+    assert dev.get(ZA, 2 * B).tolist() == (q & 0xFF).tolist()
 
 
 def test_errors_change_nothing(dev):
@@ -789,6 +818,14 @@ def test_seq_pipelined_message_and_profiles():
     with pytest.raises(TypeError, match="pipelined must be a bool, not 1"):
         Sequencer(pipelined=1)
     assert {name for name, b in BOARDS.items() if b.top.get("seq_pipelined")} == {"ulx3s"}
+    with pytest.raises(TypeError, match="read_register must be a bool, not 1"):
+        Sequencer(pipelined=True, read_register=1)
+    with pytest.raises(ValueError, match="read_register needs pipelined"):
+        Sequencer(read_register=True)
+    assert Sequencer(pipelined=True, read_register=True).read_register
+    # The block-RAM scratchpad's read register comes with seq_pipelined; not on the SPRAM.
+    assert not Accelerator(seq_pipelined=True, use_spram=True).scratch_read_register
+    assert "read_register" not in Accelerator().sequencer_params()
 
 
 def test_dsp_lanes_reach_the_column():
@@ -1442,6 +1479,23 @@ def test_matvec_samples_equal_machine(dev, rounding, exp_select, flags):
         assert (status, pc, ex, busy) == (ref.status, ref.pc, ref.executed, ref.busy) == \
             (L.Status.OK, 72, 3, samples * 3 * 2 * B)
         assert got == exp
+
+
+def test_matvec_samples_16_lanes_lut_register():
+    """With ``seq_pipelined`` the table's result is registered before the write (``lut_v`` /
+    ``lut_d``, one cycle later): a 16-lane MATVEC of 1 sample and one of 3 samples through the
+    table (F_LUT) write what the Machine writes, with its status, pc, executed and busy."""
+    from lowbit.sim.program import Design
+    dev = Device(seq_pipelined=True, scratch_write_addr=False, matrix_lanes=16, scratch_bytes=4096)
+    design = Design(matrix_lanes=16, block=B, max_blocks=4, weight_depth=64, scratch_bytes=4096,
+                    lanes=2, lut_tables=2)
+    regs = {"MANT_WIDTH": 6, "ROUNDING": 0, "EXP_SELECT": 0, "FIXED_EXP": 0, **SEEDED}
+    for samples, flags in ((1, 0), (3, F_LUT)):
+        (status, pc, ex, cyc, busy), ref, got, exp = _samples_case(dev, design, samples, 2, 2,
+                                                                   regs, flags=flags, seed=16)
+        assert (status, pc, ex, busy) == (ref.status, ref.pc, ref.executed, ref.busy) == \
+            (L.Status.OK, 72, 3, samples * 2 * 2 * B)
+        assert len(got) == samples * 2 * 16 and got == exp
 
 
 def test_matvec_samples_stride_rounds_k_up_to_the_lanes():

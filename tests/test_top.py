@@ -110,9 +110,9 @@ def test_parameter_validation(kw, exc, msg):
 
 
 @pytest.mark.parametrize("latency,exc,msg", [
-    (0, ValueError, "Read latency must be an integer between 1 and 3, not 0"),
-    (4, ValueError, "Read latency must be an integer between 1 and 3, not 4"),
-    (2.0, TypeError, "Read latency must be an integer between 1 and 3, not 2.0"),
+    (0, ValueError, "Read latency must be an integer between 1 and 4, not 0"),
+    (5, ValueError, "Read latency must be an integer between 1 and 4, not 5"),
+    (2.0, TypeError, "Read latency must be an integer between 1 and 4, not 2.0"),
     (True, TypeError, "Read latency must be an integer"),
 ])
 def test_memory_handler_read_latency_validation(latency, exc, msg):
@@ -122,8 +122,11 @@ def test_memory_handler_read_latency_validation(latency, exc, msg):
 
 def test_memory_handler_latency_follows_seq_pipelined():
     """The top's memory handler reads the scratchpad with a latency of 3 (its port and the
-    memory's output through registers) exactly with the sequencer's ``seq_pipelined``."""
-    assert Accelerator(sequencer=True, seq_pipelined=True).scratch_read_latency == 3
+    memory's output through registers) exactly with the sequencer's ``seq_pipelined``, 4 with
+    the block-RAM scratchpad's read register (which comes with it)."""
+    assert Accelerator(sequencer=True, seq_pipelined=True).scratch_read_latency == 4
+    assert Accelerator(sequencer=True, seq_pipelined=True,
+                       use_spram=True).scratch_read_latency == 3
     assert Accelerator(sequencer=True).scratch_read_latency == 1
     assert Accelerator(seq_pipelined=True).scratch_read_latency == 1
     assert MemoryHandler(size=64, frame_bytes=16, addr_width=5, read_latency=3).read_latency == 3
@@ -167,26 +170,32 @@ def test_spram_is_an_instance_for_synthesis():
                                                            simulation=True))
 
 
-@pytest.mark.parametrize("size,use_spram,write_addr", [
-    (4096, False, False), (32768, True, False), (65536, True, False), (4096, False, True)])
-def test_scratchpad_port_contract(size, use_spram, write_addr):
+@pytest.mark.parametrize("size,use_spram,write_addr,read_register", [
+    (4096, False, False, False), (32768, True, False, False), (65536, True, False, False),
+    (4096, False, True, False), (4096, False, False, True), (65536, False, True, True)])
+def test_scratchpad_port_contract(size, use_spram, write_addr, read_register):
     """The scratchpad port (lowbit.hw.ports.ScratchPortSignature), cycle by cycle against a
     dictionary: a write stores its byte lanes; ``rdata`` is the word read by the last cycle
     with ``re`` and without ``we``, and holds through cycles that write or do not read (the
     sequencer's reader keeps a waiting word there). Block RAM and SPRAM banks (the behavioural
     model of the primitive), one bank or two. With a write address of its own (block RAM), a
     cycle writes at ``waddr`` and reads at ``addr``; a read of the word written in the same
-    cycle returns its old value."""
-    dut = Scratchpad(size=size, use_spram=use_spram, simulation=True, write_addr=write_addr)
+    cycle returns its old value. With ``read_register`` (the ULX3S's: banks of 16384 words
+    each, two of them at 64 KiB) every ``rdata`` comes a cycle later, from the bank of its
+    read."""
+    dut = Scratchpad(size=size, use_spram=use_spram, simulation=True, write_addr=write_addr,
+                     read_register=read_register)
+    assert dut.read_register is read_register
     p = dut.port
     rng = random.Random(size)
     words = size // 2
     hot = [rng.randrange(words) for _ in range(6)] + [0, words - 1, words // 2]
+    hot += [words // 2 - 1, 16383 % words, 16384 % words]
     mem = {}
     trace = []
 
     async def bench(ctx):
-        want = None
+        want = late = None
         for _ in range(400):
             we, re = rng.random() < 0.35, rng.random() < 0.6
             addr, data, mask = rng.choice(hot), rng.getrandbits(16), rng.randrange(4)
@@ -207,7 +216,11 @@ def test_scratchpad_port_contract(size, use_spram, write_addr):
                     if mask >> lane & 1:
                         old = old & ~(0xFF << 8 * lane) | data & (0xFF << 8 * lane)
                 mem[waddr] = old
-            if want is not None:
+            if read_register:
+                if late is not None:
+                    trace.append((ctx.get(p.rdata), late))
+                late = want
+            elif want is not None:
                 trace.append((ctx.get(p.rdata), want))
 
     sim = Simulator(dut)
@@ -220,6 +233,14 @@ def test_scratchpad_port_contract(size, use_spram, write_addr):
             Scratchpad(size=32768, use_spram=True, write_addr=True)
         with pytest.raises(TypeError, match="write_addr must be a bool, not 1"):
             Scratchpad(write_addr=1)
+    if read_register:
+        with pytest.raises(ValueError, match="A read register needs the block-RAM scratchpad"):
+            Scratchpad(size=32768, use_spram=True, read_register=True)
+        with pytest.raises(TypeError, match="read_register must be a bool, not 'on'"):
+            Scratchpad(read_register="on")
+        banks = [n for n in rtlil.convert(dut).split() if n.startswith("\\bank") and
+                 "q" not in n]
+        assert len(set(banks)) == max(words // 16384, 1), banks
 
 
 # -- every opcode -------------------------------------------------------------------------------
@@ -265,12 +286,12 @@ def test_every_opcode_matches_model(shared):
 
 
 @pytest.mark.parametrize("top", [{}, {"sequencer": True, "seq_pipelined": True}],
-                         ids=["latency1", "latency3"])
+                         ids=["latency1", "latency4"])
 def test_packed_transfers_match_model(top):
     """MEM_WRITE_LOW / MEM_FILL_HIGH / MEM_READ_LOW / MEM_READ_HIGH against the model: lanes,
-    spans (block 4, tile 8 words), every refusal, and the scratchpad afterwards. ``latency3``:
-    the memory handler's port and the scratchpad's output through registers
-    (``seq_pipelined``, :class:`lowbit.hw.top.MemoryHandler` ``read_latency=3``)."""
+    spans (block 4, tile 8 words), every refusal, and the scratchpad afterwards. ``latency4``:
+    the memory handler's port, the scratchpad's banks' outputs and its output through
+    registers (``seq_pipelined``, :class:`lowbit.hw.top.MemoryHandler` ``read_latency=4``)."""
     rng = random.Random(5)
     port = SimulatedSerial(level="byte", **PARAMS, block=4, matrix_lanes=8, **top)
     model = L.DeviceModel(**PARAMS, block=4, matrix_lanes=8, **top)
@@ -398,6 +419,8 @@ def test_register_handler_design_parameter():
         RegisterHandler(ident, [("block", 8)])
     with pytest.raises(ValueError, match="block must be a power of two, not 12"):
         RegisterHandler(ident, dict(block=12))
+    with pytest.raises(TypeError, match="read_register must be a bool, not 1"):
+        RegisterHandler(ident, read_register=1)
 
 
 # -- robustness ---------------------------------------------------------------------------------
@@ -659,15 +682,18 @@ def test_register_config_port_and_prng_load():
     assert seen == [0, 0, 0, 0, 0, 0, 0, 0, 0, 1]
 
 
-def test_registers_keep_their_values_across_a_reset():
+@pytest.mark.parametrize("read_register", [False, True])
+def test_registers_keep_their_values_across_a_reset(read_register):
     """REG_READ answers from a block-RAM copy of the registers, which a reset cannot clear; so
     the read-write registers are not reset either (only initialised when the design starts),
-    and a read after a reset returns exactly what the engines see."""
+    and a read after a reset returns exactly what the engines see. With ``read_register`` (the
+    ULX3S's) the same answers, each from a register of the copy's output, a cycle later."""
     from amaranth.hdl import ClockDomain, Module
     from amaranth.sim import Simulator
 
     ident = Accelerator().identity
-    dut = RegisterHandler(ident)
+    dut = RegisterHandler(ident, read_register=read_register)
+    assert dut.read_register is read_register
     m = Module()
     m.domains.sync = cd = ClockDomain()
     m.submodules.dut = dut
@@ -718,6 +744,8 @@ def test_registers_keep_their_values_across_a_reset():
         await ctx.tick()
         ctx.set(dut.cfg.we, 0)
         log.append(await command(ctx, L.Opcode.REG_READ, L.reg_read_payload(mant.index)))
+        # IDENTIFY streams the record's words from the copy, the next read while one is sent.
+        log.append(await command(ctx, L.Opcode.IDENTIFY, b""))
 
     sim = Simulator(m)
     sim.add_clock(1e-6)
@@ -725,7 +753,7 @@ def test_registers_keep_their_values_across_a_reset():
     sim.run()
     magic = int.from_bytes(b"LOWB", "little")
     assert log == [(ok, mant.reset), (0x3, 0xDEADBEEF), (ok, 0x3), (ok, 0xDEADBEEF), (ok, magic),
-                   (ok, 5)]
+                   (ok, 5), (ok, int.from_bytes(ident.to_bytes(), "little"))]
 
 
 @pytest.mark.parametrize("level", ["byte", "uart"])

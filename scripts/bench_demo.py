@@ -209,8 +209,9 @@ def table(rows, projections, boards):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--devices", nargs="+", choices=DEVICES, default=list(DEVICES),
-                        help="simulated devices (default: all)")
+    parser.add_argument("--devices", nargs="*", choices=DEVICES, default=list(DEVICES),
+                        help="simulated devices (default: all; none: only the boards' tops "
+                             "of --boards, the devices' rows kept from --output)")
     parser.add_argument("--variants", nargs="+", choices=demo.VARIANTS,
                         default=list(demo.VARIANTS))
     parser.add_argument("--boards", nargs="*", choices=list(demo.BOARDS),

@@ -153,9 +153,10 @@ BOARDS = {
         notes="156 MULT18X18D, 208 DP16KD: a 64-lane BFP column (its drain four lanes a "
               "cycle, drain_lanes), MATVEC's x buffer and the sequencer's register stages "
               "(seq_pipelined; with them the scratchpad's and the register file's block RAMs "
-              "read through registers beside them); 80 MHz from the PLL (EHXPLLL on the 25 MHz oscillator); UART "
-              "over the FT231X at 3 Mbaud, its fastest (80/3 cycles per bit). The scratchpad "
-              "keeps one address (scratch_write_addr=False). Yosys 0.70's abc9 stops on this "
+              "read through registers beside them); 80 MHz from the PLL (EHXPLLL on the 25 MHz "
+              "oscillator); UART over the FT231X at 3 Mbaud, its fastest (80/3 cycles per "
+              "bit). The scratchpad keeps one address (scratch_write_addr=False). Yosys "
+              "0.70's abc9 stops on this "
               "top, so its LUTs are mapped by the classic ABC (lut_mapping); nextpnr-ecp5 "
               "routes it with router1 (nextpnr_opts), whose routes of the same placements are "
               "faster than router2's (docs/sequencer.md, session 31)",

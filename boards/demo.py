@@ -301,8 +301,10 @@ def measured_fmax(board, *, build_dir="build", bench_dir=None):
     """Measured Fmax (MHz) of ``board``'s own top, and its source, or ``None``.
 
     Looks at ``<build_dir>/<board>/report.json`` (``lowbit build``: the lowest achieved
-    frequency over its clock domains), then at the ``top`` rows of ``docs/bench/*.json``
-    (out-of-context median over seeds; the last matching row wins). Only a build whose top
+    frequency over its clock domains), then at the board's entry of ``docs/bench/boards.json``
+    (``scripts/bench_boards.py``: the board's own builds, median over seeds), then at the
+    ``top`` rows of ``docs/bench/*.json`` (out-of-context median over seeds; the last matching
+    row wins). Only a build whose top
     parameters equal :func:`board_top` of ``board`` counts: another top on the same device
     (the first top without the sequencer, or another board's profile on the same chip) says
     nothing about this board's clock.
@@ -319,6 +321,16 @@ def measured_fmax(board, *, build_dir="build", bench_dir=None):
         except (ValueError, KeyError, TypeError, AttributeError):
             pass
     bench = Path(bench_dir) if bench_dir else DEMO_BENCH.parent
+    builds = bench / "boards.json"
+    if builds.is_file():
+        try:
+            entry = json.loads(builds.read_text()).get("boards", {}).get(board)
+            if isinstance(entry, dict) and entry.get("fmax_mhz_median") and \
+                    isinstance(entry.get("params"), dict) and \
+                    _canonical_top(entry["params"]) == own:
+                return float(entry["fmax_mhz_median"]), str(builds)
+        except (ValueError, AttributeError, TypeError):
+            pass
     best = None
     for path in sorted(bench.glob("*.json")) if bench.is_dir() else []:
         try:

@@ -262,6 +262,15 @@ def test_measured_fmax_only_of_the_boards_own_top(tmp_path):
                               bench_dir=str(bench)) == (45.0, str(bench / "x.json"))
     assert demo.measured_fmax("icebreaker-discrete", build_dir=str(tmp_path),
                               bench_dir=str(bench)) is None
+    # The board's own builds (scripts/bench_boards.py) come before the out-of-context rows, if
+    # they are of its own top.
+    (bench / "boards.json").write_text(json.dumps({"boards": {
+        "hx8k": {"fmax_mhz_median": 55.5, "params": own},
+        "icebreaker": {"fmax_mhz_median": 99.0, "params": {"lanes": 2}}}}))
+    assert demo.measured_fmax("hx8k", build_dir=str(tmp_path),
+                              bench_dir=str(bench)) == (55.5, str(bench / "boards.json"))
+    assert demo.measured_fmax("icebreaker", build_dir=str(tmp_path),
+                              bench_dir=str(bench)) == (40.0, str(bench / "x.json"))
 
 
 def test_same_top_fills_in_defaults():
@@ -478,7 +487,10 @@ def test_board_top_in_amaranth_own_cycles(tmp_path, monkeypatch):
     assert r.mac_per_cycle == pytest.approx(r.macs_per_image / r.cycles_per_image)
     assert r.clock_mhz == demo.BOARDS["icebreaker"].clk_freq / 1e6
     assert r.mmacs == pytest.approx(r.mac_per_cycle * r.clock_mhz)
-    assert r.fmax_mhz is None and r.mmacs_at_fmax is None      # no build in tmp_path
+    # No build in tmp_path: the Fmax is the board's recorded builds' (docs/bench/boards.json).
+    fmax = demo.measured_fmax("icebreaker", build_dir=str(tmp_path))
+    assert fmax is not None and fmax[1].endswith("boards.json")
+    assert r.fmax_mhz == fmax[0] and r.mmacs_at_fmax == pytest.approx(r.mac_per_cycle * fmax[0])
     assert "MAC/cycle sustained" in demo.format_result(r)
     rows = {p["board"]: p for p in r.projections}
     for name in ("icebreaker", "icebreaker-copy"):

@@ -930,19 +930,14 @@ class Quantiser(wiring.Component):
                 m.d.comb += [lo_gap.eq(select(lo_hot, cfg_gap)), lo_mid.eq(select(lo_hot, cfg_mid))]
                 with m.If(en):
                     m.d.sync += [gap.eq(lo_gap), d6_mid.eq(lo_mid)]
-                # (z = 2y + s with s one bit is a concatenation, no carry chain)
-                m.d.comb += [
-                    diff.eq(d6["y"] - lo_scaled + d6["s"]),
-                    z.eq(Cat(d6["s"], d6["y"]).as_signed()),
-                    mid.eq(d6_mid << G),
-                ]
-            else:
-                m.d.comb += [
-                    diff.eq(d6["y"] - lo_scaled + d6["s"]),
-                    gap.eq(d6["hi"] - d6["lo"]),
-                    z.eq((d6["y"] << 1) + d6["s"]),
-                    mid.eq((d6["lo"] + d6["hi"]) << G),
-                ]
+            # (With gap_register, z = 2y + s, s one bit, is a concatenation: no carry chain.)
+            gr = self._gap_register
+            m.d.comb += [
+                diff.eq(d6["y"] - lo_scaled + d6["s"]),
+                *([] if gr else [gap.eq(d6["hi"] - d6["lo"])]),
+                z.eq(Cat(d6["s"], d6["y"]).as_signed() if gr else (d6["y"] << 1) + d6["s"]),
+                mid.eq(d6_mid << G if gr else (d6["lo"] + d6["hi"]) << G),
+            ]
             # The product r·(hi - lo) is registered before its comparison (stage 7), which keeps
             # the hard multiplier's combinational delay on its own.
             d7 = {name: Signal(shape, name=f"d7_{name}{lane}") for name, shape in [

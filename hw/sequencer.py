@@ -818,16 +818,12 @@ class Sequencer(wiring.Component):
             rd_mem = Signal()
             rd_mem2 = Signal()
             rd_memq = Signal()
-            flight = [rd_mem, rd_mem2, rd_memq]
+            flight = [rd_mem, rd_mem2, *([Signal(name="rd_memb")] if self._read_register
+                                         else []), rd_memq]
+            rd_memb = flight[-2]      # the stage before rd_q's
             rd_q = Signal(16, reset_less=True)
-            if self._read_register:
-                rd_memb = Signal()
-                flight.insert(2, rd_memb)
-                m.d.sync += [rd_q.eq(p.rdata), rd_mem2.eq(rd_mem), rd_memb.eq(rd_mem2),
-                             rd_memq.eq(rd_memb)]
-            else:
-                rd_memb = rd_mem2
-                m.d.sync += [rd_q.eq(p.rdata), rd_mem2.eq(rd_mem), rd_memq.eq(rd_mem2)]
+            m.d.sync += [rd_q.eq(p.rdata),
+                         *(b.eq(a) for a, b in zip(flight[:-1], flight[1:], strict=True))]
             n_skid = len(flight) + 1
             rd_skid = [Signal(16, name=f"rd_skid{k}", reset_less=True) for k in range(n_skid)]
             skid_v = [Signal(name=f"skid_v{k}") for k in range(n_skid)]

@@ -7,8 +7,6 @@ stream of beats into dot products (matrix–vector products, ``Wᵀ·g``); discr
 model is :mod:`lowbit.sim.discrete`; this gateware matches it bit for bit.
 """
 
-import math
-
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
@@ -64,11 +62,12 @@ class DiscreteUnit(wiring.Component):
     tables : bool
         Build the discrete ⊗ discrete lookup tables (``LUT`` mode, one block-RAM read port per
         lane) and their write port (default True). Without them ``LUT`` mode outputs zeros.
-    split_sum : bool
-        Sum a ``DOT`` beat's lane terms in two register stages, groups of
-        ``ceil(sqrt(lanes))`` lanes and then the groups' sums, instead of one (default False):
-        one cycle more of ``DOT`` latency and a shorter adder tree between registers, for the
-        clock of wide units. The results are the same.
+    sum_stages : int
+        Register stages of a ``DOT`` beat's lane sum, 1..3 (default 1). With ``s`` stages each
+        stage adds groups of at most ``r`` of the previous stage's sums, ``r`` the smallest
+        integer with ``r ** s >= lanes`` (64 lanes: one sum of 64 terms, two stages of 8, or
+        three of 4): each stage more is a cycle more of ``DOT`` latency and a shorter adder
+        tree between registers, for the clock of wide units. The results are the same.
     local_book : bool
         Each group of four lanes reads a copy of the code book of its own, in flip-flops beside
         it, two cycles behind ``book`` (default False): the book fans out to ``ceil(lanes /
@@ -107,7 +106,7 @@ class DiscreteUnit(wiring.Component):
         an ``acc_width``-bit sign-magnitude word, ``y`` all zero.
 
     Latency from an accepted input beat to its output beat is 2 cycles (``MUL``, ``DIV``,
-    ``LUT``) or 4 cycles (``DOT``; 5 with ``split_sum``), a cycle more with ``entry_stage``;
+    ``LUT``) or ``3 + sum_stages`` cycles (``DOT``), a cycle more with ``entry_stage``;
     one beat per cycle when ``o.ready``
     stays high. ``i.ready`` is high whenever the output register is empty or being taken (it
     follows ``o.ready`` combinationally; ``o.valid`` never depends on ``o.ready``).
@@ -115,14 +114,14 @@ class DiscreteUnit(wiring.Component):
     Raises
     ------
     TypeError
-        If a parameter is not an integer (bools rejected), or ``tables``, ``split_sum``,
-        ``local_book`` or ``entry_stage`` is not a bool.
+        If a parameter is not an integer (bools rejected), or ``tables``, ``local_book`` or
+        ``entry_stage`` is not a bool.
     ValueError
         If a parameter is out of range.
     """
 
     def __init__(self, *, lanes=4, width=8, code_bits=2, acc_width=None, tables=True,
-                 split_sum=False, local_book=False, entry_stage=False):
+                 sum_stages=1, local_book=False, entry_stage=False):
         self._lanes = _check_int("Lane count", lanes, 1, 64)
         self._width = _check_int("Operand width", width, 3, 24)
         self._code_bits = _check_int("Code width", code_bits, 1, 3)
@@ -132,9 +131,7 @@ class DiscreteUnit(wiring.Component):
         if not isinstance(tables, bool):
             raise TypeError(f"Tables must be a bool, not {tables!r}")
         self._tables = tables
-        if not isinstance(split_sum, bool):
-            raise TypeError(f"Split sum must be a bool, not {split_sum!r}")
-        self._split_sum = split_sum
+        self._sum_stages = _check_int("Sum stages", sum_stages, 1, 3)
         if not isinstance(local_book, bool):
             raise TypeError(f"Local book must be a bool, not {local_book!r}")
         self._local_book = local_book
@@ -183,8 +180,8 @@ class DiscreteUnit(wiring.Component):
         return self._tables
 
     @property
-    def split_sum(self):
-        return self._split_sum
+    def sum_stages(self):
+        return self._sum_stages
 
     @property
     def local_book(self):
@@ -280,27 +277,41 @@ class DiscreteUnit(wiring.Component):
                 lut_data.append(Const(0, W))
 
         # Stages 2 and 3 (DOT): two's complement terms, then their exact sum (with
-        # ``split_sum``, stage 3 is the groups' sums and a stage 3b adds them).
+        # ``sum_stages`` above 1, stage 3 is that many stages of partial sums).
         sum_w = W + max(L - 1, 0).bit_length()
         v2, last2, v3, last3 = Signal(), Signal(), Signal(), Signal()
         t2 = [Signal(signed(W), name=f"t2_{k}") for k in range(L)]
         sum3 = Signal(signed(sum_w))
-        if self._split_sum:
+        S = self._sum_stages
+        if S > 1:
             with m.If(adv):
                 for k in range(L):
                     mag = y1[k][:mw]
                     m.d.sync += t2[k].eq(Mux(y1[k][mw], -mag, mag))
-            g = math.isqrt(L - 1) + 1 if L > 1 else 1
-            groups = [t2[k:k + g] for k in range(0, L, g)]
-            part = [Signal(signed(W + max(len(grp) - 1, 0).bit_length()), name=f"part{j}")
-                    for j, grp in enumerate(groups)]
-            v2b, last2b = Signal(), Signal()
+            r = 1
+            while r ** S < L:
+                r += 1
+            # Each stage's sums with the count of lane terms each covers (their width).
+            level = [(t, 1) for t in t2]
+            v_prev, last_prev = v2, last2
             with m.If(adv):
-                m.d.sync += [v2.eq(v1 & dot1), last2.eq(last1), v2b.eq(v2), last2b.eq(last2),
-                             v3.eq(v2b), last3.eq(last2b)]
-                for p, grp in zip(part, groups, strict=True):
-                    m.d.sync += p.eq(sum(grp[1:], grp[0]))
-                m.d.sync += sum3.eq(sum(part[1:], part[0]))
+                m.d.sync += [v2.eq(v1 & dot1), last2.eq(last1)]
+                for st in range(S):
+                    nxt_level = []
+                    for j in range(0, len(level), r):
+                        grp = level[j:j + r]
+                        terms = sum(c for _, c in grp)
+                        p = sum3 if st == S - 1 else Signal(
+                            signed(W + max(terms - 1, 0).bit_length()), name=f"part{st}_{j // r}")
+                        m.d.sync += p.eq(sum((v for v, _ in grp[1:]), grp[0][0]))
+                        nxt_level.append((p, terms))
+                    level = nxt_level
+                    if st == S - 1:
+                        v_st, last_st = v3, last3
+                    else:
+                        v_st, last_st = Signal(name=f"v2_{st}"), Signal(name=f"last2_{st}")
+                    m.d.sync += [v_st.eq(v_prev), last_st.eq(last_prev)]
+                    v_prev, last_prev = v_st, last_st
         else:
             with m.If(adv):
                 m.d.sync += [v2.eq(v1 & dot1), last2.eq(last1), v3.eq(v2), last3.eq(last2)]

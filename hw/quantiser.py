@@ -123,7 +123,9 @@ class Quantiser(wiring.Component):
         to the next larger valid value (``hi`` is that value), so neither a subtraction follows
         the neighbours' pick nor a carry chain is in front of the hard multiplier; and so is
         the midpoint's sum ``lo + hi`` (from registers of each code's sum with that value), so
-        that stage 6 to 7 is one comparison, not an addition and a comparison. The same
+        that stage 6 to 7 is one comparison, not an addition and a comparison; and stage 6
+        clamps both neighbours' codes (the book's least or greatest outside its range), so
+        that stage 7's comparison is followed by one choice between two registers. The same
         results and latency; the book's gaps settle six cycles after ``book`` or
         ``code_width`` changes, before a beat offered then reaches them. Default ``False``.
 
@@ -948,13 +950,30 @@ class Quantiser(wiring.Component):
                 m.d.sync += [
                     d7["prod"].eq(d6["r"] * gap), d7["diff"].eq(diff),
                     d7["near_hi"].eq((z > mid) | ((z == mid) & (d6["hi_idx"] < d6["lo_idx"]))),
-                    d7["lo_idx"].eq(d6["lo_idx"]), d7["hi_idx"].eq(d6["hi_idx"]),
-                    d7["below"].eq(d6["below"]), d7["above"].eq(d6["above"]),
                 ]
+                if gr:
+                    # The clamps decided in stage 6: each neighbour's code as it will be chosen
+                    # (the book's least or greatest below or above the range), so that stage
+                    # 7's comparison is followed by one choice between two registers.
+                    m.d.sync += [
+                        d7[k].eq(Mux(d6["below"], cfg_min_code,
+                                     Mux(d6["above"], cfg_max_code, d6[k])))
+                        for k in ("lo_idx", "hi_idx")
+                    ]
+                else:
+                    m.d.sync += [
+                        d7["lo_idx"].eq(d6["lo_idx"]), d7["hi_idx"].eq(d6["hi_idx"]),
+                        d7["below"].eq(d6["below"]), d7["above"].eq(d6["above"]),
+                    ]
 
             # Stage 7 (discrete): the stochastic comparison and the code.
             stoch_hi = d7["prod"] < d7["diff"]
             code = Signal(n_max, name=f"dcode{lane}")
+            if gr:
+                m.d.comb += code.eq(Mux(Mux(stoch, stoch_hi, d7["near_hi"]),
+                                        d7["hi_idx"], d7["lo_idx"]))
+                codes.append(code)
+                continue
             with m.If(d7["below"]):
                 m.d.comb += code.eq(cfg_min_code)
             with m.Elif(d7["above"]):

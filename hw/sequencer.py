@@ -168,8 +168,9 @@ class Sequencer(wiring.Component):
           one enable per bank, the data and the entry in one copy per eight banks (each write
           lands a cycle later; no instruction reads the weights within a fetch of LOADW's
           end);
-        * the discrete unit takes its weight codes from a register after the banks' outputs
-          (a beat waits until it holds its entry, two cycles after the entry changes);
+        * the discrete unit takes its weight codes from two registers after the banks'
+          outputs, the first beside the banks (a beat waits until the second holds its entry,
+          three cycles after the entry changes);
         * DMATVEC's x words reach the gather register a cycle after they are taken, through a
           register of the word in sign-magnitude form, so each group of ``N`` words takes a
           cycle more; the gather is written in groups of eight lanes, each with registers of
@@ -181,7 +182,7 @@ class Sequencer(wiring.Component):
           cycles more per row);
         * the discrete unit looks up each lane's code book entry into a register before it
           shifts (:class:`lowbit.hw.discrete.DiscreteUnit` ``entry_stage``) and sums a beat's
-          lane terms in two stages (``split_sum``; each a cycle more per row), its
+          lane terms in three stages (``sum_stages``; each a cycle more per row), its
           result is always taken (so its pipeline never stalls), and DM_SUM's saturation
           reads the top bits of two parallel sums;
         * the discrete unit's code book and ``CODE_WIDTH``'s mask of the codes are copies of the
@@ -211,7 +212,9 @@ class Sequencer(wiring.Component):
           the banks' read enable in MATVEC's x phase follows the column's readiness alone;
         * the quantiser compares before it clamps (:class:`lowbit.hw.quantiser.Quantiser`
           ``compare_first``), and its configuration (format, rounding, width, rule, shift,
-          code width and book) is a copy of the registers in flip-flops, a cycle behind them;
+          code width and book) is a copy of the registers in flip-flops, a cycle behind them
+          (the rounding and the width as register copies, :func:`lowbit.hw.common.register_copy`,
+          that synthesis keeps apart from the column's copies of them);
         * with the x buffer, MATVEC's bias phases start a cycle after their condition, from a
           register (a cycle more per tile's bias).
 
@@ -471,8 +474,16 @@ class Sequencer(wiring.Component):
                 # With ``pipelined``, the quantiser's configuration is a copy in flip-flops, a
                 # cycle behind the registers (as the discrete unit's book, below: written by
                 # CONFIG or REG_WRITE, never within a fetch of the quantiser's first beat), so
-                # that it sits by the quantiser, not by the register file across the die.
-                m.d.sync += q_cfg
+                # that it sits by the quantiser, not by the register file across the die. The
+                # column registers the rounding and the width the same way, and synthesis
+                # would merge those copies (and the decoding of the width behind them) into
+                # one beside either unit: the quantiser's are register copies of them.
+                m.d.sync += q_cfg[:1] + q_cfg[3:]
+                for name, port, src in (("rounding", qu.rounding, rounding),
+                                        ("mant_width", qu.mant_width, mant_width)):
+                    ref = Signal.like(src, name=f"q_{name}_ref")
+                    m.d.sync += ref.eq(src)
+                    m.d.comb += port.eq(register_copy(m, ref, src, f"q_{name}"))
                 m.d.comb += [qu.zero.eq(0), qu.i_rand.valid.eq(1), qu.i_rand.payload[0].eq(rand)]
             else:
                 m.d.comb += [*q_cfg, qu.zero.eq(0),
@@ -487,7 +498,7 @@ class Sequencer(wiring.Component):
         if self._discrete:
             du = DiscreteUnit(lanes=N, width=8, code_bits=self._code_bits,
                               acc_width=DISCRETE_ACC_WIDTH, tables=False,
-                              split_sum=self._pipelined, local_book=self._pipelined,
+                              sum_stages=3 if self._pipelined else 1, local_book=self._pipelined,
                               entry_stage=self._pipelined)
             m.submodules.discrete = du
             m.d.comb += du.op.eq(DiscreteOp.DOT)
@@ -929,9 +940,10 @@ class Sequencer(wiring.Component):
         nb_d = Signal(16)             # DMATVEC entries per row
         gather = Signal(8 * N)
         # The discrete unit's weight codes: the banks' outputs, or with ``pipelined``
-        # a register of them, valid (dm_codes_ok) two cycles after the entry changes
-        # (``dm_chg``: DM_ROW's load of w_ptr, a beat's step): the banks hold the entry's codes
-        # a cycle after a read at it (``bank_ok``), the register a cycle after that.
+        # a register of them beside the banks (the block RAM's clock-to-out is most of a fast
+        # cycle) and a register of that masked, valid (dm_codes_ok) three cycles after the entry
+        # changes (``dm_chg``: DM_ROW's load of w_ptr, a beat's step): the banks hold the entry's
+        # codes a cycle after a read at it (``bank_ok``), the registers a cycle and two after.
         dm_chg = Signal()
         # CODE_WIDTH's mask of the codes' bits. With ``pipelined`` it is a copy in a register
         # (a cycle behind the register file, across the die, as the code book's copy) applied
@@ -939,13 +951,15 @@ class Sequencer(wiring.Component):
         if self._pipelined:
             code_mask = Signal(self._code_bits)
             m.d.sync += code_mask.eq((Const(1, 4) << self.code_width) - 1)
+            dm_raw = [Signal(self._code_bits, name=f"dm_raw{k}") for k in range(N)]
             dm_codes = [Signal(self._code_bits, name=f"dm_code{k}") for k in range(N)]
             dm_codes_ok = Signal()
             bank_ok = Signal()
-            m.d.sync += [dm_codes[k].eq(banks[k][:self._code_bits] & code_mask)
-                         for k in range(N)]
+            raw_ok = Signal()
+            m.d.sync += [dm_raw[k].eq(banks[k][:self._code_bits]) for k in range(N)]
+            m.d.sync += [dm_codes[k].eq(dm_raw[k] & code_mask) for k in range(N)]
             m.d.sync += [bank_ok.eq(~dm_chg & (w_rd_en | bank_ok)),
-                         dm_codes_ok.eq(~dm_chg & bank_ok)]
+                         raw_ok.eq(~dm_chg & bank_ok), dm_codes_ok.eq(~dm_chg & raw_ok)]
         else:
             dm_codes = [banks[k][:self._code_bits] for k in range(N)]
         # With ``pipelined``, a word DM_RUN takes reaches the gather a cycle later through

@@ -92,7 +92,9 @@ def all_pairs(width, n, lanes):
     ({"acc_width": 49}, ValueError, "Accumulator width must be an integer between 8 and 48"),
     ({"acc_width": 16.0}, TypeError, "Accumulator width must be an integer"),
     ({"tables": 1}, TypeError, "Tables must be a bool, not 1"),
-    ({"split_sum": 0}, TypeError, "Split sum must be a bool, not 0"),
+    ({"sum_stages": 0}, ValueError, "^Sum stages must be an integer between 1 and 3, not 0$"),
+    ({"sum_stages": 4}, ValueError, "^Sum stages must be an integer between 1 and 3, not 4$"),
+    ({"sum_stages": True}, TypeError, "^Sum stages must be an integer"),
     ({"local_book": None}, TypeError, "^Local book must be a bool, not None$"),
     ({"entry_stage": 1}, TypeError, "^Entry stage must be a bool, not 1$"),
 ])
@@ -103,14 +105,14 @@ def test_parameter_validation(kwargs, exc, msg):
 
 def test_defaults_properties_and_signature():
     dut = DiscreteUnit()
-    assert ((dut.lanes, dut.width, dut.code_bits, dut.acc_width, dut.tables, dut.split_sum)
-            == (4, 8, 2, 16, True, False))
-    assert DiscreteUnit(split_sum=True).split_sum
+    assert ((dut.lanes, dut.width, dut.code_bits, dut.acc_width, dut.tables, dut.sum_stages)
+            == (4, 8, 2, 16, True, 1))
+    assert DiscreteUnit(sum_stages=3).sum_stages == 3
     assert DiscreteUnit(local_book=True).local_book and not dut.local_book
     assert DiscreteUnit(entry_stage=True).entry_stage and not dut.entry_stage
     assert DiscreteUnit(width=12).acc_width == 20
     assert "tbl_en" not in DiscreteUnit(tables=False).signature.members
-    for attr in ("lanes", "width", "code_bits", "acc_width", "tables", "split_sum",
+    for attr in ("lanes", "width", "code_bits", "acc_width", "tables", "sum_stages",
                  "local_book", "entry_stage"):
         with pytest.raises(AttributeError):
             setattr(dut, attr, 1)
@@ -274,14 +276,16 @@ def test_dot_saturating(n, width, acc_width, lanes):
         assert all(saturated)
 
 
-@pytest.mark.parametrize("lanes, acc_width", [(64, 16), (5, 10), (2, 16), (1, 12)])
-def test_split_sum_equals_model_one_cycle_later(lanes, acc_width):
-    """``split_sum``: the lane terms summed in two stages (groups, then the groups' sums) give
-    the model's dot products, saturating ones among them, one cycle later than one stage."""
+@pytest.mark.parametrize("lanes, acc_width, stages", [
+    (64, 16, 2), (64, 16, 3), (5, 10, 2), (5, 10, 3), (2, 16, 2), (2, 16, 3), (1, 12, 3),
+])
+def test_sum_stages_equal_model_a_cycle_later_each(lanes, acc_width, stages):
+    """``sum_stages``: the lane terms summed in two or three stages of partial sums give the
+    model's dot products, saturating ones among them, a cycle later per stage than one."""
 
-    rng = np.random.default_rng(70 + lanes)
+    rng = np.random.default_rng(70 + lanes + 100 * stages)
     dut = cached(DiscreteUnit, lanes=lanes, code_bits=3, acc_width=acc_width, tables=False,
-                 split_sum=True)
+                 sum_stages=stages)
     book = random_book(rng, 3)
     fmt = SMFormat(8, 4)
     big = int(np.argmax(book.exponents()))
@@ -300,7 +304,7 @@ def test_split_sum_equals_model_one_cycle_later(lanes, acc_width):
 
     one = DiscreteUnit(lanes=lanes, code_bits=3, acc_width=acc_width, tables=False)
     assert latency(one) == [4]
-    assert latency(dut) == [5]
+    assert latency(dut) == [3 + stages]
 
 
 def _first_output_cycle(unit, book, op, payload, lut_op=0):

@@ -398,8 +398,8 @@ def test_batch_loop(dev):
 def test_dmatvec(seq_pipelined):
     """LOADW then three DMATVECs equal lowbit.sim.network.discrete_dense; with
     ``seq_pipelined`` (LOADW's writes, the discrete unit's codes and its gathered x through
-    registers, its sum in two stages) too, a cycle slower per group of N words and two per
-    row."""
+    registers, its sum in three stages) too, a cycle slower per group of N words and more
+    per row."""
     dev = Device(bfp=False, quantiser=False, seq_pipelined=seq_pipelined)
     assert dev.top.seq_pipelined is seq_pipelined
     rng = np.random.default_rng(9)
@@ -430,15 +430,17 @@ def test_dmatvec(seq_pipelined):
         I.halt()])
     assert status == L.Status.OK
     assert busy == 4 * rows * nbd < cycles     # busy cycles: ceil(K / N) beats per row
-    # Pipelined, a cycle more per group of N words (the gather's register; the registered
-    # codes are always in before the group is) and five per row (the discrete unit's entry
-    # stage and split sum, and the rounding's addition, shift and saturation a register each);
+    # Pipelined, a cycle more per group of N words (the gather's register) and six per row
+    # (the discrete unit's entry stage and two more stages of its sum, and the rounding's
+    # addition, shift and saturation a register each), and one per row whose last group is one
+    # word (the last DMATVEC's: its codes, through two registers, come in three cycles after
+    # the beat before, a cycle after the word);
     # the port's register, the scratchpad's read register, the register beside the memory and
     # the reader's second stage: four cycles more per fetch (9 instructions), per range read
     # (LOADW's, each row's x words) and per bias word (3 of the 4 DMATVECs).
     assert dev.top.scratch_read_register is seq_pipelined
     lag = 4 * (9 + 1 + 4 * rows + 3 * rows)
-    assert cycles == 652 + (4 * rows * (nbd + 5) + lag if seq_pipelined else 0)
+    assert cycles == 652 + (4 * rows * (nbd + 6) + rows + lag if seq_pipelined else 0)
     m, e = discrete_dense(layer, x, lanes=N)
     assert dev.get(YA, rows).tolist() == pack_elements(m, e).tolist()
     nobias = DiscreteDense(w_codes=layer.w_codes, book=book, shift=0, out_exp=-2)

@@ -467,9 +467,6 @@ class Sequencer(wiring.Component):
                            code_bits=self._code_bits, compare_first=self._pipelined,
                            gap_register=self._pipelined)
             m.submodules.quantiser = qu
-            q_cfg = [qu.target.eq(self.quant_format), qu.rounding.eq(rounding),
-                     qu.mant_width.eq(mant_width), qu.rule.eq(self.quant_rule),
-                     qu.shift.eq(self.quant_shift)]
             if self._pipelined:
                 # With ``pipelined``, the quantiser's configuration is a copy in flip-flops, a
                 # cycle behind the registers (as the discrete unit's book, below: written by
@@ -478,7 +475,8 @@ class Sequencer(wiring.Component):
                 # column registers the rounding and the width the same way, and synthesis
                 # would merge those copies (and the decoding of the width behind them) into
                 # one beside either unit: the quantiser's are register copies of them.
-                m.d.sync += q_cfg[:1] + q_cfg[3:]
+                m.d.sync += [qu.target.eq(self.quant_format), qu.rule.eq(self.quant_rule),
+                             qu.shift.eq(self.quant_shift)]
                 for name, port, src in (("rounding", qu.rounding, rounding),
                                         ("mant_width", qu.mant_width, mant_width)):
                     ref = Signal.like(src, name=f"q_{name}_ref")
@@ -486,6 +484,9 @@ class Sequencer(wiring.Component):
                     m.d.comb += port.eq(register_copy(m, ref, src, f"q_{name}"))
                 m.d.comb += [qu.zero.eq(0), qu.i_rand.valid.eq(1), qu.i_rand.payload[0].eq(rand)]
             else:
+                q_cfg = [qu.target.eq(self.quant_format), qu.rounding.eq(rounding),
+                         qu.mant_width.eq(mant_width), qu.rule.eq(self.quant_rule),
+                         qu.shift.eq(self.quant_shift)]
                 m.d.comb += [*q_cfg, qu.zero.eq(0),
                              qu.i_rand.valid.eq(1), qu.i_rand.payload[0].eq(rand)]
             if self._quant_mult_bits:
